@@ -1,0 +1,1 @@
+"""The kopf operator: handlers, reconcilers, object builders."""

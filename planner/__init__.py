@@ -1,0 +1,1 @@
+"""Pure planning library: no Kubernetes, no I/O in the hot paths."""

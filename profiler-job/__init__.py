@@ -1,0 +1,1 @@
+"""The profiler Job: entry point and library."""

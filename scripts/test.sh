@@ -1,0 +1,6 @@
+#!/usr/bin/env bash
+# The README's test command: sets up, then runs every test.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+.venv/bin/python -m pytest "$@"
