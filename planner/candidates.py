@@ -1,0 +1,119 @@
+"""Candidate configurations (variant, segment type, batch) per task, pruned.
+
+A candidate is one way to run a task: a variant on a segment type with a
+batch size, with its profile. Pruning here is exact: a candidate is dropped
+only when another one of the same task, variant and MIG profile (so the same
+resources and accuracy) is at least as good in every constraint of the MILP:
+no slower batch, no lower throughput, and batches that fill no slower.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tessera.planner.catalog import GpuProduct
+from tessera.planner.features import Features
+from tessera.planner.latency import fits_budget, min_segment_load_rps
+from tessera.planner.model import SystemSpec, Task
+from tessera.planner.profiles import DEFAULT_BATCHES, Profile, ProfileSource, ProfileStore, SegmentType
+
+
+@dataclass(frozen=True)
+class Candidate:
+    system: str
+    task: str
+    variant: str
+    segment: SegmentType
+    batch: int
+    latency_ms: float
+    throughput_rps: float
+    source: ProfileSource
+    compute_slices: int
+
+    @property
+    def fill_demand(self) -> float:
+        """Requests that must arrive per segment before every process has a full batch."""
+        return self.segment.mps * (self.batch - 1)
+
+    def dominates(self, other: "Candidate") -> bool:
+        return (
+            self.latency_ms <= other.latency_ms
+            and self.throughput_rps >= other.throughput_rps
+            and self.fill_demand <= other.fill_demand
+        )
+
+    def usable_at(self, budget_ms: float, utilisation: float) -> bool:
+        """Whether some load this segment may carry fills its batches within the budget."""
+        if not fits_budget(self.latency_ms, budget_ms):
+            return False
+        needed = min_segment_load_rps(self.latency_ms, self.batch, self.segment.mps, budget_ms)
+        return needed <= self.throughput_rps * utilisation
+
+
+def segment_types(gpu: GpuProduct, features: Features) -> list[SegmentType]:
+    if not features.spatial_partitioning:
+        return [SegmentType(gpu=gpu.name, mig_profile=gpu.whole_gpu_profile.name, mps=1)]
+    return [
+        SegmentType(gpu=gpu.name, mig_profile=profile.name, mps=mps)
+        for profile in gpu.profiles
+        for mps in gpu.mps_degrees
+    ]
+
+
+def allowed_variants(task: Task, features: Features) -> list[str]:
+    if features.accuracy_scaling:
+        return [v.name for v in task.variants]
+    return [v.name for v in task.variants if v.accuracy == task.best_accuracy]
+
+
+def enumerate_candidates(
+    system: SystemSpec,
+    gpu: GpuProduct,
+    store: ProfileStore,
+    features: Features,
+    batches: tuple[int, ...] = DEFAULT_BATCHES,
+) -> list[Candidate]:
+    candidates = []
+    for task in system.tasks:
+        for variant_name in allowed_variants(task, features):
+            variant = task.variant(variant_name)
+            for segment in segment_types(gpu, features):
+                mig = gpu.profile(segment.mig_profile)
+                if segment.mps * variant.memory_gb > mig.memory_gb:
+                    continue
+                for batch in batches:
+                    profile: Profile | None = store.get(variant_name, segment, batch)
+                    if profile is None:
+                        continue
+                    candidates.append(Candidate(
+                        system=system.name, task=task.name, variant=variant_name, segment=segment,
+                        batch=batch, latency_ms=profile.latency_ms, throughput_rps=profile.throughput_rps,
+                        source=profile.source, compute_slices=mig.compute_slices,
+                    ))
+    return prune_dominated(candidates)
+
+
+def prune_dominated(candidates: list[Candidate]) -> list[Candidate]:
+    groups: dict[tuple, list[Candidate]] = {}
+    for candidate in candidates:
+        key = (candidate.system, candidate.task, candidate.variant, candidate.segment.mig_profile)
+        groups.setdefault(key, []).append(candidate)
+    kept = []
+    for group in groups.values():
+        # Sorting puts a candidate after every candidate that could dominate it
+        # strictly, so ties keep the first (smallest MPS degree and batch).
+        group.sort(key=lambda c: (c.latency_ms, -c.throughput_rps, c.fill_demand, c.segment.mps, c.batch))
+        survivors: list[Candidate] = []
+        for candidate in group:
+            if not any(s.dominates(candidate) for s in survivors):
+                survivors.append(candidate)
+        kept += survivors
+    return kept
+
+
+def budget_levels(system: SystemSpec, features: Features, levels: int) -> list[float]:
+    """Latency budgets a task may get: a grid of the SLO, or the equal split without T."""
+    slo = system.slo.latency_ms
+    if not features.task_budgeting:
+        return [slo / system.longest_path_tasks]
+    return [slo * i / levels for i in range(1, levels + 1)]
