@@ -1,0 +1,344 @@
+"""Exhaustive search for the planner's optimum on small instances (a test helper).
+
+It implements the planner's semantics from their statement, not from the
+MILP's code: it uses only the spec models, the catalog's profile definitions
+(slices, memory, starts, max count) and the profile store's lookups.
+
+Semantics
+---------
+- one variant per task (only the most accurate ones without feature A);
+- demand on a task: source demand x served fraction phi_s x edge factors
+  (the factor may depend on the upstream task's variant), summed over parents;
+- a task is served by configurations c = (MIG profile, MPS degree k, batch b)
+  with r_c >= 0 replicas; with budget B a configuration is usable when
+  2 x lat <= B and k x variant memory <= MIG memory (S off: the whole-GPU
+  profile with k = 1); its load x_c must satisfy
+      r_c x k x (b - 1) x 1000 / (B - lat)  <=  x_c  <=  r_c x thr / (1 + headroom)
+  (the lower bound only for b > 1), and the loads add up to the demand;
+- budgets: levels slo x i / levels (T on), or slo / (tasks on the longest
+  path) (T off); every path's budgets add up to at most the SLO;
+- accuracy: every path's product of normalised accuracies >= the SLO;
+- resources: every replica takes one MIG instance of its profile; used GPUs
+  each hold a valid layout (derived here from the placement rules by trying
+  every set of placements), at most `pool.gpus` GPUs;
+- objective, lexicographic: max sum of phi_s; min GPUs; min compute slices;
+  max sum over systems of the mean over paths of log(path accuracy).
+
+Search, and why each shortcut is safe
+-------------------------------------
+1. Budgets: a larger budget never hurts (more configurations pass 2 x lat <=
+   B, lower bounds drop, upper bounds stay) and the objective does not depend
+   on budgets, so only budget vectors that cannot be raised one level on any
+   task are tried.
+2. Per task, with its variant and budget fixed, every replica vector is
+   enumerated configuration by configuration; for each vector of instances
+   per MIG profile only the (sum of lower bounds, sum of upper bounds) pairs
+   not dominated by another pair of the same instances are kept (a pair with a
+   lower L and a higher U routes every demand the other routes). Partial
+   vectors that no longer fit the pool are dropped (fitting is closed under
+   removing instances).
+3. Per system the tasks are combined the same way: with base demands D_t
+   (phi = 1), phi is feasible iff max_t L_t / D_t <= phi <= min(1, min_t
+   U_t / D_t); pairs (max L/D, min(1, min U/D)) are kept per instance vector
+   up to the same dominance.
+4. Systems are independent given their instance vectors, so each system
+   keeps, per instance vector, its best (phi, accuracy score); they are then
+   combined over all pairs of vectors.
+5. Idle instances only add slices and never make a layout fit that did not
+   fit without them, so instance vectors are exactly the replicas.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+from functools import cache
+
+from tessera.planner.catalog import COMPUTE_SLICES, MEMORY_SLICES, GpuProduct, gpu_product
+from tessera.planner.features import Features
+from tessera.planner.model import Pool, SystemSpec
+from tessera.planner.profiles import ProfileStore, SegmentType
+
+TOL = 1e-9
+
+Vector = tuple[int, ...]  # instance count per MIG profile, in the GPU's profile order
+
+
+# ---------------------------------------------------------------------------
+# MIG layouts: every set of non-overlapping placements, checked one by one
+# ---------------------------------------------------------------------------
+
+@cache
+def single_gpu_vectors(gpu_name: str) -> frozenset[Vector]:
+    """Instance vectors that one GPU can hold (including the empty one)."""
+    gpu = gpu_product(gpu_name)
+    placements = []  # (profile index, memory-slice bitmask)
+    for index, profile in enumerate(gpu.profiles):
+        for start in profile.starts:
+            if start + profile.memory_slices > MEMORY_SLICES:
+                continue
+            mask = sum(1 << s for s in range(start, start + profile.memory_slices))
+            placements.append((index, mask))
+    vectors = set()
+    # No GPU holds more than 7 instances (7 compute slices, each instance >= 1).
+    for size in range(COMPUTE_SLICES + 1):
+        for chosen in itertools.combinations(placements, size):
+            used = 0
+            overlap = False
+            for _, mask in chosen:
+                if used & mask:
+                    overlap = True
+                    break
+                used |= mask
+            if overlap:
+                continue
+            counts = [0] * len(gpu.profiles)
+            for index, _ in chosen:
+                counts[index] += 1
+            if sum(c * p.compute_slices for c, p in zip(counts, gpu.profiles)) > COMPUTE_SLICES:
+                continue
+            if any(c > p.max_count for c, p in zip(counts, gpu.profiles)):
+                continue
+            vectors.add(tuple(counts))
+    return frozenset(vectors)
+
+
+@cache
+def min_gpus(gpu_name: str, max_gpus: int) -> dict[Vector, int]:
+    """The fewest GPUs that hold each instance vector, for vectors that fit in max_gpus GPUs."""
+    single = single_gpu_vectors(gpu_name)
+    zero = tuple(0 for _ in next(iter(single)))
+    best = {zero: 0}
+    frontier = {zero}
+    for gpus in range(1, max_gpus + 1):
+        reached = {_add(a, b) for a in frontier for b in single}
+        new = {v for v in reached if v not in best}
+        for v in new:
+            best[v] = gpus
+        frontier = reached
+    return best
+
+
+def _add(a: Vector, b: Vector) -> Vector:
+    return tuple(x + y for x, y in zip(a, b))
+
+
+# ---------------------------------------------------------------------------
+# The search
+# ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Objective:
+    served: float  # sum over systems of the served fraction
+    gpus: int
+    slices: int
+    accuracy: float  # sum over systems of the mean log path accuracy
+
+    def key(self) -> tuple:
+        """Bigger is better."""
+        return (self.served, -self.gpus, -self.slices, self.accuracy)
+
+
+@dataclass(frozen=True)
+class _Option:
+    profile: int  # index into gpu.profiles
+    low: float  # per replica: least load (batch fill)
+    high: float  # per replica: most load (throughput with headroom)
+
+
+def exhaustive_optimum(
+    systems: list[SystemSpec],
+    pool: Pool,
+    store: ProfileStore,
+    features: Features = Features(),
+    headroom: float = 0.1,
+    budget_levels: int = 20,
+    batches: tuple[int, ...] = (1, 2, 4, 8, 16, 32),
+) -> Objective | None:
+    """The optimal objective, or None when no plan exists (no variants meet the accuracy SLO)."""
+    for system in systems:
+        if system.priority != "cost":
+            raise NotImplementedError("the exhaustive search covers priority: cost only")
+    gpu = gpu_product(pool.gpu)
+    fits = min_gpus(gpu.name, pool.gpus)
+    per_system = []
+    for system in systems:
+        table = _system_table(system, gpu, fits, store, features, headroom, budget_levels, batches)
+        if not table:
+            return None
+        per_system.append(table)
+
+    # Combine systems: per total instance vector, the best (served, accuracy).
+    combined: dict[Vector, tuple[float, float]] = {tuple(0 for _ in gpu.profiles): (0.0, 0.0)}
+    for table in per_system:
+        nxt: dict[Vector, tuple[float, float]] = {}
+        for v1, (s1, a1) in combined.items():
+            for v2, (s2, a2) in table.items():
+                v = _add(v1, v2)
+                if v not in fits:
+                    continue
+                value = (s1 + s2, a1 + a2)
+                if v not in nxt or _better(value, nxt[v]):
+                    nxt[v] = value
+        combined = nxt
+
+    best: Objective | None = None
+    for v, (served, accuracy) in combined.items():
+        slices = sum(n * p.compute_slices for n, p in zip(v, gpu.profiles))
+        candidate = Objective(served, fits[v], slices, accuracy)
+        if best is None or _objective_better(candidate, best):
+            best = candidate
+    return best
+
+
+def _better(a: tuple[float, float], b: tuple[float, float]) -> bool:
+    """(served, accuracy) lexicographically, served compared with a tolerance."""
+    if a[0] > b[0] + TOL:
+        return True
+    if a[0] < b[0] - TOL:
+        return False
+    return a[1] > b[1] + TOL
+
+
+def _objective_better(a: Objective, b: Objective) -> bool:
+    if abs(a.served - b.served) > TOL:
+        return a.served > b.served
+    if a.gpus != b.gpus:
+        return a.gpus < b.gpus
+    if a.slices != b.slices:
+        return a.slices < b.slices
+    return a.accuracy > b.accuracy + TOL
+
+
+def _system_table(system, gpu, fits, store, features, headroom, levels, batches) -> dict[Vector, tuple[float, float]]:
+    """Per instance vector, the best (served fraction, accuracy score) of one system."""
+    tasks = [t.name for t in system.tasks]
+    variant_choices = []
+    for task in system.tasks:
+        if features.accuracy_scaling:
+            variant_choices.append([v.name for v in task.variants])
+        else:
+            variant_choices.append([v.name for v in task.variants if v.accuracy == task.best_accuracy])
+    slo = system.slo
+    budget_vectors = _maximal_budgets(system, tasks, features, levels)
+    zero = tuple(0 for _ in gpu.profiles)
+    table: dict[Vector, tuple[float, float]] = {}
+    task_cache: dict[tuple[str, str, float], dict[Vector, list[tuple[float, float]]]] = {}
+
+    for chosen in itertools.product(*variant_choices):
+        variants = dict(zip(tasks, chosen))
+        accuracies = [system.path_accuracy(path, variants) for path in system.paths]
+        if any(a < slo.accuracy - TOL for a in accuracies):
+            continue
+        score = sum(math.log(a) for a in accuracies) / len(accuracies)
+        # Serving nothing is always possible.
+        if zero not in table or _better((0.0, score), table[zero]):
+            table[zero] = (0.0, score)
+        if system.demand_rps <= 0:
+            continue
+        base = system.demand(variants)  # at phi = 1
+        for budgets in budget_vectors:
+            # states: instance vector -> pairs (max L/D, min(1, min U/D)) over the tasks so far
+            states: dict[Vector, list[tuple[float, float]]] = {zero: [(0.0, 1.0)]}
+            for task_name, budget in zip(tasks, budgets):
+                key = (task_name, variants[task_name], budget)
+                if key not in task_cache:
+                    task_cache[key] = _task_table(system, task_name, variants[task_name], budget, gpu, fits,
+                                                  store, features, headroom, batches)
+                per_task = task_cache[key]
+                demand = base[task_name]
+                nxt: dict[Vector, list[tuple[float, float]]] = {}
+                for v1, pairs1 in states.items():
+                    for v2, pairs2 in per_task.items():
+                        v = _add(v1, v2)
+                        if v not in fits:
+                            continue
+                        for low1, high1 in pairs1:
+                            for low2, high2 in pairs2:
+                                pair = (max(low1, low2 / demand), min(high1, high2 / demand))
+                                if pair[0] > pair[1] * (1 + TOL) + TOL:
+                                    continue  # no phi routes this
+                                _keep_pareto(nxt.setdefault(v, []), pair)
+                states = nxt
+            for v, pairs in states.items():
+                phi = max(high for _, high in pairs)
+                if v not in table or _better((phi, score), table[v]):
+                    table[v] = (phi, score)
+    return table
+
+
+def _keep_pareto(pairs: list[tuple[float, float]], pair: tuple[float, float]) -> None:
+    """Add (low, high) unless a kept pair has lower-or-equal low and higher-or-equal high."""
+    low, high = pair
+    for other_low, other_high in pairs:
+        if other_low <= low and other_high >= high:
+            return
+    pairs[:] = [(a, b) for a, b in pairs if not (low <= a and high >= b)]
+    pairs.append(pair)
+
+
+def _task_table(system, task_name, variant_name, budget, gpu: GpuProduct, fits, store: ProfileStore,
+                features: Features, headroom: float, batches) -> dict[Vector, list[tuple[float, float]]]:
+    """Per instance vector of this task alone, the undominated (sum of lower, sum of upper) load bounds."""
+    variant = system.task(task_name).variant(variant_name)
+    options: list[_Option] = []
+    for index, profile in enumerate(gpu.profiles):
+        if not features.spatial_partitioning and profile.compute_slices != COMPUTE_SLICES:
+            continue
+        degrees = gpu.mps_degrees if features.spatial_partitioning else (1,)
+        for k in degrees:
+            if k * variant.memory_gb > profile.memory_gb:
+                continue
+            segment = SegmentType(gpu=gpu.name, mig_profile=profile.name, mps=k)
+            for b in batches:
+                found = store.get(variant_name, segment, b)
+                if found is None:
+                    continue
+                lat, thr = found.latency_ms, found.throughput_rps
+                if 2 * lat > budget:
+                    continue
+                high = thr / (1 + headroom)
+                low = k * (b - 1) * 1000.0 / (budget - lat) if b > 1 else 0.0
+                if low > high:
+                    continue  # no load fills its batches in time without overloading it
+                options.append(_Option(index, low, high))
+    zero = tuple(0 for _ in gpu.profiles)
+    table: dict[Vector, list[tuple[float, float]]] = {zero: [(0.0, 0.0)]}
+    for option in options:
+        nxt: dict[Vector, list[tuple[float, float]]] = {}
+        for v, pairs in table.items():
+            replicas = 0
+            current = v
+            while current in fits:
+                for low, high in pairs:
+                    _keep_pareto(nxt.setdefault(current, []),
+                                 (low + replicas * option.low, high + replicas * option.high))
+                replicas += 1
+                current = tuple(n + (1 if i == option.profile else 0) for i, n in enumerate(current))
+        table = nxt
+    return table
+
+
+def _maximal_budgets(system: SystemSpec, tasks: list[str], features: Features, levels: int) -> list[tuple[float, ...]]:
+    slo = system.slo.latency_ms
+    if not features.task_budgeting:
+        equal = slo / system.longest_path_tasks
+        return [tuple(equal for _ in tasks)]
+    position = {t: i for i, t in enumerate(tasks)}
+    paths = [[position[t] for t in path] for path in system.paths]
+
+    def feasible(levels_vector) -> bool:
+        return all(sum(levels_vector[i] for i in path) <= levels for path in paths)
+
+    vectors = []
+    for vector in itertools.product(range(1, levels + 1), repeat=len(tasks)):
+        if not feasible(vector):
+            continue
+        raised = any(
+            feasible(vector[:i] + (vector[i] + 1,) + vector[i + 1:])
+            for i in range(len(tasks)) if vector[i] < levels
+        )
+        if not raised:
+            vectors.append(tuple(slo * i / levels for i in vector))
+    return vectors

@@ -1,0 +1,176 @@
+"""The MILP's optimum equals an exhaustive search's on small random instances.
+
+For every instance, `plan()`'s objective tuple (served fraction summed over
+systems, GPUs, compute slices, accuracy score) must equal the exhaustive
+search's, and the plan must pass the independent checker.
+
+Default run: DEFAULT_SEEDS random instances (under a minute on a shared
+core); `-m slow` adds SLOW_SEEDS more. TESSERA_EXHAUSTIVE_SEEDS=N overrides
+the default count. A failing seed reproduces with
+`python -m tests.planner.test_milp_matches_exhaustive SEED` style calls to
+`compare(random_instance(SEED))`.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+import pytest
+
+from tessera.planner.checker import check_plan
+from tessera.planner.features import Features
+from tessera.planner.model import Edge, Pool, Slo, SystemSpec, Task, Variant
+from tessera.planner.plan import Plan
+from tessera.planner.profiles import Profile, ProfileSource, ProfileStore, SegmentType
+
+from .exhaustive import Objective, exhaustive_optimum
+from .instances import Instance, random_instance
+
+solve = pytest.importorskip("tessera.planner.solve", reason="the MILP (planner/solve.py) is not merged yet")
+
+DEFAULT_SEEDS = int(os.environ.get("TESSERA_EXHAUSTIVE_SEEDS", "150"))
+SLOW_SEEDS = 1000
+SERVED_TOL = 1e-5
+ACCURACY_TOL = 1e-6
+
+
+def options_for(instance: Instance):
+    return solve.PlannerOptions(headroom=instance.headroom, budget_levels=instance.budget_levels,
+                                batches=instance.batches, mip_gap=0.0, time_limit_s=60)
+
+
+def plan_objective(plan: Plan, systems: list[SystemSpec]) -> Objective:
+    served = 0.0
+    accuracy = 0.0
+    for system in systems:
+        summary = next(s for s in plan.systems if s.system == system.name)
+        served += summary.served_rps / system.demand_rps if system.demand_rps > 0 else 1.0
+        chosen = {t.task: t.variant for t in plan.tasks if t.system == system.name}
+        if len(chosen) == len(system.tasks):
+            accuracy += sum(math.log(system.path_accuracy(p, chosen)) for p in system.paths) / len(system.paths)
+    return Objective(served, plan.gpus_used, plan.slices_used, accuracy)
+
+
+def compare(instance: Instance) -> None:
+    expected = exhaustive_optimum(instance.systems, instance.pool, instance.store, instance.features,
+                                  instance.headroom, instance.budget_levels, instance.batches)
+    options = options_for(instance)
+    if expected is None:
+        with pytest.raises(solve.NoPlanError):
+            solve.plan(instance.systems, instance.pool, instance.store, instance.features, options)
+        return
+    plan = solve.plan(instance.systems, instance.pool, instance.store, instance.features, options)
+    errors = check_plan(plan, instance.systems, instance.pool, instance.store, instance.features, options)
+    got = plan_objective(plan, instance.systems)
+    context = f"\n{instance.describe()}\nexhaustive: {expected}\nMILP:       {got}"
+    assert not errors, "the MILP's plan breaks constraints:\n  " + "\n  ".join(errors) + context
+    assert abs(got.served - expected.served) <= SERVED_TOL, "served fraction differs" + context
+    assert (got.gpus, got.slices) == (expected.gpus, expected.slices), "GPUs or slices differ" + context
+    assert abs(got.accuracy - expected.accuracy) <= ACCURACY_TOL, "accuracy score differs" + context
+
+
+@pytest.mark.parametrize("seed", range(DEFAULT_SEEDS))
+def test_random_instance(seed):
+    compare(random_instance(seed))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", range(DEFAULT_SEEDS, DEFAULT_SEEDS + SLOW_SEEDS))
+def test_random_instance_slow(seed):
+    compare(random_instance(seed))
+
+
+# ---------------------------------------------------------------------------
+# Explicit instances for the cases the random ones must not miss
+# ---------------------------------------------------------------------------
+
+GPU = "H100-80GB"
+
+
+def _store(points) -> ProfileStore:
+    store = ProfileStore()
+    for variant, profile, mps, batch, latency, throughput in points:
+        store.add(variant, SegmentType(gpu=GPU, mig_profile=profile, mps=mps), batch,
+                  Profile(latency_ms=latency, throughput_rps=throughput, source=ProfileSource.GIVEN))
+    return store
+
+
+def _instance(systems, store, gpus=1, features=Features(), levels=4, batches=(1, 2, 4), headroom=0.1) -> Instance:
+    return Instance(seed=-1, systems=systems, pool=Pool(gpu=GPU, gpus=gpus), store=store, features=features,
+                    headroom=headroom, budget_levels=levels, batches=batches)
+
+
+def _chain(demand, latency_slo=100.0, accuracy_slo=0.9) -> SystemSpec:
+    return SystemSpec(
+        name="chain",
+        tasks=[Task(name="det", variants=[Variant(name="det-s", accuracy=0.85, memory_gb=8),
+                                          Variant(name="det-l", accuracy=0.9, memory_gb=18)]),
+               Task(name="cls", variants=[Variant(name="cls", accuracy=0.7, memory_gb=4)])],
+        edges=[Edge(source="det", target="cls", factor=2.0, factor_by_variant={"det-l": 3.0})],
+        slo=Slo(latency_ms=latency_slo, accuracy=accuracy_slo),
+        demand_rps=demand,
+    )
+
+
+CHAIN_POINTS = [
+    ("det-s", "1g.10gb", 1, 1, 8.0, 110.0),
+    ("det-s", "2g.20gb", 1, 4, 12.0, 330.0),
+    ("det-l", "2g.20gb", 1, 2, 14.0, 140.0),
+    ("det-l", "3g.40gb", 1, 4, 11.0, 360.0),
+    ("cls", "1g.10gb", 1, 1, 3.0, 300.0),
+    ("cls", "1g.10gb", 2, 4, 9.0, 700.0),
+]
+
+
+def test_chain_fully_served():
+    compare(_instance([_chain(demand=150)], _store(CHAIN_POINTS)))
+
+
+def test_pool_too_small_serves_part():
+    instance = _instance([_chain(demand=5000)], _store(CHAIN_POINTS))
+    expected = exhaustive_optimum(instance.systems, instance.pool, instance.store, instance.features,
+                                  instance.headroom, instance.budget_levels, instance.batches)
+    assert expected is not None and 0 < expected.served < 1
+    compare(instance)
+
+
+def test_no_configuration_meets_the_latency_slo():
+    # every 2 x batch latency is above the whole 10 ms SLO: nothing can be served
+    instance = _instance([_chain(demand=100, latency_slo=10.0)], _store(CHAIN_POINTS))
+    expected = exhaustive_optimum(instance.systems, instance.pool, instance.store, instance.features,
+                                  instance.headroom, instance.budget_levels, instance.batches)
+    assert expected == Objective(0.0, 0, 0, 0.0)
+    compare(instance)
+
+
+def test_batches_too_slow_to_fill_at_low_demand():
+    # at 2 rps a batch of 4 takes 1.5 s to fill: only batch-1 configurations can serve
+    compare(_instance([_chain(demand=2, latency_slo=60.0, accuracy_slo=0.5)], _store(CHAIN_POINTS)))
+
+
+def test_two_systems_share_a_small_pool():
+    other = SystemSpec(
+        name="ocr", tasks=[Task(name="read", variants=[Variant(name="read", accuracy=0.9, memory_gb=9)])],
+        slo=Slo(latency_ms=60.0), demand_rps=900,
+    )
+    points = CHAIN_POINTS + [("read", "1g.10gb", 1, 1, 5.0, 120.0), ("read", "2g.20gb", 1, 2, 7.0, 400.0)]
+    compare(_instance([_chain(demand=300), other], _store(points), gpus=1))
+
+
+@pytest.mark.parametrize("features", ["A+S", "S+T", "A+T", "unopt"])
+def test_feature_subsets(features):
+    points = CHAIN_POINTS + [("det-s", "7g.80gb", 1, 4, 6.0, 900.0), ("det-l", "7g.80gb", 1, 4, 7.0, 800.0),
+                             ("cls", "7g.80gb", 1, 2, 2.0, 1500.0)]
+    compare(_instance([_chain(demand=400, accuracy_slo=0.9)], _store(points), gpus=2,
+                      features=Features.parse(features)))
+
+
+if __name__ == "__main__":  # python -P -m tests.planner.test_milp_matches_exhaustive SEED...
+    import sys
+
+    for arg in sys.argv[1:]:
+        instance = random_instance(int(arg))
+        print(instance.describe())
+        compare(instance)
+        print("ok")
