@@ -174,3 +174,72 @@ if __name__ == "__main__":  # python -P -m tests.planner.test_milp_matches_exhau
         print(instance.describe())
         compare(instance)
         print("ok")
+
+
+# ---------------------------------------------------------------------------
+# Mismatches found between the MILP and the exhaustive search, kept as cases
+# ---------------------------------------------------------------------------
+
+H200 = "H200-141GB"
+
+
+def _h200_store(points) -> ProfileStore:
+    store = ProfileStore()
+    for variant, profile, mps, batch, latency, throughput in points:
+        store.add(variant, SegmentType(gpu=H200, mig_profile=profile, mps=mps), batch,
+                  Profile(latency_ms=latency, throughput_rps=throughput, source=ProfileSource.GIVEN))
+    return store
+
+
+def test_cost_is_minimised_after_partial_service():
+    """Found by seed 103. Two 4g.71gb instances (one per GPU, 8 slices) serve the most; the MILP's plan
+    kept the serve stage's layouts (14 slices): its cost stage after the serve stage reported 0.0."""
+    spec = SystemSpec(
+        name="s0",
+        tasks=[Task(name="a", variants=[Variant(name="a0", accuracy=0.54, memory_gb=4.9)]),
+               Task(name="b", variants=[Variant(name="b0", accuracy=0.81, memory_gb=50.2)])],
+        edges=[Edge(source="a", target="b", factor=1.37)],
+        slo=Slo(latency_ms=83.3, accuracy=0.95), demand_rps=151.5,
+    )
+    store = _h200_store([("a0", "4g.71gb", 1, 1, 8.95, 104.0), ("b0", "4g.71gb", 1, 2, 13.3, 104.6)])
+    instance = Instance(seed=-103, systems=[spec], pool=Pool(gpu=H200, gpus=2), store=store, features=Features(),
+                        headroom=0.1, budget_levels=4, batches=(1, 2, 4))
+    expected = exhaustive_optimum(instance.systems, instance.pool, instance.store, instance.features,
+                                  instance.headroom, instance.budget_levels, instance.batches)
+    assert (expected.gpus, expected.slices) == (2, 8) and 0 < expected.served < 1
+    compare(instance)
+
+
+def test_accuracy_is_maximised_after_cost():
+    """Found by seed 151. Both systems are served on 6 slices of one GPU either way; the most accurate
+    such plan scores -0.1505, the MILP's plan -0.3204: its accuracy stage reported the optimum (0.0 on
+    its own terms) but the plan kept the cost stage's variants."""
+    s0 = SystemSpec(
+        name="s0",
+        tasks=[Task(name="a", variants=[Variant(name="s0a0", accuracy=0.9965, memory_gb=10.22),
+                                        Variant(name="s0a1", accuracy=0.8572, memory_gb=1.166)]),
+               Task(name="b", variants=[Variant(name="s0b0", accuracy=0.6139, memory_gb=8.984),
+                                        Variant(name="s0b1", accuracy=0.9477, memory_gb=18.37)])],
+        edges=[Edge(source="a", target="b", factor=0.8735, factor_by_variant={"s0a1": 1.1396})],
+        slo=Slo(latency_ms=1891.1, accuracy=0.4106), demand_rps=46.07,
+    )
+    s1 = SystemSpec(
+        name="s1",
+        tasks=[Task(name="a", variants=[Variant(name="s1a0", accuracy=0.9071, memory_gb=17.08),
+                                        Variant(name="s1a1", accuracy=0.7654, memory_gb=5.112)]),
+               Task(name="b", variants=[Variant(name="s1b0", accuracy=0.9014, memory_gb=13.18)])],
+        edges=[Edge(source="a", target="b", factor=1.3198)],
+        slo=Slo(latency_ms=3012.9, accuracy=0.7014), demand_rps=1.1299,
+    )
+    store = _h200_store([
+        ("s0a1", "2g.35gb", 2, 8, 140.73, 109.74),
+        ("s0b0", "2g.35gb", 2, 8, 155.76, 65.91),
+        ("s0b1", "1g.35gb", 1, 2, 95.22, 16.51),
+        ("s0b1", "1g.35gb", 1, 8, 76.71, 79.70),
+        ("s1a0", "1g.35gb", 1, 2, 100.62, 17.70),
+        ("s1a1", "1g.35gb", 1, 2, 86.35, 15.14),
+        ("s1b0", "2g.35gb", 2, 2, 130.14, 23.03),
+    ])
+    instance = Instance(seed=-151, systems=[s0, s1], pool=Pool(gpu=H200, gpus=2), store=store,
+                        features=Features(), headroom=0.1, budget_levels=3, batches=(2, 4, 8))
+    compare(instance)
