@@ -61,7 +61,9 @@ def build_profile_store(systems: list[SystemSpec], gpu: str, measured: ProfileSt
                 for segment, batch, profile in measured_here:
                     store.add(variant.name, segment, batch, profile)
         for point in given:
-            product.profile(point.mig_profile)  # a clear error for a profile this GPU lacks
+            if point.mig_profile not in {p.name for p in product.profiles}:
+                raise ValueError(f"system {system.name!r}, given profile of task {point.task!r}, variant "
+                                 f"{point.variant!r}: {product.name} has no MIG profile {point.mig_profile!r}")
             store.add(point.variant, SegmentType(gpu=point.gpu, mig_profile=point.mig_profile, mps=point.mps),
                       point.batch, Profile(latency_ms=point.latency_ms, throughput_rps=point.throughput_rps,
                                            source=ProfileSource.GIVEN))

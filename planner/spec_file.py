@@ -53,7 +53,14 @@ def system_from_object(document: dict, where: str = "document") -> SystemSpec:
     try:
         return SystemSpec.model_validate(fields)
     except ValidationError as error:
-        raise SpecFileError(f"{where} ({name}): {error}") from None
+        raise SpecFileError(f"{where} ({name}): {_describe(error)}") from None
+
+
+def _describe(error: ValidationError) -> str:
+    """Pydantic's errors on one line each: `slo.latency_ms: Input should be greater than 0`."""
+    return "; ".join(
+        f"{'.'.join(str(part) for part in e['loc']) or 'spec'}: {e['msg']}" for e in error.errors()
+    )
 
 
 def load_systems(path: str | Path) -> list[SystemSpec]:
