@@ -4,7 +4,9 @@ For every variant of every task of every system: the built-in estimate on
 every MIG profile of the GPU, every MPS degree the GPU allows and every
 batch, where the segment's memory holds the processes
 (`mps x variant.memory_gb <= mig.memory_gb`); the profiles given in the
-system's spec (source GIVEN); and measured ones (source MEASURED). Where
+system's spec (source GIVEN); and measured ones (source MEASURED) on this GPU
+for the same batches and MPS degrees (ParvaGPU also measured 5 processes and
+batches up to 256: those rows stay out unless `batches` asks for them). Where
 several sources cover one (variant, segment type, batch), the store keeps the
 most trusted: measured, then given, then estimated.
 """
@@ -40,7 +42,7 @@ def build_profile_store(systems: list[SystemSpec], gpu: str, measured: ProfileSt
                 measured_here = [
                     (segment, batch, profile)
                     for segment, batch, profile in (measured.for_variant(variant.name) if measured else ())
-                    if segment.gpu == product.name
+                    if segment.gpu == product.name and segment.mps in product.mps_degrees and batch in batches
                 ]
                 can_estimate = variant.gflops is not None and variant.params_millions is not None
                 if not (can_estimate or has_given or measured_here):

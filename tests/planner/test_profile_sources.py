@@ -72,3 +72,13 @@ def test_a_given_profile_on_an_unknown_mig_profile_is_named():
                          batch=1, latency_ms=5.0, throughput_rps=200.0)
     with pytest.raises(ValueError, match=r"system 'shop'.*'resnet50'.*5g.50gb"):
         build_profile_store([system(RESNET50, profiles=[point])], "A100-80GB")
+
+
+def test_measured_rows_outside_the_batches_and_mps_degrees_stay_out(measurements):
+    measured = load_parvagpu_dir(measurements)
+    store = build_profile_store([system(RESNET50)], "A100-80GB", measured=measured)
+    keys = {(s.mps, b) for s, b, _ in store.for_variant("resnet50")}
+    assert max(b for _, b in keys) == max(DEFAULT_BATCHES) and max(m for m, _ in keys) == 4
+    wider = build_profile_store([system(RESNET50)], "A100-80GB", measured=measured, batches=(1, 64))
+    profile = wider.get("resnet50", SegmentType(gpu="A100-80GB", mig_profile="7g.80gb"), 64)
+    assert profile.source is ProfileSource.MEASURED
