@@ -28,6 +28,10 @@ class Variant(_Spec):
     memory_gb: float = Field(gt=0, description="GPU memory one server process of this variant needs at its largest batch.")
     gflops: float | None = Field(default=None, gt=0, description="Forward-pass GFLOPs per request (used by the estimator).")
     params_millions: float | None = Field(default=None, gt=0, description="Parameters in millions (used by the estimator).")
+    layers: int | None = Field(
+        default=None, ge=1,
+        description="Weight layers (convolutions, linear layers) run per request; sets the estimator's per-batch launch overhead.",
+    )
     source: str | None = Field(default=None, description="Where the accuracy, FLOPs and parameter figures come from.")
     image: str | None = Field(default=None, description="Container image of the model server.")
     args: list[str] = Field(default_factory=list, description="Arguments of the model server.")

@@ -2,5 +2,8 @@
 # The README's test command: sets up, then runs every test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The repository root holds a folder named operator/: keep Python from putting
+# the working directory on sys.path, or it shadows the standard library.
+export PYTHONSAFEPATH=1
 bash scripts/setup.sh
 .venv/bin/python -m pytest "$@"
