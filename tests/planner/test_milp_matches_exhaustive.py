@@ -243,3 +243,58 @@ def test_accuracy_is_maximised_after_cost():
     instance = Instance(seed=-151, systems=[s0, s1], pool=Pool(gpu=H200, gpus=2), store=store,
                         features=Features(), headroom=0.1, budget_levels=3, batches=(2, 4, 8))
     compare(instance)
+
+
+def test_cost_stage_after_serving_part_on_a_fork():
+    """Found by seed 543. A fork a -> b, a -> c on two A100-80GB GPUs serves 4.5% at most; the cheapest
+    such plan takes 11 slices. HiGHS's presolve declared the cost stage (after the serve stage's hold)
+    infeasible, though the serve stage's own solution satisfies it, and the plan kept 14 slices."""
+    gpu = "A100-80GB"
+    spec = SystemSpec(
+        name="s0",
+        tasks=[Task(name="a", variants=[Variant(name="s0a0", accuracy=0.7936, memory_gb=3.945),
+                                        Variant(name="s0a1", accuracy=0.9406, memory_gb=4.791),
+                                        Variant(name="s0a2", accuracy=0.6415, memory_gb=4.941)]),
+               Task(name="b", variants=[Variant(name="s0b0", accuracy=0.5800, memory_gb=14.72),
+                                        Variant(name="s0b1", accuracy=0.5631, memory_gb=5.970),
+                                        Variant(name="s0b2", accuracy=0.6410, memory_gb=58.25)]),
+               Task(name="c", variants=[Variant(name="s0c0", accuracy=0.8779, memory_gb=1.998)])],
+        edges=[Edge(source="a", target="b", factor=0.5423),
+               Edge(source="a", target="c", factor=1.5556, factor_by_variant={"s0a0": 0.3538, "s0a2": 0.3926})],
+        slo=Slo(latency_ms=82.92, accuracy=0.8523), demand_rps=693.9,
+    )
+    store = ProfileStore()
+    for variant, profile, latency, throughput in [("s0a0", "3g.40gb", 12.03, 57.68), ("s0a1", "4g.40gb", 17.63, 50.06),
+                                                  ("s0b1", "3g.40gb", 10.16, 69.22), ("s0c0", "4g.40gb", 13.03, 61.04)]:
+        store.add(variant, SegmentType(gpu=gpu, mig_profile=profile, mps=1), 1,
+                  Profile(latency_ms=latency, throughput_rps=throughput, source=ProfileSource.GIVEN))
+    instance = Instance(seed=-543, systems=[spec], pool=Pool(gpu=gpu, gpus=2), store=store, features=Features(),
+                        headroom=0.25, budget_levels=4, batches=(1, 8))
+    expected = exhaustive_optimum(instance.systems, instance.pool, instance.store, instance.features,
+                                  instance.headroom, instance.budget_levels, instance.batches)
+    assert (expected.gpus, expected.slices) == (2, 11) and 0 < expected.served < 0.1
+    compare(instance)
+
+
+def test_one_task_served_on_the_cheapest_segment():
+    """Found by seed 21. One task, fully served: one 1g.10gb (two MPS processes, 102 rps with headroom)
+    carries its 99 rps on 1 slice; the MILP's plan used 7 slices: its cost stage reported 0.0 after the
+    relax-and-fix start (HiGHS warm start between stages)."""
+    gpu = "A100-80GB"
+    spec = SystemSpec(
+        name="s0",
+        tasks=[Task(name="a", variants=[Variant(name="s0a0", accuracy=0.5116, memory_gb=3.488),
+                                        Variant(name="s0a1", accuracy=0.6460, memory_gb=2.005),
+                                        Variant(name="s0a2", accuracy=0.9589, memory_gb=4.380)])],
+        slo=Slo(latency_ms=52.77, accuracy=0.9139), demand_rps=99.12,
+    )
+    store = ProfileStore()
+    for profile, mps, latency, throughput in [("1g.10gb", 2, 14.26, 112.53), ("4g.40gb", 4, 12.22, 248.11)]:
+        store.add("s0a2", SegmentType(gpu=gpu, mig_profile=profile, mps=mps), 1,
+                  Profile(latency_ms=latency, throughput_rps=throughput, source=ProfileSource.GIVEN))
+    instance = Instance(seed=-21, systems=[spec], pool=Pool(gpu=gpu, gpus=2), store=store,
+                        features=Features.parse("S"), headroom=0.1, budget_levels=4, batches=(1, 4, 8))
+    expected = exhaustive_optimum(instance.systems, instance.pool, instance.store, instance.features,
+                                  instance.headroom, instance.budget_levels, instance.batches)
+    assert expected == Objective(1.0, 1, 1, 0.0)
+    compare(instance)
