@@ -57,8 +57,11 @@ from functools import cache
 
 from tessera.planner.catalog import COMPUTE_SLICES, MEMORY_SLICES, GpuProduct, gpu_product
 from tessera.planner.features import Features
+from tessera.planner.latency import stage_latency_ms
 from tessera.planner.model import Pool, SystemSpec
-from tessera.planner.profiles import ProfileStore, SegmentType
+from tessera.planner.plan import (ConfigPlan, GpuPlan, InstancePlan, PathPlan, Plan, SolverReport, SystemSummary,
+                                  TaskPlan)
+from tessera.planner.profiles import Profile, ProfileStore, SegmentType
 
 TOL = 1e-9
 
@@ -142,9 +145,32 @@ class Objective:
 
 @dataclass(frozen=True)
 class _Option:
+    """A configuration a task may use under one (variant, budget): one replica's load bounds."""
+
     profile: int  # index into gpu.profiles
+    segment: SegmentType
+    batch: int
+    profile_figures: Profile
     low: float  # per replica: least load (batch fill)
     high: float  # per replica: most load (throughput with headroom)
+
+
+@dataclass(frozen=True)
+class SystemChoice:
+    """What the search chose for one system: enough to write the plan down."""
+
+    system: str
+    served_fraction: float
+    variants: dict[str, str]
+    budgets: dict[str, float]
+    replicas: dict[str, tuple[tuple[_Option, int], ...]]  # per task: (option, replicas > 0)
+
+
+@dataclass
+class _TaskTable:
+    options: list[_Option]
+    # per instance vector: undominated (sum of lower bounds, sum of upper bounds, replicas per option)
+    table: dict[Vector, list[tuple[float, float, tuple[int, ...]]]]
 
 
 def exhaustive_optimum(
@@ -157,6 +183,13 @@ def exhaustive_optimum(
     batches: tuple[int, ...] = (1, 2, 4, 8, 16, 32),
 ) -> Objective | None:
     """The optimal objective, or None when no plan exists (no variants meet the accuracy SLO)."""
+    found = exhaustive_search(systems, pool, store, features, headroom, budget_levels, batches)
+    return None if found is None else found[0]
+
+
+def exhaustive_search(systems, pool, store, features=Features(), headroom=0.1, budget_levels=20,
+                      batches=(1, 2, 4, 8, 16, 32)) -> tuple[Objective, list[SystemChoice]] | None:
+    """The optimal objective and the choices that reach it, or None when no plan exists."""
     for system in systems:
         if system.priority != "cost":
             raise NotImplementedError("the exhaustive search covers priority: cost only")
@@ -169,31 +202,31 @@ def exhaustive_optimum(
             return None
         per_system.append(table)
 
-    # Combine systems: per total instance vector, the best (served, accuracy).
-    combined: dict[Vector, tuple[float, float]] = {tuple(0 for _ in gpu.profiles): (0.0, 0.0)}
+    # Combine systems: per total instance vector, the best (served, accuracy, choices).
+    combined: dict[Vector, tuple[float, float, tuple]] = {tuple(0 for _ in gpu.profiles): (0.0, 0.0, ())}
     for table in per_system:
-        nxt: dict[Vector, tuple[float, float]] = {}
-        for v1, (s1, a1) in combined.items():
-            for v2, (s2, a2) in table.items():
+        nxt: dict[Vector, tuple[float, float, tuple]] = {}
+        for v1, (s1, a1, w1) in combined.items():
+            for v2, (s2, a2, w2) in table.items():
                 v = _add(v1, v2)
                 if v not in fits:
                     continue
-                value = (s1 + s2, a1 + a2)
+                value = (s1 + s2, a1 + a2, w1 + (w2,))
                 if v not in nxt or _better(value, nxt[v]):
                     nxt[v] = value
         combined = nxt
 
-    best: Objective | None = None
-    for v, (served, accuracy) in combined.items():
+    best: tuple[Objective, list[SystemChoice]] | None = None
+    for v, (served, accuracy, choices) in combined.items():
         slices = sum(n * p.compute_slices for n, p in zip(v, gpu.profiles))
         candidate = Objective(served, fits[v], slices, accuracy)
-        if best is None or _objective_better(candidate, best):
-            best = candidate
+        if best is None or _objective_better(candidate, best[0]):
+            best = (candidate, list(choices))
     return best
 
 
-def _better(a: tuple[float, float], b: tuple[float, float]) -> bool:
-    """(served, accuracy) lexicographically, served compared with a tolerance."""
+def _better(a: tuple, b: tuple) -> bool:
+    """(served, accuracy, ...) lexicographically, served compared with a tolerance."""
     if a[0] > b[0] + TOL:
         return True
     if a[0] < b[0] - TOL:
@@ -211,8 +244,8 @@ def _objective_better(a: Objective, b: Objective) -> bool:
     return a.accuracy > b.accuracy + TOL
 
 
-def _system_table(system, gpu, fits, store, features, headroom, levels, batches) -> dict[Vector, tuple[float, float]]:
-    """Per instance vector, the best (served fraction, accuracy score) of one system."""
+def _system_table(system, gpu, fits, store, features, headroom, levels, batches) -> dict[Vector, tuple]:
+    """Per instance vector, the best (served fraction, accuracy score, SystemChoice) of one system."""
     tasks = [t.name for t in system.tasks]
     variant_choices = []
     for task in system.tasks:
@@ -223,8 +256,8 @@ def _system_table(system, gpu, fits, store, features, headroom, levels, batches)
     slo = system.slo
     budget_vectors = _maximal_budgets(system, tasks, features, levels)
     zero = tuple(0 for _ in gpu.profiles)
-    table: dict[Vector, tuple[float, float]] = {}
-    task_cache: dict[tuple[str, str, float], dict[Vector, list[tuple[float, float]]]] = {}
+    table: dict[Vector, tuple] = {}
+    task_cache: dict[tuple[str, str, float], _TaskTable] = {}
 
     for chosen in itertools.product(*variant_choices):
         variants = dict(zip(tasks, chosen))
@@ -233,53 +266,62 @@ def _system_table(system, gpu, fits, store, features, headroom, levels, batches)
             continue
         score = sum(math.log(a) for a in accuracies) / len(accuracies)
         # Serving nothing is always possible.
+        nothing = SystemChoice(system.name, 0.0, variants, dict(zip(tasks, budget_vectors[0])),
+                               {t: () for t in tasks})
         if zero not in table or _better((0.0, score), table[zero]):
-            table[zero] = (0.0, score)
+            table[zero] = (0.0, score, nothing)
         if system.demand_rps <= 0:
             continue
         base = system.demand(variants)  # at phi = 1
         for budgets in budget_vectors:
-            # states: instance vector -> pairs (max L/D, min(1, min U/D)) over the tasks so far
-            states: dict[Vector, list[tuple[float, float]]] = {zero: [(0.0, 1.0)]}
+            # states: instance vector -> (max L/D, min(1, min U/D), replicas per task) over the tasks so far
+            states: dict[Vector, list[tuple]] = {zero: [(0.0, 1.0, ())]}
+            per_task_tables = []
             for task_name, budget in zip(tasks, budgets):
                 key = (task_name, variants[task_name], budget)
                 if key not in task_cache:
                     task_cache[key] = _task_table(system, task_name, variants[task_name], budget, gpu, fits,
                                                   store, features, headroom, batches)
                 per_task = task_cache[key]
+                per_task_tables.append(per_task)
                 demand = base[task_name]
-                nxt: dict[Vector, list[tuple[float, float]]] = {}
+                nxt: dict[Vector, list[tuple]] = {}
                 for v1, pairs1 in states.items():
-                    for v2, pairs2 in per_task.items():
+                    for v2, pairs2 in per_task.table.items():
                         v = _add(v1, v2)
                         if v not in fits:
                             continue
-                        for low1, high1 in pairs1:
-                            for low2, high2 in pairs2:
-                                pair = (max(low1, low2 / demand), min(high1, high2 / demand))
+                        for low1, high1, reps1 in pairs1:
+                            for low2, high2, reps2 in pairs2:
+                                pair = (max(low1, low2 / demand), min(high1, high2 / demand), reps1 + (reps2,))
                                 if pair[0] > pair[1] * (1 + TOL) + TOL:
                                     continue  # no phi routes this
                                 _keep_pareto(nxt.setdefault(v, []), pair)
                 states = nxt
             for v, pairs in states.items():
-                phi = max(high for _, high in pairs)
+                low, phi, reps = max(pairs, key=lambda pair: pair[1])
                 if v not in table or _better((phi, score), table[v]):
-                    table[v] = (phi, score)
+                    replicas = {
+                        t: tuple((option, r) for option, r in zip(tt.options, task_reps) if r > 0)
+                        for t, tt, task_reps in zip(tasks, per_task_tables, reps)
+                    }
+                    choice = SystemChoice(system.name, phi, variants, dict(zip(tasks, budgets)), replicas)
+                    table[v] = (phi, score, choice)
     return table
 
 
-def _keep_pareto(pairs: list[tuple[float, float]], pair: tuple[float, float]) -> None:
-    """Add (low, high) unless a kept pair has lower-or-equal low and higher-or-equal high."""
-    low, high = pair
-    for other_low, other_high in pairs:
-        if other_low <= low and other_high >= high:
+def _keep_pareto(pairs: list[tuple], pair: tuple) -> None:
+    """Add (low, high, ...) unless a kept pair has lower-or-equal low and higher-or-equal high."""
+    low, high = pair[0], pair[1]
+    for other in pairs:
+        if other[0] <= low and other[1] >= high:
             return
-    pairs[:] = [(a, b) for a, b in pairs if not (low <= a and high >= b)]
+    pairs[:] = [other for other in pairs if not (low <= other[0] and high >= other[1])]
     pairs.append(pair)
 
 
 def _task_table(system, task_name, variant_name, budget, gpu: GpuProduct, fits, store: ProfileStore,
-                features: Features, headroom: float, batches) -> dict[Vector, list[tuple[float, float]]]:
+                features: Features, headroom: float, batches) -> _TaskTable:
     """Per instance vector of this task alone, the undominated (sum of lower, sum of upper) load bounds."""
     variant = system.task(task_name).variant(variant_name)
     options: list[_Option] = []
@@ -302,22 +344,22 @@ def _task_table(system, task_name, variant_name, budget, gpu: GpuProduct, fits, 
                 low = k * (b - 1) * 1000.0 / (budget - lat) if b > 1 else 0.0
                 if low > high:
                     continue  # no load fills its batches in time without overloading it
-                options.append(_Option(index, low, high))
+                options.append(_Option(index, segment, b, found, low, high))
     zero = tuple(0 for _ in gpu.profiles)
-    table: dict[Vector, list[tuple[float, float]]] = {zero: [(0.0, 0.0)]}
+    table: dict[Vector, list[tuple[float, float, tuple[int, ...]]]] = {zero: [(0.0, 0.0, ())]}
     for option in options:
-        nxt: dict[Vector, list[tuple[float, float]]] = {}
+        nxt: dict[Vector, list[tuple[float, float, tuple[int, ...]]]] = {}
         for v, pairs in table.items():
             replicas = 0
             current = v
             while current in fits:
-                for low, high in pairs:
+                for low, high, reps in pairs:
                     _keep_pareto(nxt.setdefault(current, []),
-                                 (low + replicas * option.low, high + replicas * option.high))
+                                 (low + replicas * option.low, high + replicas * option.high, reps + (replicas,)))
                 replicas += 1
                 current = tuple(n + (1 if i == option.profile else 0) for i, n in enumerate(current))
         table = nxt
-    return table
+    return _TaskTable(options, table)
 
 
 def _maximal_budgets(system: SystemSpec, tasks: list[str], features: Features, levels: int) -> list[tuple[float, ...]]:
@@ -342,3 +384,109 @@ def _maximal_budgets(system: SystemSpec, tasks: list[str], features: Features, l
         if not raised:
             vectors.append(tuple(slo * i / levels for i in vector))
     return vectors
+
+
+# ---------------------------------------------------------------------------
+# The search's choice written down as a Plan, so that the checker can judge it
+# ---------------------------------------------------------------------------
+
+def witness_plan(systems: list[SystemSpec], pool: Pool, features: Features, headroom: float,
+                 choices: list[SystemChoice]) -> Plan:
+    """A plan that reaches the search's optimum: loads routed within bounds, instances placed on GPUs."""
+    gpu = gpu_product(pool.gpu)
+    task_plans: list[TaskPlan] = []
+    path_plans: list[PathPlan] = []
+    summaries: list[SystemSummary] = []
+    needed: list[tuple[str, str, int, str]] = []  # (system, task, config index, MIG profile) per replica
+    for system, choice in zip(systems, choices):
+        base = system.demand(choice.variants)
+        stage_of: dict[str, float] = {}
+        for task in system.tasks:
+            demand = choice.served_fraction * base[task.name]
+            picked = choice.replicas[task.name]
+            low = sum(r * o.low for o, r in picked)
+            high = sum(r * o.high for o, r in picked)
+            spare = max(demand - low, 0.0)
+            configs = []
+            for index, (option, replicas) in enumerate(picked):
+                share = (replicas * (option.high - option.low) / (high - low)) if high > low else 0.0
+                load = replicas * option.low + spare * share
+                figures = option.profile_figures
+                configs.append(ConfigPlan(
+                    segment=option.segment, batch=option.batch, replicas=replicas,
+                    batch_latency_ms=figures.latency_ms, segment_throughput_rps=figures.throughput_rps,
+                    load_rps=load,
+                    stage_latency_ms=stage_latency_ms(figures.latency_ms, option.batch, option.segment.mps,
+                                                      load / replicas),
+                    source=figures.source,
+                ))
+                needed += [(system.name, task.name, index, option.segment.mig_profile)] * replicas
+            stage_of[task.name] = max((c.stage_latency_ms for c in configs), default=0.0)
+            task_plans.append(TaskPlan(
+                system=system.name, task=task.name, variant=choice.variants[task.name],
+                normalised_accuracy=task.normalised_accuracy(choice.variants[task.name]), demand_rps=demand,
+                budget_ms=choice.budgets[task.name], stage_latency_ms=stage_of[task.name], configs=configs,
+            ))
+        paths = []
+        for path in system.paths:
+            paths.append(PathPlan(system=system.name, tasks=list(path),
+                                  latency_ms=sum(stage_of[t] for t in path),
+                                  budget_ms=sum(choice.budgets[t] for t in path),
+                                  accuracy=system.path_accuracy(path, choice.variants)))
+        path_plans += paths
+        summaries.append(SystemSummary(
+            system=system.name, demand_rps=system.demand_rps,
+            served_rps=choice.served_fraction * system.demand_rps, latency_slo_ms=system.slo.latency_ms,
+            worst_path_latency_ms=max(p.latency_ms for p in paths), accuracy_slo=system.slo.accuracy,
+            worst_path_accuracy=min(p.accuracy for p in paths),
+        ))
+
+    total = tuple(sum(1 for n in needed if n[3] == p.name) for p in gpu.profiles)
+    per_gpu = _split_into_gpus(gpu.name, total, pool.gpus)
+    assert per_gpu is not None, f"instances {total} do not fit {pool.gpus} GPUs"
+    gpu_plans = []
+    remaining = list(needed)
+    for index, vector in enumerate(per_gpu):
+        instances = []
+        for profile, count in zip(gpu.profiles, vector):
+            for _ in range(count):
+                taken = next(n for n in remaining if n[3] == profile.name)
+                remaining.remove(taken)
+                instances.append(InstancePlan(mig_profile=profile.name, system=taken[0], task=taken[1],
+                                              config=taken[2]))
+        gpu_plans.append(GpuPlan(index=index, layout=[(p.name, n) for p, n in zip(gpu.profiles, vector) if n],
+                                 instances=instances))
+    return Plan(
+        gpu=gpu.name, pool_gpus=pool.gpus, features=features.label, headroom=headroom, tasks=task_plans,
+        gpus=gpu_plans, paths=path_plans, systems=summaries, gpus_used=len(per_gpu),
+        slices_used=sum(n * p.compute_slices for n, p in zip(total, gpu.profiles)),
+        profile_sources={}, solver=SolverReport(status="exhaustive", stages=[], objective={}, mip_gap=0.0,
+                                                build_s=0.0, solve_s=0.0, variables=0, constraints=0),
+    )
+
+
+def _split_into_gpus(gpu_name: str, total: Vector, gpus: int) -> list[Vector] | None:
+    """The fewest non-empty single-GPU vectors adding up to total (at most `gpus`)."""
+    if not any(total):
+        return []
+    if gpus == 0:
+        return None
+    singles = sorted((v for v in single_gpu_vectors(gpu_name) if any(v)), key=lambda v: -sum(v))
+    for used in range(1, gpus + 1):
+        found = _split(total, singles, used)
+        if found is not None:
+            return found
+    return None
+
+
+def _split(total: Vector, singles: list[Vector], count: int) -> list[Vector] | None:
+    if count == 1:
+        return [total] if total in singles else None
+    for first in singles:
+        rest = tuple(a - b for a, b in zip(total, first))
+        if min(rest) < 0 or not any(rest):
+            continue
+        found = _split(rest, singles, count - 1)
+        if found is not None:
+            return [first] + found
+    return None
