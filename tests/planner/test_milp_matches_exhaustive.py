@@ -2,13 +2,15 @@
 
 For every instance, `plan()`'s objective tuple (served fraction summed over
 systems, GPUs, compute slices, accuracy score) must equal the exhaustive
-search's, and the plan must pass the independent checker.
+search's, and the plan must pass the independent checker. The exhaustive
+search's own optimum is first written down as a plan and checked too.
 
-Default run: DEFAULT_SEEDS random instances (under a minute on a shared
-core); `-m slow` adds SLOW_SEEDS more. TESSERA_EXHAUSTIVE_SEEDS=N overrides
-the default count. A failing seed reproduces with
-`python -m tests.planner.test_milp_matches_exhaustive SEED` style calls to
-`compare(random_instance(SEED))`.
+Default run: DEFAULT_SEEDS random instances (about 25 s on a shared core);
+`pytest -m slow` (or TESSERA_SLOW=1) adds SLOW_SEEDS more;
+TESSERA_EXHAUSTIVE_SEEDS=N changes the default count. A failing seed's
+assertion message prints the whole instance; rerun it alone with
+`pytest tests/planner/test_milp_matches_exhaustive.py -k "random_instance and 543"`
+or `python -P -m pytest ... -k ...` from the repository root.
 """
 
 from __future__ import annotations
@@ -190,15 +192,6 @@ def test_feature_subsets(features):
     compare(_instance([_chain(demand=400, accuracy_slo=0.9)], _store(points), gpus=2,
                       features=Features.parse(features)))
 
-
-if __name__ == "__main__":  # python -P -m tests.planner.test_milp_matches_exhaustive SEED...
-    import sys
-
-    for arg in sys.argv[1:]:
-        instance = random_instance(int(arg))
-        print(instance.describe())
-        compare(instance)
-        print("ok")
 
 
 # ---------------------------------------------------------------------------
