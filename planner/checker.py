@@ -151,9 +151,20 @@ class _Checker:
         if self.gpu is None:
             return self.errors
         task_plans = self.check_task_set()
+        names = {s.name for s in self.systems}
+        for summary in self.plan.systems:
+            if summary.system not in names:
+                self.fail(f"plan summarises system {summary.system!r}, which is not among the specs")
+        for path in self.plan.paths:
+            if path.system not in names:
+                self.fail(f"plan lists a path of system {path.system!r}, which is not among the specs")
         for system in self.systems:
             self.check_system(system, task_plans)
         self.check_gpus(task_plans)
+        sources = Counter(c.source.value for t in self.plan.tasks for c in t.configs)
+        if dict(sources) != {k: v for k, v in self.plan.profile_sources.items() if v}:
+            self.fail(f"profile sources {self.plan.profile_sources} do not count its configurations' sources "
+                      f"{dict(sources)}")
         return self.errors
 
     # -- pool ------------------------------------------------------------

@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections import Counter
 from dataclasses import dataclass
 from functools import cache
 
@@ -460,7 +461,7 @@ def witness_plan(systems: list[SystemSpec], pool: Pool, features: Features, head
         gpu=gpu.name, pool_gpus=pool.gpus, features=features.label, headroom=headroom, tasks=task_plans,
         gpus=gpu_plans, paths=path_plans, systems=summaries, gpus_used=len(per_gpu),
         slices_used=sum(n * p.compute_slices for n, p in zip(total, gpu.profiles)),
-        profile_sources={}, solver=SolverReport(status="exhaustive", stages=[], objective={}, mip_gap=0.0,
+        profile_sources=dict(Counter(c.source.value for t in task_plans for c in t.configs)), solver=SolverReport(status="exhaustive", stages=[], objective={}, mip_gap=0.0,
                                                 build_s=0.0, solve_s=0.0, variables=0, constraints=0),
     )
 

@@ -80,7 +80,7 @@ def valid_plan() -> Plan:
         paths=[PathPlan(system="cars", tasks=["det", "cls"], latency_ms=85, budget_ms=200, accuracy=1.0)],
         systems=[SystemSummary(system="cars", demand_rps=100, served_rps=100, latency_slo_ms=200,
                                worst_path_latency_ms=85, accuracy_slo=0.8, worst_path_accuracy=1.0)],
-        gpus_used=1, slices_used=7, profile_sources={"given": 4},
+        gpus_used=1, slices_used=7, profile_sources={"given": 3},
         solver=SolverReport(status="hand-made", stages=[], objective={}, mip_gap=0, build_s=0, solve_s=0,
                             variables=0, constraints=0),
     )
@@ -325,6 +325,18 @@ def test_whole_gpus_only_without_spatial_partitioning():
     assert_names(errors, "spatial partitioning (S) is off")
 
 
+def test_profile_sources_count_configurations():
+    assert_names(check(valid_plan().model_copy(update={"profile_sources": {"given": 4}})), "profile sources")
+
+
+def test_unknown_system_in_summaries_and_paths():
+    plan = valid_plan()
+    summary = plan.systems[0].model_copy(update={"system": "ghost"})
+    path = plan.paths[0].model_copy(update={"system": "ghost"})
+    errors = check(plan.model_copy(update={"systems": plan.systems + [summary], "paths": plan.paths + [path]}))
+    assert_names(errors, "summarises system 'ghost'", "a path of system 'ghost'")
+
+
 def test_wrong_pool():
     errors = check_plan(valid_plan(), [system()], Pool(gpu="A100-80GB", gpus=2), None)
     assert_names(errors, "pool has 'A100-80GB'")
@@ -334,6 +346,7 @@ def test_system_serving_nothing_need_not_list_tasks():
     plan = valid_plan()
     summary = plan.systems[0].model_copy(update={"served_rps": 0.0, "worst_path_latency_ms": 0.0})
     plan = plan.model_copy(update={"systems": [summary], "tasks": [], "paths": [], "gpus": [], "gpus_used": 0,
+                                   "profile_sources": {},
                                    "slices_used": 0})
     assert check(plan) == []
 

@@ -35,7 +35,7 @@ try:
 except ImportError:  # the MILP is not merged yet: the exhaustive search and its witness are still checked
     solve = None
 
-DEFAULT_SEEDS = int(os.environ.get("TESSERA_EXHAUSTIVE_SEEDS", "150"))
+DEFAULT_SEEDS = int(os.environ.get("TESSERA_EXHAUSTIVE_SEEDS", "120"))
 SLOW_SEEDS = 1000
 SERVED_TOL = 1e-5
 ACCURACY_TOL = 1e-6
