@@ -22,7 +22,8 @@ Semantics
   each hold a valid layout (derived here from the placement rules by trying
   every set of placements), at most `pool.gpus` GPUs;
 - objective, lexicographic: max sum of phi_s; min GPUs; min compute slices;
-  max sum over systems of the mean over paths of log(path accuracy).
+  max sum over systems of the mean over paths of log(path accuracy); the
+  accuracy of systems with `priority: accuracy` comes before GPUs.
 
 Search, and why each shortcut is safe
 -------------------------------------
@@ -138,10 +139,8 @@ class Objective:
     gpus: int
     slices: int
     accuracy: float  # sum over systems of the mean log path accuracy
-
-    def key(self) -> tuple:
-        """Bigger is better."""
-        return (self.served, -self.gpus, -self.slices, self.accuracy)
+    # the same sum over the systems with `priority: accuracy` only; it comes right after `served`
+    priority_accuracy: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -191,9 +190,6 @@ def exhaustive_optimum(
 def exhaustive_search(systems, pool, store, features=Features(), headroom=0.1, budget_levels=20,
                       batches=(1, 2, 4, 8, 16, 32)) -> tuple[Objective, list[SystemChoice]] | None:
     """The optimal objective and the choices that reach it, or None when no plan exists."""
-    for system in systems:
-        if system.priority != "cost":
-            raise NotImplementedError("the exhaustive search covers priority: cost only")
     gpu = gpu_product(pool.gpu)
     fits = min_gpus(gpu.name, pool.gpus)
     per_system = []
@@ -203,41 +199,49 @@ def exhaustive_search(systems, pool, store, features=Features(), headroom=0.1, b
             return None
         per_system.append(table)
 
-    # Combine systems: per total instance vector, the best (served, accuracy, choices).
-    combined: dict[Vector, tuple[float, float, tuple]] = {tuple(0 for _ in gpu.profiles): (0.0, 0.0, ())}
-    for table in per_system:
-        nxt: dict[Vector, tuple[float, float, tuple]] = {}
-        for v1, (s1, a1, w1) in combined.items():
+    # Combine systems: per total instance vector, the best (served, accuracy of the systems with
+    # priority accuracy, accuracy of all, choices); for one vector the cost is fixed, so this order is
+    # the objective's.
+    combined: dict[Vector, tuple] = {tuple(0 for _ in gpu.profiles): (0.0, 0.0, 0.0, ())}
+    for system, table in zip(systems, per_system):
+        first = system.priority == "accuracy"
+        nxt: dict[Vector, tuple] = {}
+        for v1, (s1, p1, a1, w1) in combined.items():
             for v2, (s2, a2, w2) in table.items():
                 v = _add(v1, v2)
                 if v not in fits:
                     continue
-                value = (s1 + s2, a1 + a2, w1 + (w2,))
+                value = (s1 + s2, p1 + (a2 if first else 0.0), a1 + a2, w1 + (w2,))
                 if v not in nxt or _better(value, nxt[v]):
                     nxt[v] = value
         combined = nxt
 
     best: tuple[Objective, list[SystemChoice]] | None = None
-    for v, (served, accuracy, choices) in combined.items():
+    for v, (served, priority_accuracy, accuracy, choices) in combined.items():
         slices = sum(n * p.compute_slices for n, p in zip(v, gpu.profiles))
-        candidate = Objective(served, fits[v], slices, accuracy)
+        candidate = Objective(served, fits[v], slices, accuracy, priority_accuracy)
         if best is None or _objective_better(candidate, best[0]):
             best = (candidate, list(choices))
     return best
 
 
 def _better(a: tuple, b: tuple) -> bool:
-    """(served, accuracy, ...) lexicographically, served compared with a tolerance."""
-    if a[0] > b[0] + TOL:
-        return True
-    if a[0] < b[0] - TOL:
-        return False
-    return a[1] > b[1] + TOL
+    """Numbers first in a and b, lexicographically (bigger is better) with a tolerance; the rest is ignored."""
+    for x, y in zip(a, b):
+        if not isinstance(x, float | int) or not isinstance(y, float | int):
+            return False
+        if x > y + TOL:
+            return True
+        if x < y - TOL:
+            return False
+    return False
 
 
 def _objective_better(a: Objective, b: Objective) -> bool:
     if abs(a.served - b.served) > TOL:
         return a.served > b.served
+    if abs(a.priority_accuracy - b.priority_accuracy) > TOL:
+        return a.priority_accuracy > b.priority_accuracy
     if a.gpus != b.gpus:
         return a.gpus < b.gpus
     if a.slices != b.slices:

@@ -75,6 +75,10 @@ def random_instance(seed: int, systems: int | None = None) -> Instance:
         most = 3 if n_systems == 1 and (features.spatial_partitioning or rng.random() < 0.3) else 2
         tasks = rng.randint(1, most)
         specs.append(_random_system(rng, f"s{s}", tasks, gpu, segments, batches, store))
+    # Priorities come from a stream of their own, so the rest of every seed's instance stays as it was.
+    priorities = random.Random(seed + 1_000_003)
+    specs = [spec.model_copy(update={"priority": "accuracy" if priorities.random() < 0.15 else "cost"})
+             for spec in specs]
     return Instance(
         seed=seed, systems=specs, pool=pool, store=store, features=features,
         headroom=rng.choice([0.0, 0.1, 0.25]), budget_levels=rng.choice([3, 4, 5, 8, 10]), batches=batches,
