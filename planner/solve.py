@@ -37,7 +37,12 @@ from tessera.planner.profiles import DEFAULT_BATCHES, ProfileStore
 
 class PlannerOptions(BaseModel):
     headroom: float = Field(default=0.1, ge=0, description="Segments run at most at 1/(1+headroom) of profiled throughput.")
-    budget_levels: int = Field(default=20, ge=1, description="Latency budget levels per task (fractions of the SLO).")
+    budget_levels: int = Field(default=10, ge=1, description="Latency budget levels per task (fractions of the SLO).")
+    tier_ratio: float = Field(
+        default=2.0, ge=1,
+        description="Keep a candidate's option at a higher budget level only where its least load drops by this "
+                    "factor; 1 keeps every level (exact, larger model).",
+    )
     batches: tuple[int, ...] = DEFAULT_BATCHES
     mip_gap: float = Field(default=1e-3, ge=0)
     time_limit_s: float = Field(default=60, gt=0, description="Wall-clock budget of all solves of one plan.")
@@ -232,7 +237,7 @@ def _milp_input(systems, pool, store, features, options, current) -> MilpInput:
     return MilpInput(
         systems=systems, gpu=gpu, pool_gpus=pool.gpus, candidates=candidates,
         levels={s.name: budget_levels(s, features, options.budget_levels) for s in systems},
-        layouts=layouts, utilisation=options.utilisation,
+        layouts=layouts, utilisation=options.utilisation, tier_ratio=options.tier_ratio,
         variants={(s.name, t.name): allowed_variants(t, features) for s in systems for t in s.tasks},
         current_layouts=current_layout_counts(current) if current else {},
         current_replicas=current_replica_counts(current) if current else {},
