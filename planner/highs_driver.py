@@ -23,6 +23,19 @@ PROBING = 1 << 15  # HiGHS's presolve rule bit for probing
 
 
 @dataclass
+class SolutionCopy:
+    """Column values copied out of HiGHS, which may reuse its own buffers."""
+
+    col_value: list[float]
+
+    def as_highs(self) -> highspy.HighsSolution:
+        solution = highspy.HighsSolution()
+        solution.col_value = self.col_value
+        solution.value_valid = True
+        return solution
+
+
+@dataclass
 class SolveResult:
     status: str
     value: float
@@ -95,20 +108,38 @@ class HighsModel:
         self.h.changeColsIntegrality(len(columns), columns, np.full(len(columns), kind, dtype=np.uint8))
 
     def solve(self, time_limit_s: float) -> SolveResult | None:
-        self.h.setOptionValue("time_limit", max(time_limit_s, 0.5))
-        if self._solution is not None:
-            self.h.setSolution(self._solution)
         started = time.perf_counter()
-        self.h.run()
+        found = self._run(time_limit_s, warm_start=self._solution is not None)
+        if found is not None and not self._agrees(found):
+            # Seen with HiGHS 1.16: a warm-started solve that presolve finishes
+            # reports the objective of its own solution but returns the start.
+            self.h.clearSolver()
+            found = self._run(time_limit_s, warm_start=False)
         seconds = time.perf_counter() - started
-        info = self.h.getInfo()
-        if info.primal_solution_status != _FEASIBLE_SOLUTION:
+        if found is None:
             return None
-        self._solution = self.h.getSolution()
+        self._solution = found
+        info = self.h.getInfo()
         value = info.objective_function_value
         bound = info.mip_dual_bound if info.mip_node_count >= 0 and math.isfinite(info.mip_dual_bound) else value
         status = self.h.modelStatusToString(self.h.getModelStatus())
         return SolveResult(status, value, bound, seconds)
+
+    def _run(self, time_limit_s: float, warm_start: bool):
+        self.h.setOptionValue("time_limit", max(time_limit_s, 0.5))
+        if warm_start:
+            self.h.setSolution(self._solution.as_highs())
+        self.h.run()
+        if self.h.getInfo().primal_solution_status != _FEASIBLE_SOLUTION:
+            return None
+        solution = self.h.getSolution()
+        return SolutionCopy(list(solution.col_value))
+
+    def _agrees(self, solution: "SolutionCopy") -> bool:
+        lp = self.h.getLp()
+        recomputed = float(np.dot(lp.col_cost_, solution.col_value)) + lp.offset_
+        reported = self.h.getInfo().objective_function_value
+        return abs(recomputed - reported) <= 1e-6 * max(1.0, abs(reported))
 
     def load_into_model(self) -> None:
         values = self._solution.col_value

@@ -345,8 +345,6 @@ class CompoundMilp:
     # -- solution -----------------------------------------------------------------
 
     def layout_counts(self) -> list[tuple[Layout, int]]:
-        return [
-            (layout, round(pyo.value(self.m.g[j])))
-            for j, layout in enumerate(self.data.layouts)
-            if round(pyo.value(self.m.g[j])) > 0
-        ]
+        counts = [(layout, round(pyo.value(self.m.g[j], exception=False) or 0))
+                  for j, layout in enumerate(self.data.layouts)]
+        return [(layout, count) for layout, count in counts if count > 0]

@@ -38,7 +38,8 @@ class ExtractedPlan:
 
 
 def _value(var) -> float:
-    return pyo.value(var) or 0.0
+    """A variable's solution value; one that HiGHS never saw (in no constraint) is 0."""
+    return pyo.value(var, exception=False) or 0.0
 
 
 def extract_plan(milp: CompoundMilp, features: Features, headroom: float) -> ExtractedPlan:

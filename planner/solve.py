@@ -194,6 +194,9 @@ def _solve_after_serving(solver: _StagedSolver, milp: CompoundMilp, systems: lis
     stages.append(("accuracy", milp.accuracy_score(), pyo.maximize))
     if current is not None:
         stages.append(("least-change", milp.change(), pyo.maximize))
+    # A constant objective (one variant per task) needs no solve, but the first
+    # solve also tells whether all demand can be served, so it must be a real one.
+    stages = [stage for stage in stages if not pyo.is_constant(stage[1])]
     solver.find_start(*stages[0][1:])
     first = solver.run(*stages[0])
     if first is None:
