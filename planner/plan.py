@@ -100,4 +100,4 @@ class Plan(BaseModel):
 
     @property
     def fully_served(self) -> bool:
-        return all(s.served_rps >= s.demand_rps * (1 - 1e-6) for s in self.systems)
+        return all(s.served_rps >= s.demand_rps * (1 - 1e-5) for s in self.systems)

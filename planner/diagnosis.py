@@ -1,0 +1,73 @@
+"""Why a plan does not serve all demand, in words a user can act on."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+from tessera.planner.candidates import Candidate
+from tessera.planner.model import SystemSpec
+from tessera.planner.plan import Plan
+
+MAX_VARIANT_COMBINATIONS = 20_000
+
+
+def diagnose(plan: Plan, systems: list[SystemSpec], candidates: list[Candidate]) -> list[str]:
+    messages = []
+    for summary, system in zip(plan.systems, systems, strict=True):
+        if summary.served_rps >= summary.demand_rps * (1 - 1e-6):
+            continue
+        messages.append(
+            f"{system.name}: the pool of {plan.pool_gpus} x {plan.gpu} serves at most "
+            f"{summary.served_rps:.1f} of {summary.demand_rps:.1f} requests/s "
+            f"({100 * summary.served_rps / max(summary.demand_rps, 1e-9):.0f}%)"
+        )
+        messages += _why(system, [c for c in candidates if c.system == system.name])
+    return messages
+
+
+def _fastest(candidates: list[Candidate], task: str, variant: str | None = None) -> float:
+    """The lowest stage latency any configuration reaches: twice its batch latency."""
+    return min(
+        (2 * c.latency_ms for c in candidates if c.task == task and variant in (None, c.variant)),
+        default=math.inf,
+    )
+
+
+def _why(system: SystemSpec, candidates: list[Candidate]) -> list[str]:
+    unservable = [t.name for t in system.tasks if not any(c.task == t.name for c in candidates)]
+    if unservable:
+        return [f"{system.name}: task {t} has no variant that fits in memory on any segment or has a profile"
+                for t in unservable]
+    slo = system.slo.latency_ms
+    worst_path, worst = max(
+        ((path, sum(_fastest(candidates, t) for t in path)) for path in system.paths), key=lambda p: p[1])
+    if worst > slo:
+        return [f"{system.name}: no configuration meets the latency SLO: the fastest choices take "
+                f"{worst:.1f} ms on path {' -> '.join(worst_path)} (SLO {slo:.0f} ms); relax the SLO "
+                "or profile faster segments"]
+    best = _best_accuracy_within_latency(system, candidates)
+    messages = [f"{system.name}: fastest worst path {worst:.1f} ms of {slo:.0f} ms"]
+    if best is not None:
+        messages.append(f"{system.name}: highest accuracy reachable within the latency SLO is {best:.3f} "
+                        f"(SLO {system.slo.accuracy:.3f})")
+    messages.append(f"{system.name}: add GPUs or lower the demand to serve the rest")
+    return messages
+
+
+def _best_accuracy_within_latency(system: SystemSpec, candidates: list[Candidate]) -> float | None:
+    options = [[v.name for v in t.variants] for t in system.tasks]
+    if math.prod(len(o) for o in options) > MAX_VARIANT_COMBINATIONS:
+        return None
+    names = [t.name for t in system.tasks]
+    best = None
+    for combo in itertools.product(*options):
+        choice = dict(zip(names, combo))
+        fast_enough = all(
+            sum(_fastest(candidates, t, choice[t]) for t in path) <= system.slo.latency_ms
+            for path in system.paths
+        )
+        if fast_enough:
+            accuracy = min(system.path_accuracy(path, choice) for path in system.paths)
+            best = accuracy if best is None else max(best, accuracy)
+    return best

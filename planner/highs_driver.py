@@ -1,0 +1,150 @@
+"""Drive HiGHS directly on a Pyomo model loaded once.
+
+The model is written in Pyomo and handed to HiGHS through Pyomo's appsi
+interface once. The stages of a lexicographic solve then change objectives,
+bounds, integrality and rows in HiGHS itself: appsi re-synchronises the whole
+model on such changes, which took minutes for relax-and-fix on large pools.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+import highspy
+import numpy as np
+import pyomo.environ as pyo
+from pyomo.contrib.appsi.solvers import Highs as AppsiHighs
+from pyomo.repn import generate_standard_repn
+
+_FEASIBLE_SOLUTION = 2  # HiGHS's kSolutionStatusFeasible
+PROBING = 1 << 15  # HiGHS's presolve rule bit for probing
+
+
+@dataclass
+class SolutionCopy:
+    """Column values copied out of HiGHS, which may reuse its own buffers."""
+
+    col_value: list[float]
+
+    def as_highs(self) -> highspy.HighsSolution:
+        solution = highspy.HighsSolution()
+        solution.col_value = self.col_value
+        solution.value_valid = True
+        return solution
+
+
+@dataclass
+class SolveResult:
+    status: str
+    value: float
+    bound: float
+    seconds: float
+
+
+class HighsModel:
+    def __init__(self, model: pyo.ConcreteModel, mip_gap: float, threads: int | None = None) -> None:
+        loader = AppsiHighs()
+        loader.config.load_solution = False
+        loader.set_instance(model)
+        self.h: highspy.Highs = loader._solver_model
+        self._column = dict(loader._pyomo_var_to_solver_var_map)
+        self._row = dict(loader._pyomo_con_to_solver_con_map)
+        self._vars = {id(v): v for v in model.component_data_objects(pyo.Var, descend_into=True)}
+        self.h.setOptionValue("output_flag", False)
+        self.h.setOptionValue("mip_rel_gap", mip_gap)
+        # Probing the many 0/1 instance counts took all of a solve's time in
+        # presolve on pools of a few GPUs, for no reduction worth it.
+        self.h.setOptionValue("presolve_rule_off", PROBING)
+        if threads:
+            self.h.setOptionValue("threads", threads)
+        self._solution = None
+
+    def columns(self, variables) -> np.ndarray:
+        return np.array([self._column[id(v)] for v in variables], dtype=np.int32)
+
+    def _linear(self, expression) -> tuple[np.ndarray, np.ndarray, float]:
+        repn = generate_standard_repn(expression, compute_values=True, quadratic=False)
+        if not repn.is_linear():
+            raise ValueError("objective and held expressions must be linear")
+        columns = self.columns(repn.linear_vars)
+        return columns, np.array(repn.linear_coefs, dtype=float), float(repn.constant)
+
+    def set_objective(self, expression, sense) -> None:
+        count = self.h.getNumCol()
+        self.h.changeColsCost(count, np.arange(count, dtype=np.int32), np.zeros(count))
+        columns, coefficients, constant = self._linear(expression)
+        totals: dict[int, float] = {}
+        for column, coefficient in zip(columns, coefficients):
+            totals[int(column)] = totals.get(int(column), 0.0) + coefficient
+        indices = np.array(list(totals), dtype=np.int32)
+        self.h.changeColsCost(len(indices), indices, np.array(list(totals.values())))
+        self.h.changeObjectiveOffset(constant)
+        self.h.changeObjectiveSense(
+            highspy.ObjSense.kMinimize if sense == pyo.minimize else highspy.ObjSense.kMaximize)
+
+    def add_row(self, expression, lower: float, upper: float) -> None:
+        columns, coefficients, constant = self._linear(expression)
+        self.h.addRow(lower - constant, upper - constant, len(columns), columns, coefficients)
+
+    def relax_rows(self, constraints) -> None:
+        for constraint in constraints:
+            self.h.changeRowBounds(self._row[constraint], -highspy.kHighsInf, highspy.kHighsInf)
+
+    def set_bounds(self, variables, lower: float, upper: float) -> None:
+        columns = self.columns(variables)
+        self.h.changeColsBounds(len(columns), columns, np.full(len(columns), lower), np.full(len(columns), upper))
+
+    def restore_bounds(self, variables) -> None:
+        for var in variables:
+            lower, upper = var.bounds
+            self.h.changeColBounds(self._column[id(var)], -highspy.kHighsInf if lower is None else lower,
+                                   highspy.kHighsInf if upper is None else upper)
+
+    def set_integral(self, variables, integral: bool) -> None:
+        columns = self.columns(variables)
+        kind = highspy.HighsVarType.kInteger if integral else highspy.HighsVarType.kContinuous
+        self.h.changeColsIntegrality(len(columns), columns, np.full(len(columns), kind, dtype=np.uint8))
+
+    def solve(self, time_limit_s: float) -> SolveResult | None:
+        started = time.perf_counter()
+        found = self._run(time_limit_s, warm_start=self._solution is not None)
+        if found is not None and not self._agrees(found):
+            # Seen with HiGHS 1.16: a warm-started solve that presolve finishes
+            # reports the objective of its own solution but returns the start.
+            self.h.clearSolver()
+            found = self._run(time_limit_s, warm_start=False)
+        seconds = time.perf_counter() - started
+        if found is None:
+            return None
+        self._solution = found
+        info = self.h.getInfo()
+        value = info.objective_function_value
+        bound = info.mip_dual_bound if info.mip_node_count >= 0 and math.isfinite(info.mip_dual_bound) else value
+        status = self.h.modelStatusToString(self.h.getModelStatus())
+        return SolveResult(status, value, bound, seconds)
+
+    def _run(self, time_limit_s: float, warm_start: bool):
+        self.h.setOptionValue("time_limit", max(time_limit_s, 0.5))
+        if warm_start:
+            self.h.setSolution(self._solution.as_highs())
+        self.h.run()
+        if self.h.getInfo().primal_solution_status != _FEASIBLE_SOLUTION:
+            return None
+        solution = self.h.getSolution()
+        return SolutionCopy(list(solution.col_value))
+
+    def _agrees(self, solution: "SolutionCopy") -> bool:
+        lp = self.h.getLp()
+        recomputed = float(np.dot(lp.col_cost_, solution.col_value)) + lp.offset_
+        reported = self.h.getInfo().objective_function_value
+        return abs(recomputed - reported) <= 1e-6 * max(1.0, abs(reported))
+
+    def load_into_model(self) -> None:
+        values = self._solution.col_value
+        for var_id, column in self._column.items():
+            self._vars[var_id].set_value(values[column], skip_validation=True)
+
+    def value(self, variable) -> float:
+        return self._solution.col_value[self._column[id(variable)]]
