@@ -45,8 +45,9 @@ def options_for(instance: Instance):
     if solve is None:
         return SimpleNamespace(headroom=instance.headroom, budget_levels=instance.budget_levels,
                                batches=instance.batches)
+    exact = {"tier_ratio": 1.0} if "tier_ratio" in solve.PlannerOptions.model_fields else {}
     return solve.PlannerOptions(headroom=instance.headroom, budget_levels=instance.budget_levels,
-                                batches=instance.batches, mip_gap=0.0, time_limit_s=60)
+                                batches=instance.batches, mip_gap=0.0, time_limit_s=60, **exact)
 
 
 def plan_objective(plan: Plan, systems: list[SystemSpec]) -> Objective:
