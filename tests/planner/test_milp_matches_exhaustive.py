@@ -105,13 +105,26 @@ def compare(instance: Instance) -> None:
     assert abs(got.accuracy - expected.accuracy) <= ACCURACY_TOL, "accuracy score differs" + context
 
 
-@pytest.mark.parametrize("seed", range(DEFAULT_SEEDS))
+# Seeds on which the planner disagreed with the exhaustive search at the deadline, and why; each
+# also has an explicit case below. Strict: once the planner is fixed they pass and must leave this list.
+KNOWN_MISMATCHES = {
+    517: "lead's planner at f94fae7: a warm-started HiGHS solve ending in 'Solve error' is taken for "
+         "infeasible; see test_nothing_servable_on_a_triangle_still_plans",
+}
+
+
+def _seeds(seeds):
+    return [pytest.param(seed, marks=pytest.mark.xfail(strict=True, reason=KNOWN_MISMATCHES[seed]))
+            if seed in KNOWN_MISMATCHES else seed for seed in seeds]
+
+
+@pytest.mark.parametrize("seed", _seeds(range(DEFAULT_SEEDS)))
 def test_random_instance(seed):
     compare(random_instance(seed))
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("seed", range(DEFAULT_SEEDS, DEFAULT_SEEDS + SLOW_SEEDS))
+@pytest.mark.parametrize("seed", _seeds(range(DEFAULT_SEEDS, DEFAULT_SEEDS + SLOW_SEEDS)))
 def test_random_instance_slow(seed):
     compare(random_instance(seed))
 
@@ -354,3 +367,42 @@ def test_priority_accuracy_comes_before_cost():
     assert best.accuracy == 0.0 and cheap.accuracy < 0 and best.slices > cheap.slices
     compare(_instance([cost], _store(CHAIN_POINTS)))
     compare(_instance([accuracy], _store(CHAIN_POINTS)))
+
+
+SOLVE_ERROR_TAKEN_FOR_INFEASIBLE = (
+    "lead's planner at f94fae7: a warm-started HiGHS solve ending in 'Solve error' is taken for infeasible "
+    "(no cold retry), so the serve stage fails and plan() raises NoPlanError"
+)
+
+
+@pytest.mark.xfail(strict=True, reason=SOLVE_ERROR_TAKEN_FOR_INFEASIBLE)
+def test_nothing_servable_on_a_triangle_still_plans():
+    """Found by seed 517. Task a's only variant needs a whole H200 and the pool has one GPU, so nothing
+    can be served: the optimum serves 0% on no GPU. plan() raised NoPlanError: the warm-started serve
+    stage ended in HiGHS "Solve error" and was taken for infeasible; solved cold it is optimal."""
+    spec = SystemSpec.model_validate_json('{"name":"s0","tasks":[{"name":"a","variants":[{"name":"s0a0","accuracy":0.7110346492462227,"memory_gb":70.46096963861962}]},{"name":"b","variants":[{"name":"s0b0","accuracy":0.7659745827489934,"memory_gb":16.375057800013803},{"name":"s0b1","accuracy":0.6306428972347098,"memory_gb":2.983070016869915}]},{"name":"c","variants":[{"name":"s0c0","accuracy":0.9689119305197117,"memory_gb":3.8534476300918317},{"name":"s0c1","accuracy":0.5245970550229996,"memory_gb":4.161015022222067},{"name":"s0c2","accuracy":0.9364928392355902,"memory_gb":5.279967508537574}]}],"edges":[{"source":"a","target":"b","factor":2.3297026931289206},{"source":"a","target":"c","factor":2.3125817834282576},{"source":"b","target":"c","factor":0.8626963827136216}],"slo":{"latency_ms":35.75863239409435,"accuracy":0.8542282766742919},"demand_rps":42.34740042400904}')
+    points = [
+        ("s0a0", "7g.141gb", 1, 1, 10.859141123168246, 88.88831544208418),
+        ("s0b0", "7g.141gb", 2, 1, 10.307203890068866, 142.06400612784836),
+        ("s0b0", "7g.141gb", 2, 2, 11.658859252532242, 298.6851319892831),
+        ("s0b0", "4g.71gb", 1, 1, 9.25582273661833, 92.5050063812761),
+        ("s0b0", "4g.71gb", 1, 2, 10.53029689942177, 149.66517959935618),
+        ("s0c0", "7g.141gb", 2, 2, 10.154327359885862, 283.432735235569),
+        ("s0c0", "7g.141gb", 1, 1, 4.962846154548288, 141.40326397380667),
+        ("s0c0", "7g.141gb", 1, 2, 7.4737160794227755, 229.6881611881511),
+        ("s0c0", "4g.71gb", 1, 1, 6.830081055094434, 131.73895205724082),
+        ("s0c0", "4g.71gb", 1, 2, 9.029660896700396, 146.268849855932),
+        ("s0c2", "7g.141gb", 2, 1, 6.034333368838816, 330.9586301919857),
+        ("s0c2", "7g.141gb", 2, 2, 8.0371615104663, 416.4450210442527),
+        ("s0c2", "7g.141gb", 1, 1, 4.283771156918029, 218.1322906556209),
+        ("s0c2", "4g.71gb", 1, 1, 6.433094059881152, 120.05079520221163),
+    ]
+    store = ProfileStore()
+    for variant, profile, mps, batch, latency, throughput in points:
+        store.add(variant, SegmentType(gpu=H200, mig_profile=profile, mps=mps), batch,
+                  Profile(latency_ms=latency, throughput_rps=throughput, source=ProfileSource.GIVEN))
+    instance = Instance(seed=-517, systems=[spec], pool=Pool(gpu=H200, gpus=1), store=store, features=Features(),
+                        headroom=0.25, budget_levels=4, batches=(1, 2, 8))
+    assert exhaustive_optimum(instance.systems, instance.pool, instance.store, instance.features,
+                              instance.headroom, instance.budget_levels, instance.batches) == Objective(0.0, 0, 0, 0.0)
+    compare(instance)
