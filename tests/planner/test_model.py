@@ -135,6 +135,25 @@ def test_extra_fields_are_forbidden_everywhere(where):
     assert "Extra inputs are not permitted" in message
 
 
+def profile_point(**overrides):
+    point = {"task": "a", "variant": "a-v", "gpu": "H100-80GB", "mig_profile": "1g.10gb", "batch": 1,
+             "latency_ms": 5, "throughput_rps": 100}
+    point.update(overrides)
+    return point
+
+
+def test_a_profile_in_the_spec_must_name_a_known_task():
+    assert "profiles[0].task: unknown task 'ghost'" in error_of(spec(profiles=[profile_point(task="ghost")]))
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "SystemSpec._graph_is_a_dag checks a profile's variant with Task.variant, which raises KeyError; "
+    "pydantic does not wrap KeyError, so the spec fails with a bare KeyError, not a ValidationError"))
+def test_a_profile_in_the_spec_must_name_a_known_variant_of_its_task():
+    message = error_of(spec(profiles=[profile_point(variant="ghost")]))
+    assert "profiles[0]" in message and "'ghost'" in message
+
+
 def diamond(**overrides) -> SystemSpec:
     """a -> b, a -> c, b -> d, c -> d."""
     edges = [{"source": "a", "target": "b", "factor": 2}, {"source": "a", "target": "c", "factor": 3},

@@ -99,6 +99,24 @@ def test_an_unreachable_latency_slo_is_diagnosed_with_the_fastest_path_latency()
     assert any("fastest choices take 40.0 ms on path a -> b (SLO 30 ms)" in line for line in result.diagnosis)
 
 
+def test_systems_planned_together_share_the_pool():
+    # 200 req/s each needs 3 slices of 100 req/s with headroom: both fit on one GPU.
+    first = make_system(ONE_TASK, demand=200, name="first")
+    second = make_system({"u": [("w", 1.0, 10, 100)]}, demand=200, name="second")
+    result = solve([first, second], gpus=2)
+    assert result.fully_served
+    assert [s.system for s in result.systems] == ["first", "second"]
+    assert result.gpus_used == 1 and result.slices_used == 6
+    [gpu] = result.gpus
+    assert {i.system for i in gpu.instances} == {"first", "second"}
+
+
+def test_a_system_without_demand_needs_no_gpus():
+    result = solve(make_system(ONE_TASK, demand=0))
+    assert result.fully_served
+    assert result.gpus_used == 0 and result.gpus == []
+
+
 CHEAP_OR_GOOD = {"t": [("cheap", 0.5, 10, 100), ("good", 1.0, 10, 20)]}
 
 
