@@ -85,7 +85,8 @@ def test_a_pool_too_small_serves_part_and_the_diagnosis_says_how_much():
     assert not result.fully_served
     [summary] = result.systems
     assert summary.served_rps == pytest.approx(700 / 1.1, rel=1e-3)
-    assert "pool of 1 x H100-80GB serves at most 636.4 of 2000.0 requests/s (32%)" in result.diagnosis[0]
+    assert f"pool of 1 x H100-80GB serves at most {summary.served_rps:.1f} of 2000.0 requests/s (32%)" \
+        in result.diagnosis[0]
     assert any("add GPUs or lower the demand" in line for line in result.diagnosis)
 
 
@@ -236,7 +237,8 @@ def test_capacity_with_every_feature_is_at_least_that_of_every_other_subset():
     scales = {row.features: row.scale for row in table.rows}
     assert list(scales) == [f.label for f in all_feature_sets()]
     assert all(row.error is None for row in table.rows)
-    assert all(scales["A+S+T"] >= scale * (1 - 1e-4) for scale in scales.values()), scales
+    tolerance = 1 - 2 * OPTIONS.mip_gap  # each scale is optimal within the MIP gap
+    assert all(scales["A+S+T"] >= scale * tolerance for scale in scales.values()), scales
     assert scales["A+S+T"] > scales["Unopt"] > 0
     assert table.ratio("A+S+T", "Unopt") == pytest.approx(scales["A+S+T"] / scales["Unopt"])
     assert table.rows[-1].max_demand_rps == {"s": pytest.approx(100 * scales["A+S+T"])}
