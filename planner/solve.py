@@ -185,7 +185,7 @@ def plan(
     gpus = assign_gpus(result.tasks, pool.gpus, milp.layout_counts(), current)
     report = _solver_report(solver, milp, build_s)
     plan_ = result.finish(gpus, report)
-    plan_.diagnosis = diagnose(plan_, systems, data.candidates)
+    plan_.diagnosis = diagnose(plan_, systems, data.candidates, data.levels)
     return plan_
 
 

@@ -113,9 +113,6 @@ def test_a_negative_latency_slo_exits_non_zero_naming_the_file_and_field(write):
     assert "Traceback" not in result.output
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "a spec profile naming an unknown variant raises KeyError in SystemSpec validation; spec_file "
-    "catches only ValidationError, so the CLI dies with a traceback instead of a file/field message"))
 def test_a_profile_naming_an_unknown_variant_exits_non_zero_naming_the_file(write):
     document = system_document()
     document["spec"]["profiles"][0]["variant"] = "ghost"
@@ -171,9 +168,6 @@ def test_capacity_json_lists_each_requested_feature_subset(write):
     assert table.rows[0].max_demand_rps == {"tiny": pytest.approx(100 * scales["Unopt"])}
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "capacity --output json dumps CapacityTable as is: rows carry scale and max_demand_rps but no "
-    "ratio to Unopt or A+T, which the table and markdown outputs (and the command's help) give"))
 def test_capacity_json_gives_the_ratios_to_the_baselines(write):
     rows = json.loads(capacity_json(write).stdout)["rows"]
     assert all(any("ratio" in key for key in row) for row in rows), rows
@@ -189,9 +183,6 @@ def test_capacity_markdown_gives_the_ratio_to_unopt(write):
     assert full.startswith("| A+S+T |")
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "capacity_command calls Features.parse without catching its ValueError (plan_command turns it "
-    "into click.BadParameter): `capacity --features unopt,A+X` ends in an uncaught ValueError, exit 1"))
 def test_capacity_with_a_bad_features_value_is_a_usage_error(write):
     result = invoke("capacity", write(system_document()), *FAST, "--gpus", 1, "--features", "unopt,A+X")
     assert result.exit_code == 2, result.output

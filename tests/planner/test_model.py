@@ -146,9 +146,6 @@ def test_a_profile_in_the_spec_must_name_a_known_task():
     assert "profiles[0].task: unknown task 'ghost'" in error_of(spec(profiles=[profile_point(task="ghost")]))
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "SystemSpec._graph_is_a_dag checks a profile's variant with Task.variant, which raises KeyError; "
-    "pydantic does not wrap KeyError, so the spec fails with a bare KeyError, not a ValidationError"))
 def test_a_profile_in_the_spec_must_name_a_known_variant_of_its_task():
     message = error_of(spec(profiles=[profile_point(variant="ghost")]))
     assert "profiles[0]" in message and "'ghost'" in message
@@ -203,9 +200,6 @@ def test_a_pool_rejects_an_unknown_gpu_product_naming_it():
     assert "unknown GPU product 'V100-16GB'" in str(raised.value)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "Pool._gpu_known lets catalog.gpu_product's KeyError escape: pydantic wraps only ValueError/"
-    "AssertionError, so an unknown GPU raises a bare KeyError, not a ValidationError naming field 'gpu'"))
 def test_an_unknown_gpu_product_is_a_validation_error_on_the_gpu_field():
     with pytest.raises(ValidationError) as raised:
         Pool(gpu="V100-16GB", gpus=2)

@@ -207,10 +207,6 @@ def test_a_task_whose_variants_fit_no_segment_is_diagnosed_by_name():
     assert any("task t has no variant that fits in memory" in line for line in result.diagnosis)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "diagnosis ignores the equal-split budgets of feature T being off: it checks only the fastest "
-    "path latency against the SLO (50 <= 60 ms here), so with 0 of 2 GPUs used it advises adding GPUs, "
-    "while the cause is task d's 40 ms stage exceeding its 60/3 = 20 ms equal share"))
 def test_without_task_budgeting_a_stage_slower_than_its_equal_share_is_not_blamed_on_the_pool():
     tasks = {**CHAIN, "d": [("dv", 1.0, 20, 100)]}  # a -> b -> c takes 30 ms, a -> d 50 ms
     result = solve(make_system(tasks, CHAIN_EDGES, latency_slo=60), features=Features.parse("A+S"))
