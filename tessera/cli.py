@@ -167,3 +167,18 @@ def capacity_markdown(table: CapacityTable) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(row) + " |" for row in rows]
     return "\n".join(lines)
+
+
+@main.command("crds")
+@click.option("--write", is_flag=True, help="Write them into crds/ instead of printing.")
+def crds_command(write: bool) -> None:
+    """The CustomResourceDefinitions, generated from the data models."""
+    from tessera.operator.crds import rendered
+
+    for path, text in rendered().items():
+        if write:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+            click.echo(f"wrote {path}")
+        else:
+            click.echo("---\n" + text)
