@@ -15,6 +15,8 @@ class CapacityRow(BaseModel):
     features: str
     scale: float
     max_demand_rps: dict[str, float]
+    ratio_to_unopt: float | None = None
+    ratio_to_a_plus_t: float | None = None
     solver: SolverReport | None = None
     error: str | None = None
 
@@ -44,11 +46,15 @@ def capacity(
     for features in feature_sets or all_feature_sets():
         try:
             scale, report = max_common_scale(systems, pool, store, features, options)
-            rows.append(CapacityRow(features=features.label, scale=scale, solver=report,
+            rows.append(CapacityRow(features=features.label, scale=scale + 0.0, solver=report,
                                     max_demand_rps={s.name: scale * s.demand_rps for s in systems}))
         except NoPlanError as error:
             rows.append(CapacityRow(features=features.label, scale=0.0, error=str(error),
                                     max_demand_rps={s.name: 0.0 for s in systems}))
         if progress:
             progress(features)
-    return CapacityTable(gpu=pool.gpu, gpus=pool.gpus, rows=rows)
+    table = CapacityTable(gpu=pool.gpu, gpus=pool.gpus, rows=rows)
+    for row in rows:
+        row.ratio_to_unopt = table.ratio(row.features, "Unopt")
+        row.ratio_to_a_plus_t = table.ratio(row.features, "A+T")
+    return table

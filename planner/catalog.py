@@ -155,5 +155,5 @@ def layout_compute_slices(gpu: GpuProduct, layout: Layout) -> int:
 
 
 def layout_name(layout: Layout) -> str:
-    """A stable, label-safe name such as `3g.40gb-1x2.2g.20gb-1x1` for mig-parted configs."""
+    """A stable, label-safe name such as `1g.10gbx1.3g.40gbx2` for mig-parted configs."""
     return ".".join(f"{name}x{count}" for name, count in layout)

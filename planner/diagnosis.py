@@ -12,7 +12,8 @@ from tessera.planner.plan import Plan
 MAX_VARIANT_COMBINATIONS = 20_000
 
 
-def diagnose(plan: Plan, systems: list[SystemSpec], candidates: list[Candidate]) -> list[str]:
+def diagnose(plan: Plan, systems: list[SystemSpec], candidates: list[Candidate],
+             levels: dict[str, list[float]]) -> list[str]:
     messages = []
     for summary, system in zip(plan.systems, systems, strict=True):
         if summary.served_rps >= summary.demand_rps * (1 - 1e-6):
@@ -22,7 +23,7 @@ def diagnose(plan: Plan, systems: list[SystemSpec], candidates: list[Candidate])
             f"{summary.served_rps:.1f} of {summary.demand_rps:.1f} requests/s "
             f"({100 * summary.served_rps / max(summary.demand_rps, 1e-9):.0f}%)"
         )
-        messages += _why(system, [c for c in candidates if c.system == system.name])
+        messages += _why(system, [c for c in candidates if c.system == system.name], levels[system.name])
     return messages
 
 
@@ -34,11 +35,18 @@ def _fastest(candidates: list[Candidate], task: str, variant: str | None = None)
     )
 
 
-def _why(system: SystemSpec, candidates: list[Candidate]) -> list[str]:
+def _why(system: SystemSpec, candidates: list[Candidate], levels: list[float]) -> list[str]:
     unservable = [t.name for t in system.tasks if not any(c.task == t.name for c in candidates)]
     if unservable:
         return [f"{system.name}: task {t} has no variant that fits in memory on any segment or has a profile"
                 for t in unservable]
+    if len(levels) == 1:
+        too_slow = [(t.name, _fastest(candidates, t.name)) for t in system.tasks
+                    if _fastest(candidates, t.name) > levels[0]]
+        if too_slow:
+            return [f"{system.name}: with the SLO split equally over the tasks (feature T off) task {task} gets "
+                    f"{levels[0]:.1f} ms but its fastest configuration takes {fastest:.1f} ms; enable T or "
+                    "relax the SLO" for task, fastest in too_slow]
     slo = system.slo.latency_ms
     worst_path, worst = max(
         ((path, sum(_fastest(candidates, t) for t in path)) for path in system.paths), key=lambda p: p[1])

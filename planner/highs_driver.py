@@ -60,6 +60,7 @@ class HighsModel:
         if threads:
             self.h.setOptionValue("threads", threads)
         self._solution = None
+        self.last_status = "not solved"
 
     def columns(self, variables) -> np.ndarray:
         return np.array([self._column[id(v)] for v in variables], dtype=np.int32)
@@ -130,6 +131,7 @@ class HighsModel:
         if warm_start:
             self.h.setSolution(self._solution.as_highs())
         self.h.run()
+        self.last_status = self.h.modelStatusToString(self.h.getModelStatus())
         if self.h.getInfo().primal_solution_status != _FEASIBLE_SOLUTION:
             return None
         solution = self.h.getSolution()

@@ -49,6 +49,7 @@ class MilpInput:
     utilisation: float
     variants: dict[TaskKey, list[str]]
     tier_ratio: float = 2.0
+    busy_instances: int = 0
     maximise_common_scale: bool = False
     scale_upper_bound: float = 1.0
     current_layouts: dict[Layout, int] = field(default_factory=dict)
@@ -107,22 +108,51 @@ def _tiers(c: Candidate, levels: list[float], utilisation: float, ratio: float) 
 
 
 def build_options(data: MilpInput) -> list[Option]:
+    least = {} if data.maximise_common_scale else {
+        (system.name, task): demand
+        for system in data.systems for task, demand in demand_bound(system, data.variants, pick=min).items()
+    }
     groups: dict[tuple, list[Option]] = {}
     for i, c in enumerate(data.candidates):
         for tier in _tiers(c, data.levels[c.system], data.utilisation, data.tier_ratio):
             key = (c.system, c.task, c.variant, c.segment.mig_profile)
             groups.setdefault(key, []).append(Option(i, tier.level, tier.min_load_rps))
     options = []
-    for group in groups.values():
-        group.sort(key=lambda o: (o.level, -data.candidates[o.candidate].throughput_rps, o.min_load_rps))
-        kept: list[Option] = []
-        for option in group:
-            throughput = data.candidates[option.candidate].throughput_rps
-            if not any(data.candidates[k.candidate].throughput_rps >= throughput and k.min_load_rps <= option.min_load_rps
-                       for k in kept):
-                kept.append(option)
+    for (system, task, _, _), group in groups.items():
+        kept = _pareto(data, group)
+        busiest = max(data.candidates[o.candidate].throughput_rps for o in kept)
+        if data.busy_instances and least.get((system, task), 0.0) >= data.busy_instances * busiest:
+            kept = _busiest(data, kept)
         options += kept
     return options
+
+
+def _pareto(data: MilpInput, group: list[Option]) -> list[Option]:
+    """Options no other beats on both throughput and least load from the same or a lower level (exact)."""
+    group = sorted(group, key=lambda o: (o.level, -data.candidates[o.candidate].throughput_rps, o.min_load_rps))
+    kept: list[Option] = []
+    for option in group:
+        throughput = data.candidates[option.candidate].throughput_rps
+        if not any(data.candidates[k.candidate].throughput_rps >= throughput and k.min_load_rps <= option.min_load_rps
+                   for k in kept):
+            kept.append(option)
+    return kept
+
+
+def _busiest(data: MilpInput, kept: list[Option]) -> list[Option]:
+    """For a task that keeps many instances of this kind busy, the highest-throughput option per level.
+
+    Low-throughput options only help to fill a lightly loaded last instance,
+    so dropping them costs at most a fraction of one instance (inexact; the
+    planner benchmark measures it).
+    """
+    best: dict[int, Option] = {}
+    for option in kept:
+        current = best.get(option.level)
+        if current is None or (data.candidates[option.candidate].throughput_rps
+                               > data.candidates[current.candidate].throughput_rps):
+            best[option.level] = option
+    return list(best.values())
 
 
 class CompoundMilp:

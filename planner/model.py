@@ -148,7 +148,8 @@ class SystemSpec(_Spec):
         for i, point in enumerate(self.profiles):
             if point.task not in names:
                 raise ValueError(f"profiles[{i}].task: unknown task {point.task!r}")
-            self.task(point.task).variant(point.variant)
+            if point.variant not in {v.name for v in self.task(point.task).variants}:
+                raise ValueError(f"profiles[{i}].variant: task {point.task!r} has no variant {point.variant!r}")
         return self
 
     def task(self, name: Name) -> Task:
@@ -231,7 +232,10 @@ class Pool(_Spec):
     def _gpu_known(cls, gpu: str) -> str:
         from tessera.planner.catalog import gpu_product
 
-        gpu_product(gpu)
+        try:
+            gpu_product(gpu)
+        except KeyError as error:
+            raise ValueError(error.args[0]) from None
         return gpu
 
 

@@ -38,6 +38,11 @@ from tessera.planner.profiles import DEFAULT_BATCHES, ProfileStore
 class PlannerOptions(BaseModel):
     headroom: float = Field(default=0.1, ge=0, description="Segments run at most at 1/(1+headroom) of profiled throughput.")
     budget_levels: int = Field(default=10, ge=1, description="Latency budget levels per task (fractions of the SLO).")
+    busy_instances: int = Field(
+        default=8, ge=0,
+        description="Where a task's least demand keeps this many instances of a kind busy, keep only its "
+                    "highest-throughput options; 0 keeps all (exact, larger model).",
+    )
     tier_ratio: float = Field(
         default=2.0, ge=1,
         description="Keep a candidate's option at a higher budget level only where its least load drops by this "
@@ -180,7 +185,7 @@ def plan(
     gpus = assign_gpus(result.tasks, pool.gpus, milp.layout_counts(), current)
     report = _solver_report(solver, milp, build_s)
     plan_ = result.finish(gpus, report)
-    plan_.diagnosis = diagnose(plan_, systems, data.candidates)
+    plan_.diagnosis = diagnose(plan_, systems, data.candidates, data.levels)
     return plan_
 
 
@@ -200,6 +205,10 @@ def _solve_after_serving(solver: _StagedSolver, milp: CompoundMilp, systems: lis
     solver.find_start(*stages[0][1:])
     first = solver.run(*stages[0])
     if first is None:
+        if solver.highs.last_status != "Infeasible":
+            raise NoPlanError(
+                f"no plan found within the time limit of {solver.options.time_limit_s:g} s "
+                f"(HiGHS: {solver.highs.last_status}); raise the time limit")
         return None
     for position, stage in enumerate(stages[1:], start=2):
         solver.run(*stage, share=1.0 if position == len(stages) else 0.5)
@@ -241,6 +250,7 @@ def _milp_input(systems, pool, store, features, options, current) -> MilpInput:
         systems=systems, gpu=gpu, pool_gpus=pool.gpus, candidates=candidates,
         levels={s.name: budget_levels(s, features, options.budget_levels) for s in systems},
         layouts=layouts, utilisation=options.utilisation, tier_ratio=options.tier_ratio,
+        busy_instances=options.busy_instances,
         variants={(s.name, t.name): allowed_variants(t, features) for s in systems for t in s.tasks},
         current_layouts=current_layout_counts(current) if current else {},
         current_replicas=current_replica_counts(current) if current else {},

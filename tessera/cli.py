@@ -118,8 +118,11 @@ def plan_command(files, gpu, gpus, measured, levels, headroom, time_limit, featu
 def capacity_command(files, gpu, gpus, measured, levels, headroom, time_limit, feature_list, output) -> None:
     """The most demand the pool serves with each feature subset, and ratios to Unopt and A+T."""
     systems = _load(files)
-    feature_sets = (all_feature_sets() if feature_list == "all"
-                    else [Features.parse(f) for f in feature_list.split(",")])
+    try:
+        feature_sets = (all_feature_sets() if feature_list == "all"
+                        else [Features.parse(f) for f in feature_list.split(",")])
+    except ValueError as error:
+        raise click.BadParameter(str(error), param_hint="--features") from None
     store = _store(systems, gpu, measured)
     options = PlannerOptions(budget_levels=levels, headroom=headroom, time_limit_s=time_limit)
     console = _console(output != "table")
@@ -164,3 +167,18 @@ def capacity_markdown(table: CapacityTable) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(row) + " |" for row in rows]
     return "\n".join(lines)
+
+
+@main.command("crds")
+@click.option("--write", is_flag=True, help="Write them into crds/ instead of printing.")
+def crds_command(write: bool) -> None:
+    """The CustomResourceDefinitions, generated from the data models."""
+    from tessera.operator.crds import rendered
+
+    for path, text in rendered().items():
+        if write:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+            click.echo(f"wrote {path}")
+        else:
+            click.echo("---\n" + text)

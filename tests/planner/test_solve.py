@@ -1,0 +1,240 @@
+"""The planner end to end on tiny instances: what a plan promises.
+
+Every system here is profiled in its spec (batch 1 on every MIG profile of
+an H100-80GB with one process, throughput proportional to compute slices), so
+the arithmetic of each expectation is plain: a segment of c slices serves
+`per_slice x c` requests/s, and its stage latency is 2 x batch latency.
+"""
+
+import pytest
+
+from tessera.planner.capacity import capacity
+from tessera.planner.catalog import gpu_product
+from tessera.planner.features import Features, all_feature_sets
+from tessera.planner.model import Pool, SystemSpec
+from tessera.planner.plan import Plan
+from tessera.planner.profile_sources import build_profile_store
+from tessera.planner.solve import PlannerOptions, max_common_scale, plan
+
+GPU = "H100-80GB"
+OPTIONS = PlannerOptions(time_limit_s=20, budget_levels=4, threads=1)
+
+
+def profiles(task, variant, latency_ms, per_slice_rps):
+    return [
+        {"task": task, "variant": variant, "gpu": GPU, "mig_profile": p.name, "batch": 1,
+         "latency_ms": latency_ms, "throughput_rps": per_slice_rps * p.compute_slices}
+        for p in gpu_product(GPU).profiles
+    ]
+
+
+def make_system(tasks, edges=(), demand=100, latency_slo=100, accuracy_slo=0.1, name="s", **extra) -> SystemSpec:
+    """tasks: {task: [(variant, accuracy, batch latency ms, requests/s per slice), ...]}."""
+    return SystemSpec.model_validate({
+        "name": name,
+        "tasks": [{"name": t, "variants": [{"name": v, "accuracy": a, "memory_gb": 2} for v, a, _, _ in vs]}
+                  for t, vs in tasks.items()],
+        "edges": list(edges),
+        "slo": {"latency_ms": latency_slo, "accuracy": accuracy_slo},
+        "demand_rps": demand,
+        "profiles": [p for t, vs in tasks.items() for v, _, lat, rps in vs for p in profiles(t, v, lat, rps)],
+        **extra,
+    })
+
+
+def solve(systems, gpus=2, features=Features(), options=OPTIONS, current=None) -> Plan:
+    systems = systems if isinstance(systems, list) else [systems]
+    return plan(systems, Pool(gpu=GPU, gpus=gpus), build_profile_store(systems, GPU), features, options, current)
+
+
+ONE_TASK = {"t": [("v", 1.0, 10, 100)]}
+
+
+def test_a_plan_that_fits_serves_all_demand_with_headroom():
+    result = solve(make_system(ONE_TASK, demand=500))
+    assert result.fully_served and not result.diagnosis
+    [summary] = result.systems
+    assert summary.served_rps == pytest.approx(500)
+    task = result.task("s", "t")
+    assert task.demand_rps == pytest.approx(500)
+    assert task.capacity_rps >= 500 * (1 + OPTIONS.headroom) - 1e-6
+    assert sum(c.load_rps for c in task.configs) == pytest.approx(500)
+
+
+def test_the_plan_uses_the_fewest_gpus_and_compute_slices():
+    # 1000 req/s x 1.1 headroom needs 11 slices of 100 req/s: two GPUs, though three are lent.
+    result = solve(make_system(ONE_TASK, demand=1000), gpus=3)
+    assert result.fully_served
+    assert result.gpus_used == 2
+    assert result.slices_used == 11
+    assert len(result.gpus) == 2
+
+
+def test_every_replica_sits_on_a_mig_instance_of_its_gpus_layout():
+    result = solve(make_system(ONE_TASK, demand=1000), gpus=3)
+    for gpu in result.gpus:
+        assert sorted(i.mig_profile for i in gpu.instances) == sorted(
+            name for name, count in gpu.layout for _ in range(count))
+    placed = sum(1 for gpu in result.gpus for i in gpu.instances if i.task == "t")
+    assert placed == sum(c.replicas for c in result.task("s", "t").configs)
+
+
+def test_a_pool_too_small_serves_part_and_the_diagnosis_says_how_much():
+    # One GPU serves at most 700 req/s at 1/1.1 utilisation: 636.4 of 2000.
+    result = solve(make_system(ONE_TASK, demand=2000), gpus=1)
+    assert not result.fully_served
+    [summary] = result.systems
+    assert summary.served_rps == pytest.approx(700 / 1.1, rel=1e-3)
+    assert f"pool of 1 x H100-80GB serves at most {summary.served_rps:.1f} of 2000.0 requests/s (32%)" \
+        in result.diagnosis[0]
+    assert any("add GPUs or lower the demand" in line for line in result.diagnosis)
+
+
+def test_an_unreachable_latency_slo_is_diagnosed_with_the_fastest_path_latency():
+    # Each stage takes at least 2 x 10 ms: the path a -> b needs 40 ms, the SLO allows 30.
+    system = make_system({"a": [("av", 1.0, 10, 100)], "b": [("bv", 1.0, 10, 100)]},
+                         edges=[{"source": "a", "target": "b"}], latency_slo=30)
+    result = solve(system)
+    assert not result.fully_served
+    assert result.systems[0].served_rps == pytest.approx(0)
+    assert any("fastest choices take 40.0 ms on path a -> b (SLO 30 ms)" in line for line in result.diagnosis)
+
+
+def test_systems_planned_together_share_the_pool():
+    # 200 req/s each needs 3 slices of 100 req/s with headroom: both fit on one GPU.
+    first = make_system(ONE_TASK, demand=200, name="first")
+    second = make_system({"u": [("w", 1.0, 10, 100)]}, demand=200, name="second")
+    result = solve([first, second], gpus=2)
+    assert result.fully_served
+    assert [s.system for s in result.systems] == ["first", "second"]
+    assert result.gpus_used == 1 and result.slices_used == 6
+    [gpu] = result.gpus
+    assert {i.system for i in gpu.instances} == {"first", "second"}
+
+
+def test_a_system_without_demand_needs_no_gpus():
+    result = solve(make_system(ONE_TASK, demand=0))
+    assert result.fully_served
+    assert result.gpus_used == 0 and result.gpus == []
+
+
+CHEAP_OR_GOOD = {"t": [("cheap", 0.5, 10, 100), ("good", 1.0, 10, 20)]}
+
+
+def test_with_a_loose_accuracy_slo_the_cheaper_variant_runs():
+    result = solve(make_system(CHEAP_OR_GOOD, accuracy_slo=0.4))
+    assert result.task("s", "t").variant == "cheap"
+    assert result.slices_used == 2
+
+
+def test_the_accuracy_slo_keeps_cheap_inaccurate_variants_out():
+    result = solve(make_system(CHEAP_OR_GOOD, accuracy_slo=0.9))
+    assert result.fully_served
+    assert result.task("s", "t").variant == "good"
+    assert all(p.accuracy >= 0.9 for p in result.paths)
+
+
+def test_priority_accuracy_picks_the_best_variant_even_when_dearer():
+    result = solve(make_system(CHEAP_OR_GOOD, accuracy_slo=0.4, priority="accuracy"))
+    assert result.fully_served
+    assert result.task("s", "t").variant == "good"
+    assert result.slices_used == 6  # 110 req/s at 20 per slice
+
+
+CHAIN = {"a": [("av", 1.0, 5, 100)], "b": [("bv", 1.0, 5, 100)], "c": [("cv", 1.0, 5, 100)],
+         "d": [("dv", 1.0, 5, 100)]}
+CHAIN_EDGES = [{"source": "a", "target": "b"}, {"source": "b", "target": "c"}, {"source": "a", "target": "d"}]
+
+
+def test_without_spatial_partitioning_only_whole_gpu_segments_are_used():
+    result = solve(make_system(ONE_TASK, demand=500), features=Features.parse("A+T"))
+    assert result.fully_served
+    assert {c.segment.mig_profile for t in result.tasks for c in t.configs} == {"7g.80gb"}
+    assert {c.segment.mps for t in result.tasks for c in t.configs} == {1}
+    assert all(g.layout == [("7g.80gb", 1)] for g in result.gpus)
+
+
+def test_without_task_budgeting_every_task_gets_the_slo_over_the_longest_path():
+    result = solve(make_system(CHAIN, CHAIN_EDGES, latency_slo=90), gpus=2, features=Features.parse("A+S"))
+    assert result.fully_served
+    assert {t.task: t.budget_ms for t in result.tasks} == pytest.approx({t: 30 for t in "abcd"})
+
+
+def test_every_path_meets_its_latency_slo_and_budget():
+    result = solve(make_system(CHAIN, CHAIN_EDGES, latency_slo=90))
+    assert result.fully_served
+    for path in result.paths:
+        assert path.latency_ms <= path.budget_ms + 1e-6 <= 90 + 1e-6
+
+
+def test_a_variant_dependent_edge_factor_sets_the_downstream_demand():
+    tasks = {"a": [("small", 0.5, 10, 100), ("big", 1.0, 10, 100)], "b": [("bv", 1.0, 10, 100)]}
+    edge = {"source": "a", "target": "b", "factor": 1.0, "factor_by_variant": {"big": 3.0}}
+    small = solve(make_system(tasks, [edge], demand=50, accuracy_slo=0.4))
+    big = solve(make_system(tasks, [edge], demand=50, accuracy_slo=0.9))
+    assert small.task("s", "a").variant == "small" and big.task("s", "a").variant == "big"
+    assert small.task("s", "b").demand_rps == pytest.approx(50)
+    assert big.task("s", "b").demand_rps == pytest.approx(150)
+    assert big.task("s", "b").capacity_rps >= 150 * (1 + OPTIONS.headroom) - 1e-6
+
+
+def test_replanning_from_a_current_plan_keeps_the_gpus_layouts_when_demand_barely_changes():
+    # 950 and 960 req/s both need 11 slices; many 11-slice layout pairs are equally cheap.
+    system = make_system(ONE_TASK, demand=950)
+    before = solve(system, gpus=3)
+    after = solve(system.model_copy(update={"demand_rps": 960}), gpus=3, current=before)
+    assert after.fully_served and after.slices_used == before.slices_used == 11
+    assert {g.index: g.layout for g in after.gpus} == {g.index: g.layout for g in before.gpus}
+
+
+def test_replanning_keeps_replicas_on_the_instances_they_run_on():
+    system = make_system(ONE_TASK, demand=950)
+    before = solve(system, gpus=3)
+    after = solve(system.model_copy(update={"demand_rps": 960}), gpus=3, current=before)
+
+    def occupants(result):
+        return {g.index: [(i.mig_profile, i.task) for i in g.instances] for g in result.gpus}
+
+    assert occupants(after) == occupants(before)
+
+
+def test_a_task_whose_variants_fit_no_segment_is_diagnosed_by_name():
+    system = make_system(ONE_TASK)
+    too_big = SystemSpec.model_validate({
+        **system.model_dump(), "tasks": [{"name": "t", "variants": [{"name": "v", "accuracy": 1, "memory_gb": 100}]}]})
+    result = solve(too_big)
+    assert result.systems[0].served_rps == pytest.approx(0)
+    assert any("task t has no variant that fits in memory" in line for line in result.diagnosis)
+
+
+def test_without_task_budgeting_a_stage_slower_than_its_equal_share_is_not_blamed_on_the_pool():
+    tasks = {**CHAIN, "d": [("dv", 1.0, 20, 100)]}  # a -> b -> c takes 30 ms, a -> d 50 ms
+    result = solve(make_system(tasks, CHAIN_EDGES, latency_slo=60), features=Features.parse("A+S"))
+    assert result.systems[0].served_rps == pytest.approx(0) and result.gpus_used == 0
+    assert not any("add GPUs" in line for line in result.diagnosis), result.diagnosis
+
+
+TWO_STAGE = make_system(
+    {"a": [("a1", 1.0, 8, 60), ("a2", 0.6, 4, 150)], "b": [("b1", 1.0, 6, 80), ("b2", 0.7, 3, 200)]},
+    [{"source": "a", "target": "b"}], demand=100, latency_slo=40, accuracy_slo=0.5)
+
+
+def test_max_common_scale_is_the_largest_demand_multiple_the_pool_serves():
+    # One GPU serves 700 req/s at 1/1.1 utilisation: 6.36 times a demand of 100.
+    system = make_system(ONE_TASK, demand=100)
+    scale, report = max_common_scale([system], Pool(gpu=GPU, gpus=1), build_profile_store([system], GPU),
+                                     Features(), OPTIONS)
+    assert scale == pytest.approx(7 / 1.1, rel=1e-3)
+    assert report.stages[-1] == "max-demand"
+
+
+def test_capacity_with_every_feature_is_at_least_that_of_every_other_subset():
+    table = capacity([TWO_STAGE], Pool(gpu=GPU, gpus=2), build_profile_store([TWO_STAGE], GPU), options=OPTIONS)
+    scales = {row.features: row.scale for row in table.rows}
+    assert list(scales) == [f.label for f in all_feature_sets()]
+    assert all(row.error is None for row in table.rows)
+    tolerance = 1 - 2 * OPTIONS.mip_gap  # each scale is optimal within the MIP gap
+    assert all(scales["A+S+T"] >= scale * tolerance for scale in scales.values()), scales
+    assert scales["A+S+T"] > scales["Unopt"] > 0
+    assert table.ratio("A+S+T", "Unopt") == pytest.approx(scales["A+S+T"] / scales["Unopt"])
+    assert table.rows[-1].max_demand_rps == {"s": pytest.approx(100 * scales["A+S+T"])}
