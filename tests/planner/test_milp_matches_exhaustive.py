@@ -47,7 +47,7 @@ def options_for(instance: Instance):
                                batches=instance.batches)
     exact = {"tier_ratio": 1.0} if "tier_ratio" in solve.PlannerOptions.model_fields else {}
     return solve.PlannerOptions(headroom=instance.headroom, budget_levels=instance.budget_levels,
-                                batches=instance.batches, mip_gap=0.0, time_limit_s=60, **exact)
+                                batches=instance.batches, mip_gap=0.0, time_limit_s=60, threads=1, **exact)
 
 
 def plan_objective(plan: Plan, systems: list[SystemSpec]) -> Objective:
