@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from tessera.planner.features import Features, all_feature_sets
 from tessera.planner.model import Pool, SystemSpec
@@ -13,8 +13,11 @@ from tessera.planner.solve import NoPlanError, PlannerOptions, max_common_scale
 
 class CapacityRow(BaseModel):
     features: str
-    scale: float
+    scale: float = Field(description="Common factor on every servable system's demand.")
     max_demand_rps: dict[str, float]
+    total_rps: float
+    unservable: list[str] = Field(default_factory=list,
+                                  description="Systems that cannot meet their SLOs at all with these features.")
     ratio_to_unopt: float | None = None
     ratio_to_a_plus_t: float | None = None
     solver: SolverReport | None = None
@@ -27,10 +30,41 @@ class CapacityTable(BaseModel):
     rows: list[CapacityRow]
 
     def ratio(self, features: str, baseline: str) -> float | None:
+        """Total demand served with `features` over that of `baseline`."""
         rows = {row.features: row for row in self.rows}
-        if baseline not in rows or features not in rows or rows[baseline].scale <= 0:
+        if baseline not in rows or features not in rows or rows[baseline].total_rps <= 0:
             return None
-        return rows[features].scale / rows[baseline].scale
+        return rows[features].total_rps / rows[baseline].total_rps
+
+
+def _row(systems, servable, pool, store, features, options) -> CapacityRow:
+    scale, report = max_common_scale(servable, pool, store, features, options)
+    scale = max(scale, 0.0)
+    demand = {s.name: (scale * s.demand_rps if s in servable else 0.0) for s in systems}
+    return CapacityRow(features=features.label, scale=scale, max_demand_rps=demand, total_rps=sum(demand.values()),
+                       unservable=[s.name for s in systems if s not in servable], solver=report)
+
+
+def _servable_alone(system, pool, store, features, options) -> bool:
+    try:
+        scale, _ = max_common_scale([system], pool, store, features, options)
+    except NoPlanError:
+        return False
+    return scale > 1e-9
+
+
+def _capacity_row(systems, pool, store, features, options) -> CapacityRow:
+    """The common scale of all systems; when that is zero, of those that can be served at all."""
+    try:
+        row = _row(systems, systems, pool, store, features, options)
+        if row.scale > 1e-9 or len(systems) == 1:
+            return row
+        servable = [s for s in systems if _servable_alone(s, pool, store, features, options)]
+        return _row(systems, servable, pool, store, features, options) if servable else row.model_copy(
+            update={"unservable": [s.name for s in systems]})
+    except NoPlanError as error:
+        return CapacityRow(features=features.label, scale=0.0, error=str(error), total_rps=0.0,
+                           max_demand_rps={s.name: 0.0 for s in systems})
 
 
 def capacity(
@@ -41,16 +75,15 @@ def capacity(
     options: PlannerOptions = PlannerOptions(),
     progress=None,
 ) -> CapacityTable:
-    """For each feature subset, the largest common multiple of every system's demand the pool serves."""
+    """For each feature subset, the largest common multiple of every system's demand the pool serves.
+
+    A system that no demand can be served for under a subset (its SLOs are
+    out of reach, say without task budgeting) is reported as such and left
+    out of that subset's common scale; ratios compare total demand served.
+    """
     rows = []
     for features in feature_sets or all_feature_sets():
-        try:
-            scale, report = max_common_scale(systems, pool, store, features, options)
-            rows.append(CapacityRow(features=features.label, scale=scale + 0.0, solver=report,
-                                    max_demand_rps={s.name: scale * s.demand_rps for s in systems}))
-        except NoPlanError as error:
-            rows.append(CapacityRow(features=features.label, scale=0.0, error=str(error),
-                                    max_demand_rps={s.name: 0.0 for s in systems}))
+        rows.append(_capacity_row(systems, pool, store, features, options))
         if progress:
             progress(features)
     table = CapacityTable(gpu=pool.gpu, gpus=pool.gpus, rows=rows)

@@ -140,11 +140,14 @@ def capacity_command(files, gpu, gpus, measured, levels, headroom, time_limit, f
 
 def _capacity_rows(table: CapacityTable) -> list[list[str]]:
     systems = list(table.rows[0].max_demand_rps) if table.rows else []
-    rows = [["features", *[f"{s} max req/s" for s in systems], "x Unopt", "x A+T", "gap", "solve s"]]
+    rows = [["features", *[f"{s} max req/s" for s in systems], "total req/s", "x Unopt", "x A+T", "gap",
+             "solve s"]]
     for row in table.rows:
         ratios = [table.ratio(row.features, base) for base in ("Unopt", "A+T")]
         rows.append([
-            row.features, *[f"{row.max_demand_rps[s]:.1f}" for s in systems],
+            row.features,
+            *[f"{row.max_demand_rps[s]:.1f}" if s not in row.unservable else "SLO unreachable" for s in systems],
+            f"{row.total_rps:.1f}",
             *[f"{r:.2f}" if r is not None else "-" for r in ratios],
             f"{100 * row.solver.mip_gap:.2f}%" if row.solver else "-",
             f"{row.solver.solve_s:.1f}" if row.solver else (row.error or "-"),
