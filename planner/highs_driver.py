@@ -44,7 +44,7 @@ class SolveResult:
 
 
 class HighsModel:
-    def __init__(self, model: pyo.ConcreteModel, mip_gap: float, threads: int | None = None) -> None:
+    def __init__(self, model: pyo.ConcreteModel, mip_gap: float) -> None:
         loader = AppsiHighs()
         loader.config.load_solution = False
         loader.set_instance(model)
@@ -52,13 +52,8 @@ class HighsModel:
         self._column = dict(loader._pyomo_var_to_solver_var_map)
         self._row = dict(loader._pyomo_con_to_solver_con_map)
         self._vars = {id(v): v for v in model.component_data_objects(pyo.Var, descend_into=True)}
-        self.h.setOptionValue("output_flag", False)
-        self.h.setOptionValue("mip_rel_gap", mip_gap)
-        # Probing the many 0/1 instance counts took all of a solve's time in
-        # presolve on pools of a few GPUs, for no reduction worth it.
-        self.h.setOptionValue("presolve_rule_off", PROBING)
-        if threads:
-            self.h.setOptionValue("threads", threads)
+        self.mip_gap = mip_gap
+        self._configure()
         self._solution = None
         self.last_status = "not solved"
 
@@ -110,12 +105,18 @@ class HighsModel:
 
     def solve(self, time_limit_s: float) -> SolveResult | None:
         started = time.perf_counter()
-        found = self._run(time_limit_s, warm_start=self._solution is not None)
-        if found is not None and not self._agrees(found):
-            # Seen with HiGHS 1.16: a warm-started solve that presolve finishes
-            # reports the objective of its own solution but returns the start.
+        warm = self._solution is not None
+        found = self._run(time_limit_s, warm_start=warm)
+        if warm and (found is None or not self._agrees(found)):
+            # Seen with HiGHS 1.16 after a warm start: a solve that presolve
+            # finishes reports its own objective but returns the start; others
+            # end in "Solve error": presolve reduces the model to nothing and
+            # postsolve leaves violations. The same model solved cold without
+            # presolve is right.
             self.h.clearSolver()
+            self.h.setOptionValue("presolve", "off")
             found = self._run(time_limit_s, warm_start=False)
+            self.h.setOptionValue("presolve", "choose")
         seconds = time.perf_counter() - started
         if found is None:
             return None
@@ -125,6 +126,13 @@ class HighsModel:
         bound = info.mip_dual_bound if info.mip_node_count >= 0 and math.isfinite(info.mip_dual_bound) else value
         status = self.h.modelStatusToString(self.h.getModelStatus())
         return SolveResult(status, value, bound, seconds)
+
+    def _configure(self) -> None:
+        self.h.setOptionValue("output_flag", False)
+        self.h.setOptionValue("mip_rel_gap", self.mip_gap)
+        # Probing the many 0/1 instance counts took all of a solve's time in
+        # presolve on pools of a few GPUs, for no reduction worth it.
+        self.h.setOptionValue("presolve_rule_off", PROBING)
 
     def _run(self, time_limit_s: float, warm_start: bool):
         self.h.setOptionValue("time_limit", max(time_limit_s, 0.5))

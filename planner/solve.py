@@ -51,7 +51,6 @@ class PlannerOptions(BaseModel):
     batches: tuple[int, ...] = DEFAULT_BATCHES
     mip_gap: float = Field(default=1e-3, ge=0)
     time_limit_s: float = Field(default=60, gt=0, description="Wall-clock budget of all solves of one plan.")
-    threads: int | None = None
 
     @property
     def utilisation(self) -> float:
@@ -83,7 +82,7 @@ class _StagedSolver:
     def __init__(self, milp: CompoundMilp, options: PlannerOptions) -> None:
         self.milp = milp
         self.options = options
-        self.highs = HighsModel(milp.m, options.mip_gap, options.threads)
+        self.highs = HighsModel(milp.m, options.mip_gap)
         self.deadline = time.perf_counter() + options.time_limit_s
         self.results: list[StageResult] = []
         self.relaxed_bound: float | None = None

@@ -49,7 +49,7 @@ def options_for(instance: Instance):
     exact = {name: value for name, value in (("tier_ratio", 1.0), ("busy_instances", 0))
              if name in solve.PlannerOptions.model_fields}
     return solve.PlannerOptions(headroom=instance.headroom, budget_levels=instance.budget_levels,
-                                batches=instance.batches, mip_gap=0.0, time_limit_s=60, threads=1, **exact)
+                                batches=instance.batches, mip_gap=0.0, time_limit_s=60, **exact)
 
 
 def plan_objective(plan: Plan, systems: list[SystemSpec]) -> Objective:
@@ -107,26 +107,13 @@ def compare(instance: Instance) -> None:
     assert abs(got.accuracy - expected.accuracy) <= ACCURACY_TOL, "accuracy score differs" + context
 
 
-# Seeds on which the planner disagreed with the exhaustive search at the deadline, and why; each
-# also has an explicit case below. Strict: once the planner is fixed they pass and must leave this list.
-KNOWN_MISMATCHES = {
-    517: "lead's planner at f94fae7 and 775e261: a warm-started HiGHS solve ending in 'Solve error' is taken for "
-         "infeasible; see test_nothing_servable_on_a_triangle_still_plans",
-}
-
-
-def _seeds(seeds):
-    return [pytest.param(seed, marks=pytest.mark.xfail(strict=True, reason=KNOWN_MISMATCHES[seed]))
-            if seed in KNOWN_MISMATCHES else seed for seed in seeds]
-
-
-@pytest.mark.parametrize("seed", _seeds(range(DEFAULT_SEEDS)))
+@pytest.mark.parametrize("seed", range(DEFAULT_SEEDS))
 def test_random_instance(seed):
     compare(random_instance(seed))
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("seed", _seeds(range(DEFAULT_SEEDS, DEFAULT_SEEDS + SLOW_SEEDS)))
+@pytest.mark.parametrize("seed", range(DEFAULT_SEEDS, DEFAULT_SEEDS + SLOW_SEEDS))
 def test_random_instance_slow(seed):
     compare(random_instance(seed))
 
@@ -371,13 +358,6 @@ def test_priority_accuracy_comes_before_cost():
     compare(_instance([accuracy], _store(CHAIN_POINTS)))
 
 
-SOLVE_ERROR_TAKEN_FOR_INFEASIBLE = (
-    "lead's planner at f94fae7 and 775e261: a warm-started HiGHS solve ending in 'Solve error' is taken for infeasible "
-    "(no cold retry), so the serve stage fails and plan() raises NoPlanError"
-)
-
-
-@pytest.mark.xfail(strict=True, reason=SOLVE_ERROR_TAKEN_FOR_INFEASIBLE)
 def test_nothing_servable_on_a_triangle_still_plans():
     """Found by seed 517. Task a's only variant needs a whole H200 and the pool has one GPU, so nothing
     can be served: the optimum serves 0% on no GPU. plan() raised NoPlanError: the warm-started serve

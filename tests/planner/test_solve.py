@@ -17,7 +17,7 @@ from tessera.planner.profile_sources import build_profile_store
 from tessera.planner.solve import PlannerOptions, max_common_scale, plan
 
 GPU = "H100-80GB"
-OPTIONS = PlannerOptions(time_limit_s=20, budget_levels=4, threads=1)
+OPTIONS = PlannerOptions(time_limit_s=20, budget_levels=4)
 
 
 def profiles(task, variant, latency_ms, per_slice_rps):
