@@ -102,7 +102,8 @@ def simulate(workload: Workload, profile: Profile, cfg: ServerConfig, seed: int 
     kv_blocks = profile.kv_blocks(cfg.max_loras, max_rank)
 
     rng = np.random.default_rng(seed)
-    t, ad, p, o_max, o = generate_requests(workload, rng, profile.lengths.get("eos_fraction", 0.0))
+    t, ad, p, o_max, o = generate_requests(workload, rng, profile.lengths.get("eos_fraction", 0.0),
+                                       profile.lengths.get("sigma", 0.6))
     n = t.shape[0]
     T = workload.duration_s
     offered = float(p.sum(dtype=np.int64) + o_max.sum(dtype=np.int64)) / T

@@ -25,7 +25,7 @@ class Workload:
     n_arrivals: int | None = None  # replay an actual arrival count
     mean_input: float = 222.8
     mean_output: float = 199.9
-    sigma: float = 0.9  # lognormal shape: ShareGPT lengths are long-tailed
+    sigma: float | None = None  # lognormal shape; None: the profile's calibrated spread
     trace: dict | None = None  # {"t":..., "adapter":..., "prompt":..., "output":...}
     length_samples: tuple[np.ndarray, np.ndarray] | None = None  # (prompts, outputs) to resample
 
@@ -57,7 +57,8 @@ def _lognormal_lengths(rng, n, mean, sigma, lo, hi):
     return np.clip(np.round(np.exp(mu + sigma * z)), lo, hi).astype(np.int32)
 
 
-def generate_requests(w: Workload, rng: np.random.Generator, eos_fraction: float = 0.0):
+def generate_requests(w: Workload, rng: np.random.Generator, eos_fraction: float = 0.0,
+                      sigma: float = 0.6):
     """Arrival times (sorted), adapter ids, prompt tokens, max_tokens, actual output tokens."""
     if w.trace is not None:
         t = np.asarray(w.trace["t"], np.float64)
@@ -82,8 +83,8 @@ def generate_requests(w: Workload, rng: np.random.Generator, eos_fraction: float
             p = np.asarray(w.length_samples[0], np.int32)[idx]
             o = np.asarray(w.length_samples[1], np.int32)[idx]
         else:
-            p = _lognormal_lengths(rng, n, w.mean_input, w.sigma, 4, MAX_PROMPT)
-            o = _lognormal_lengths(rng, n, w.mean_output, w.sigma, 1, MAX_TOTAL)
+            p = _lognormal_lengths(rng, n, w.mean_input, w.sigma or sigma, 4, MAX_PROMPT)
+            o = _lognormal_lengths(rng, n, w.mean_output, w.sigma or sigma, 1, MAX_TOTAL)
             o = np.minimum(o, MAX_TOTAL - p).astype(np.int32)
     actual = o
     if eos_fraction > 0:
