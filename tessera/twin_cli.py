@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 
@@ -191,3 +192,23 @@ def calibrate_cmd(model: str, max_rank: int | None, out: Path) -> None:
     p = V.calibrate(runs, load_profile(model))
     p.save(out)
     console.print(f"wrote {out}: step={p.step} overhead={p.overhead} lengths={p.lengths}")
+
+
+@twin.command("sweep")
+@click.option("--out-dir", type=click.Path(path_type=Path), default=Path("bench/results/sweep"), show_default=True)
+@click.option("--configs", "n_configs", default=3000, show_default=True)
+@click.option("--workers", default=min(2, os.cpu_count() or 1), show_default=True)
+@click.option("--merge-to", type=click.Path(path_type=Path), default=None, help="join the parts into this parquet file")
+def sweep_cmd(out_dir: Path, n_configs: int, workers: int, merge_to: Path | None) -> None:
+    """Generate the predictors' training set (resumable; parts under OUT_DIR)."""
+    from tessera.planner.twin.sweep import merge, run_sweep
+
+    t0 = time.perf_counter()
+    with _progress() as prog:
+        task = prog.add_task("twin sweep", total=n_configs)
+        run_sweep(out_dir, n_configs, workers=workers, progress=lambda k: prog.advance(task, k))
+    dt = time.perf_counter() - t0
+    console.print(f"{n_configs} configurations in {out_dir} ({dt:.0f} s this session)")
+    if merge_to:
+        n = merge(out_dir, merge_to)
+        console.print(f"merged {n} rows into {merge_to}")

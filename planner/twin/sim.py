@@ -59,6 +59,7 @@ class TwinResult:
     ts_waiting: np.ndarray = field(default_factory=lambda: np.zeros(0))
     ts_kv: np.ndarray = field(default_factory=lambda: np.zeros(0))
     state: np.ndarray | None = None  # per-request final state (kept when keep_requests)
+    ttft_s: np.ndarray | None = None  # per-request time to first token (kept when keep_requests)
 
     def summary(self) -> dict[str, float]:
         keys = ["memory_error", "arrivals", "finished", "dropped", "throughput_tok_s", "offered_tok_s",
@@ -119,7 +120,7 @@ def simulate(workload: Workload, profile: Profile, cfg: ServerConfig, seed: int 
     ts_kv = np.zeros(n_s, np.float32)
     hist = np.zeros(E.ITL_BINS)
     stats = np.zeros(E.N_STATS)
-    nrun, nwait = E.simulate_kernel(t, ad, p, o, load_ms, params, state, gen, ttft,
+    nrun, nwait = E.get_kernel()(t, ad, p, o, load_ms, params, state, gen, ttft,
                                     ts_run, ts_wait, ts_kv, hist, stats)
     fin = state == E.FINISHED
     tokens = float(p[fin].sum(dtype=np.int64) + o[fin].sum(dtype=np.int64))
@@ -155,6 +156,6 @@ def simulate(workload: Workload, profile: Profile, cfg: ServerConfig, seed: int 
         kv_blocks=kv_blocks, max_adapters_in_batch=int(stats[E.S_MAX_SET]),
         max_resident=int(stats[E.S_MAX_RESIDENT]),
         ts_t=np.arange(n_s) * cfg.sample_dt, ts_running=ts_run, ts_waiting=ts_wait, ts_kv=ts_kv,
-        state=state if keep_requests else None,
+        state=state if keep_requests else None, ttft_s=ttft if keep_requests else None,
     )
     return res
