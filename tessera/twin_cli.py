@@ -124,18 +124,18 @@ def validate_cmd(seeds: int, workers: int, runs_csv: Path | None, out: Path | No
         rows, fitted = V.cross_validate(base, runs, seeds=seeds, workers=workers,
                                         progress=lambda: prog.advance(task))
     t = Table(title="real vs twin, per run (validation halves)")
-    for c in ["adapters", "A_max", "rank", "rates", "real tok/s", "twin tok/s", "err", "dt err",
+    for c in ["adapters", "A_max", "rank", "rate mix", "real tok/s", "twin tok/s", "err", "dt err",
               "starved real/twin/dt"]:
         t.add_column(c, justify="right")
     for x in rows:
-        t.add_row(str(x["n"]), str(x["A"]), str(x["rank"]), x["rates"], f"{x['real']:.0f}", f"{x['twin']:.0f}",
+        t.add_row(str(x["n"]), str(x["A"]), str(x["rank"]), "low" if x["low_rate"] else "high", f"{x['real']:.0f}", f"{x['twin']:.0f}",
                   _pct(x["err"]), _pct(x["dt_err"]) if np.isfinite(x["dt_err"]) else "-",
                   f"{int(x['real_starved'])}/{int(x['twin_starved'])}/{int(x['dt_starved'])}")
     console.print(t)
     summ = V.summarize(rows)
     s = Table(title=f"summary ({seeds} seeds per run; fit on one max-rank half, judged on the other)")
-    for c in ["runs", "n", "median err", "p90 err", "dt median", "dt p90", "starvation agree", "dt agree"]:
-        s.add_column(c, justify="right")
+    for c in ["runs", "n", "median err", "p90 err", "dt median", "dt p90", "starv. agree", "dt agree"]:
+        s.add_column(c, justify="right", no_wrap=True)
     for k, v in summ.items():
         s.add_row(k, str(v["n"]), _pct(v["median"]), _pct(v["p90"]), _pct(v["dt_median"]), _pct(v["dt_p90"]),
                   f"{v['agree']}/{v['n']}", f"{v['dt_agree']}/{v['n']}")
@@ -212,3 +212,72 @@ def sweep_cmd(out_dir: Path, n_configs: int, workers: int, merge_to: Path | None
     if merge_to:
         n = merge(out_dir, merge_to)
         console.print(f"merged {n} rows into {merge_to}")
+
+
+@twin.command("train")
+@click.option("--data", type=click.Path(exists=True, path_type=Path), default=None)
+@click.option("--out", type=click.Path(path_type=Path), default=Path("bench/results/predictors.json"), show_default=True)
+@click.option("--no-compile", is_flag=True, help="only report metrics; leave _compiled.py as it is")
+def train_cmd(data: Path | None, out: Path, no_compile: bool) -> None:
+    """Train the predictors on the sweep, report held-out and real-run metrics, compile the trees."""
+    from tessera.planner.predictors import train as T
+
+    tr = T.train(data or T.DATA)
+    real = T.evaluate_on_real(tr)
+    t = Table(title="predictors on held-out twin levels (A_max %s, adapters %s) and on the real runs"
+              % (list(T.HELD_OUT_A), list(T.HELD_OUT_N)))
+    for c in ["set", "n", "SMAPE ratio", "SMAPE unstarved", "SMAPE starved", "starvation macro-F1"]:
+        t.add_column(c, justify="right")
+    m = tr.metrics
+    t.add_row("held-out twin", str(m["n_test"]), _pct(m["smape_ratio"]), _pct(m["smape_ratio_unstarved"]),
+              _pct(m["smape_ratio_starved"]), f"{m['macro_f1']:.3f}")
+    t.add_row("real Qwen runs", str(real["n"]), _pct(real["smape_ratio"]), _pct(real["smape_ratio_unstarved"]),
+              _pct(real["smape_ratio_starved"]), f"{real['macro_f1']:.3f}")
+    console.print(t)
+    console.print(f"single ratio tree SMAPE {_pct(m['smape_ratio_single_tree'])}; leaves: ratio {m['reg_leaves']}, "
+                  f"starved {m['clf_leaves']}, capacity {m['cap_leaves']}")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"held_out": m, "real_runs": real}, indent=2, default=list))
+    if not no_compile:
+        final = T.train(data or T.DATA, all_rows=True)  # shipped trees: every level
+        final.metrics = {"held_out": m, "real_runs": real}
+        T.compile_trained(final)
+        console.print(f"compiled trees written to {T.COMPILED}")
+
+
+@twin.command("predict-runs")
+@click.option("--model", default="llama", show_default=True)
+@click.option("--seeds", default=2, show_default=True)
+@click.option("--workers", default=2, show_default=True)
+@click.option("--out", type=click.Path(path_type=Path), default=None)
+def predict_runs_cmd(model: str, seeds: int, workers: int, out: Path | None) -> None:
+    """Predict the real runs' configurations for another model (no measurements: its profile alone)."""
+    from tessera.planner.twin import validate as V
+    from tessera.planner.twin.profile import load_profile
+
+    prof = load_profile(model)
+    runs = V.load_runs()
+    with _progress() as prog:
+        task = prog.add_task(f"{prof.model}: replaying run configurations", total=len(runs) * seeds)
+        table = V.replay(runs, prof, seeds=seeds, workers=workers, progress=lambda: prog.advance(task))
+    t = Table(title=f"{prof.model} predicted on the real runs' configurations (Qwen measured beside it)")
+    for c in ["adapters", "A_max", "rank", "rate mix", "Qwen real tok/s", f"{model} twin tok/s", "ratio",
+              "starved", "memory error"]:
+        t.add_column(c, justify="right")
+    rows = []
+    for r in runs:
+        x = table[r.idx]
+        ratio = x["throughput"] / x["offered"] if x["offered"] else float("nan")
+        rows.append(dict(n=r.n_adapters, A=r.max_loras, rank=r.max_rank, low_rate=r.low_rate, qwen_real=r.throughput,
+                         twin=x["throughput"], ratio=ratio, starved=bool(ratio < 0.9) and not x["memory_error"],
+                         memory_error=x["memory_error"]))
+        t.add_row(str(r.n_adapters), str(r.max_loras), str(r.max_rank), "low" if r.low_rate else "high",
+                  f"{r.throughput:.0f}", "-" if x["memory_error"] else f"{x['throughput']:.0f}",
+                  "-" if x["memory_error"] else f"{ratio:.3f}", str(rows[-1]["starved"]), str(x["memory_error"]))
+    console.print(t)
+    me = sum(r["memory_error"] for r in rows)
+    st = sum(r["starved"] for r in rows)
+    console.print(f"{len(rows)} configurations: {me} refuse to start (memory), {st} starved, "
+                  f"{len(rows) - me - st} healthy")
+    if out:
+        out.write_text(json.dumps(rows, indent=1))

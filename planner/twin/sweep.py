@@ -31,7 +31,7 @@ MODELS = ["qwen", "llama"]
 SWEEP_DURATION = 600.0
 
 COLUMNS = ["cid", "model", "n_adapters", "a_max", "max_rank", "mean_rank", "mix", "total_rate", "max_rate",
-           "rate_cv", "kv_tokens", "memory_error", "throughput", "offered", "ratio", "starved",
+           "rate_cv", "active2", "active8", "active30", "kv_tokens", "memory_error", "throughput", "offered", "ratio", "starved",
            "min_served", "frac_adapters_starved", "ttft_mean_ms", "itl_mean_ms", "preemptions", "mean_running",
            "mean_waiting", "wall_s"]
 
@@ -68,7 +68,10 @@ def rates_for(cfg: dict) -> tuple[np.ndarray, np.ndarray]:
 
 
 def features_of(ranks: np.ndarray, rates: np.ndarray, a_max: int, model: str, kv_tokens: float) -> dict:
-    return dict(n_adapters=int(len(ranks)), a_max=int(a_max), max_rank=int(ranks.max()),
+    from tessera.planner.predictors.features import active
+
+    a2, a8, a30 = active(rates)
+    return dict(active2=a2, active8=a8, active30=a30, n_adapters=int(len(ranks)), a_max=int(a_max), max_rank=int(ranks.max()),
                 mean_rank=float(ranks.mean()), total_rate=float(rates.sum()), max_rate=float(rates.max()),
                 rate_cv=float(rates.std() / rates.mean()), kv_tokens=float(kv_tokens), model=model)
 
@@ -109,15 +112,16 @@ def done_ids(out_dir: Path) -> set[int]:
 
 
 def run_sweep(out_dir: str | Path, n_configs: int, workers: int = 2, chunk: int = 50, progress=None,
-              start: int = 0) -> Path:
+              start: int = 0, ids: list[int] | None = None) -> Path:
     import pyarrow.parquet as pq
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     have = done_ids(out_dir)
-    todo = [draw_config(i) for i in range(start, start + n_configs) if i not in have]
+    ids = list(ids) if ids is not None else list(range(start, start + n_configs))
+    todo = [draw_config(i) for i in ids if i not in have]
     if progress:
-        progress(len(have & set(range(start, start + n_configs))))
+        progress(len(have & set(ids)))
     part = len(list(out_dir.glob("part-*.parquet")))
     ex = ProcessPoolExecutor(workers) if workers > 1 else None
     try:

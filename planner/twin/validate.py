@@ -151,7 +151,8 @@ def replay(runs: list[RealRun], profile: Profile, seeds: int = 5, workers: int =
     table = {}
     for idx, lst in out.items():
         a = np.array([x[2:6] for x in lst], float)
-        table[idx] = dict(throughput=a[:, 0].mean(), offered=a[:, 1].mean(), itl=a[:, 2].mean(),
+        table[idx] = dict(throughput=a[:, 0].mean(), offered=a[:, 1].mean(), itl=np.nanmean(a[:, 2]) if
+                          np.isfinite(a[:, 2]).any() else float("nan"),
                           running=a[:, 3].mean(), memory_error=any(x[6] for x in lst),
                           min_served=float(np.mean([x[7] for x in lst])))
     return table

@@ -65,11 +65,15 @@ def test_held_out_split_holds_out_whole_levels(table):
 def test_compiled_trees_match_sklearn_and_meet_targets():
     from tessera.planner.predictors import _compiled as C
 
-    tr = T.train()
+    shipped = T.train(all_rows=True)
     t = T.load_table()
     X = frame_features(t)[:500]
-    assert np.allclose([C.ratio_tree(*x) for x in X], tr.regressor.predict(X))
-    assert np.array_equal([C.starved_tree(*x) for x in X], tr.classifier.predict(X))
-    m = tr.metrics
+    assert np.allclose([C.ratio_tree(*x) for x in X], shipped.regressor.predict(X))
+    assert np.array_equal([C.starved_tree(*x) for x in X], shipped.classifier.predict(X))
+    assert np.allclose([C.log_capacity_tree(*x) for x in X], shipped.capacity.predict(X))
+    from tessera.planner.predictors.predict import predict_features
+
+    assert np.allclose([predict_features(list(x))[0] for x in X], shipped.predict_ratio(X))
+    m = T.train().metrics  # held-out levels
     assert m["macro_f1"] >= 0.95
     assert m["smape_ratio"] <= 0.06

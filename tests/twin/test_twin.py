@@ -147,3 +147,21 @@ def test_outputs_present():
     assert res.itl_p99_ms >= res.itl_mean_ms * 0.8
     assert len(res.ts_running) == len(res.ts_waiting) == len(res.ts_kv) == len(res.ts_t)
     assert res.served_fraction.shape == (16,)
+
+
+def test_c_and_numba_builds_give_identical_results(monkeypatch):
+    from tessera.planner.twin import ckernel
+
+    if ckernel.load() is None:
+        pytest.skip("no C compiler")
+    prof = _kv_tight_profile()
+    prof.max_model_len = 2048
+    w = wl(48, [2.0, 0.5, 0.1], duration=120)
+    cfg = ServerConfig(max_loras=8, outstanding_cap=2000)
+    monkeypatch.setenv("TESSERA_TWIN_ENGINE", "c")
+    a = simulate(w, prof, cfg, seed=5)
+    monkeypatch.setenv("TESSERA_TWIN_ENGINE", "numba")
+    b = simulate(w, prof, cfg, seed=5)
+    assert a.preemptions > 0
+    assert a.summary() == b.summary()
+    assert np.array_equal(a.ts_kv, b.ts_kv) and np.array_equal(a.served_fraction, b.served_fraction, equal_nan=True)
