@@ -10,7 +10,8 @@ from pathlib import Path
 import numpy as np
 
 from tessera.planner.predictors import _compiled as C
-from tessera.planner.predictors.features import MODEL_IDS, feature_vector, features
+from tessera.planner.predictors.features import MODEL_IDS, active, feature_vector, features
+from tessera.planner.predictors.predict import predict_features
 
 
 def main() -> None:
@@ -22,12 +23,13 @@ def main() -> None:
     f = features(ranks, rates, 32, "qwen2.5-7b-instruct", kv)
     # precomputed aggregates (what an incremental placement loop keeps per GPU)
     agg = (n, 32, int(ranks.max()), float(ranks.mean()), float(rates.sum()), float(rates.max()),
-           float(rates.std() / rates.mean()), kv, MODEL_IDS["qwen2.5-7b-instruct"])
+           float(rates.std() / rates.mean()), kv, MODEL_IDS["qwen2.5-7b-instruct"], *active(rates))
     reps = 200_000
     res = {}
     res["tree_only_us"] = {
         "ratio": timeit.timeit(lambda: C.ratio_tree(*f), number=reps) / reps * 1e6,
         "starved": timeit.timeit(lambda: C.starved_tree(*f), number=reps) / reps * 1e6,
+        "both_via_predict_features": timeit.timeit(lambda: predict_features(f), number=reps) / reps * 1e6,
     }
     res["with_feature_vector_from_aggregates_us"] = timeit.timeit(
         lambda: C.starved_tree(*feature_vector(*agg)), number=reps) / reps * 1e6

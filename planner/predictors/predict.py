@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+from . import _compiled as C
 from .features import FEATURES, MODEL_IDS, TOKENS_PER_REQUEST, feature_vector, features
 
 _RATE = FEATURES.index("total_rate")
@@ -11,8 +12,6 @@ _RATE = FEATURES.index("total_rate")
 
 def predict_features(f: list[float]) -> tuple[float, bool]:
     """(throughput / offered, starved) from a ready feature list."""
-    from . import _compiled as C
-
     if C.starved_tree(*f):
         return min(1.0, math.exp(C.log_capacity_tree(*f)) / (f[_RATE] * TOKENS_PER_REQUEST)), True
     return C.ratio_tree(*f), False

@@ -110,7 +110,9 @@ def real_run_features(run, profile) -> list[float]:
 
     n = run.n_adapters
     ranks = np.array([run.ranks[i % len(run.ranks)] for i in range(n)])
-    rates = np.array(run.rate_multiset[:n])
+    # the client fell behind at high load: the rates it actually offered are the
+    # nominal ones scaled by (actual arrivals / nominal expected arrivals)
+    rates = np.array(run.rate_multiset[:n]) * run.arrivals / (sum(run.rate_multiset[:n]) * run.duration)
     return features(ranks, rates, run.max_loras, profile.model, profile.kv_tokens(run.max_loras, run.max_rank))
 
 
