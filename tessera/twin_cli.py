@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 import os
 import time
 from pathlib import Path
@@ -14,7 +15,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
-console = Console()
+console = Console(width=None if sys.stdout.isatty() else 150)
 
 
 def _progress() -> Progress:

@@ -63,7 +63,7 @@ def split(t):
     return ~test, test
 
 
-def train(path: Path = DATA, reg_depth: int = 12, clf_depth: int = 10, cap_depth: int = 12, seed: int = 0,
+def train(path: Path = DATA, reg_depth: int = 10, clf_depth: int = 8, cap_depth: int = 10, seed: int = 0,
           all_rows: bool = False) -> Trained:
     """Fit on the training levels (or on every row with all_rows, for the shipped trees)."""
     from sklearn.tree import DecisionTreeClassifier, DecisionTreeRegressor
