@@ -77,13 +77,16 @@ def features_of(ranks: np.ndarray, rates: np.ndarray, a_max: int, model: str, kv
                 rate_cv=float(rates.std() / rates.mean()), kv_tokens=float(kv_tokens), model=model)
 
 
+SWEEP_CAP = int(__import__("os").environ.get("TESSERA_SWEEP_CAP", 10**9))  # outstanding-request cap
+
+
 def run_config(cfg: dict, duration: float = SWEEP_DURATION) -> dict:
     import time
 
     prof = load_profile(cfg["model"])
     ranks, rates = rates_for(cfg)
     w = Workload(ranks=ranks, rates=rates, duration_s=duration)
-    sc = ServerConfig(max_loras=cfg["a_max"], max_rank=int(ranks.max()))
+    sc = ServerConfig(max_loras=cfg["a_max"], max_rank=int(ranks.max()), outstanding_cap=SWEEP_CAP)
     t0 = time.perf_counter()
     res = simulate(w, prof, sc, seed=cfg["cid"])
     wall = time.perf_counter() - t0
