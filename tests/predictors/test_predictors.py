@@ -78,3 +78,14 @@ def test_compiled_trees_match_sklearn_and_meet_targets():
     # measured on the committed set: macro-F1 0.963, SMAPE 4.0% (README)
     assert m["macro_f1"] >= 0.955
     assert m["smape_ratio"] <= 0.05
+
+
+def test_predict_api_on_clear_cases():
+    from tessera.planner.predictors.predict import predict
+    from tessera.planner.twin.profile import load_profile
+
+    q = load_profile("qwen")
+    idle = predict(np.full(32, 16), np.full(32, 0.01), 32, q.model, q.kv_tokens(32, 16))
+    busy = predict(np.full(256, 16), np.full(256, 1.0), 8, q.model, q.kv_tokens(8, 16))
+    assert idle[1] is False and idle[0] > 0.9
+    assert busy[1] is True and busy[0] < 0.5
