@@ -36,6 +36,8 @@ def load() -> ctypes.CDLL | None:
     global _lib
     if _lib is not None:
         return _lib
+    if not _SRC.exists():
+        return None
     src = _SRC.read_bytes()
     tag = hashlib.sha256(src).hexdigest()[:16]
     so = _cache_dir() / f"twin_kernel_{tag}.so"
@@ -51,7 +53,10 @@ def load() -> ctypes.CDLL | None:
             if r.returncode != 0:
                 return None
             os.replace(out, so)  # atomic: parallel workers may build at once
-    lib = ctypes.CDLL(str(so))
+    try:
+        lib = ctypes.CDLL(str(so))
+    except OSError:
+        return None
     P = ctypes.c_void_p
     lib.simulate_kernel.restype = ctypes.c_int64
     lib.simulate_kernel.argtypes = [ctypes.c_int64, P, P, P, P, ctypes.c_int64, P, P, P, P, P,
