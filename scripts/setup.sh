@@ -6,5 +6,5 @@ cd "$(dirname "$0")/.."
 # the working directory on sys.path, or it shadows the standard library.
 export PYTHONSAFEPATH=1
 python3 -m venv .venv
-.venv/bin/python -m pip install -q --upgrade pip
-.venv/bin/python -m pip install -q -e '.[dev]'
+.venv/bin/python -P -m pip install -q --upgrade pip
+.venv/bin/python -P -m pip install -q -e '.[dev]'

@@ -6,4 +6,4 @@ cd "$(dirname "$0")/.."
 # the working directory on sys.path, or it shadows the standard library.
 export PYTHONSAFEPATH=1
 bash scripts/setup.sh
-.venv/bin/python -m pytest "$@"
+.venv/bin/python -P -m pytest "$@"

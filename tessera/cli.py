@@ -22,6 +22,7 @@ from tessera.planner.profile_sources import build_profile_store
 from tessera.planner.solve import NoPlanError, PlannerOptions, plan
 from tessera.planner.spec_file import SpecFileError, load_systems
 from tessera.render import render_plan
+from tessera.twin_cli import twin
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 DEFAULT_EXAMPLES = ("traffic-analysis.yaml", "social-media.yaml", "ar-assistant.yaml")
@@ -31,6 +32,9 @@ DEFAULT_EXAMPLES = ("traffic-analysis.yaml", "social-media.yaml", "ar-assistant.
 @click.version_option(__version__, prog_name="tessera")
 def main() -> None:
     """Serve GPU inference at the lowest GPU cost that meets its SLOs."""
+
+
+main.add_command(twin)
 
 
 def _pool_options(command):

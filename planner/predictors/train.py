@@ -1,0 +1,132 @@
+"""Train the throughput regressor and the starvation classifier on the twin's sweep.
+
+Targets: ratio = throughput / offered (bounded, what a shallow tree can learn)
+and starved = ratio < 0.9. Split: whole A_max and adapter-count levels are held
+out (a random split of a grid leaks neighbours into the test set). The fitted
+trees are compiled to Python code in ``_compiled.py``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .features import FEATURES, TOKENS_PER_REQUEST, frame_features
+
+HELD_OUT_A = (24, 96, 320)
+HELD_OUT_N = (48, 192, 448)
+DATA = Path(__file__).with_name("data") / "twin_sweep.parquet"
+COMPILED = Path(__file__).with_name("_compiled.py")
+
+
+def smape(y, p) -> float:
+    y, p = np.asarray(y, float), np.asarray(p, float)
+    return float(np.mean(2 * np.abs(p - y) / np.maximum(np.abs(y) + np.abs(p), 1e-12)))
+
+
+def macro_f1(y, p) -> float:
+    from sklearn.metrics import f1_score
+
+    return float(f1_score(np.asarray(y, int), np.asarray(p, int), average="macro"))
+
+
+@dataclass
+class Trained:
+    regressor: object  # ratio, all workloads
+    classifier: object  # starved flag
+    capacity: object  # log throughput (tokens/s) of starved workloads
+    metrics: dict
+
+    def predict_ratio(self, X: np.ndarray) -> np.ndarray:
+        """Hybrid: a starved workload's throughput is the server's capacity, which a tree
+        learns far better than the ratio (capacity / offered falls as 1/rate)."""
+        starved = self.classifier.predict(X) == 1
+        offered = X[:, FEATURES.index("total_rate")] * TOKENS_PER_REQUEST
+        cap = np.minimum(np.exp(self.capacity.predict(X)) / offered, 1.0)
+        return np.where(starved, cap, np.clip(self.regressor.predict(X), 0, None))
+
+
+def load_table(path: Path = DATA):
+    import pyarrow.parquet as pq
+
+    t = pq.read_table(path)
+    mask = ~np.asarray(t.column("memory_error").to_numpy(zero_copy_only=False), bool)
+    return t.filter(mask)
+
+
+def split(t):
+    a = t.column("a_max").to_numpy()
+    n = t.column("n_adapters").to_numpy()
+    test = np.isin(a, HELD_OUT_A) | np.isin(n, HELD_OUT_N)
+    return ~test, test
+
+
+def train(path: Path = DATA, reg_depth: int = 10, clf_depth: int = 8, cap_depth: int = 10, seed: int = 0,
+          all_rows: bool = False) -> Trained:
+    """Fit on the training levels (or on every row with all_rows, for the shipped trees)."""
+    from sklearn.tree import DecisionTreeClassifier, DecisionTreeRegressor
+
+    t = load_table(path)
+    X = frame_features(t)
+    y = t.column("ratio").to_numpy()
+    s = np.asarray(t.column("starved").to_numpy(zero_copy_only=False), int)
+    tr, te = split(t)
+    if all_rows:
+        tr = np.ones_like(tr)
+    thr = t.column("throughput").to_numpy()
+    st = tr & (s == 1) & (thr > 0)
+    cap = DecisionTreeRegressor(max_depth=cap_depth, min_samples_leaf=3, random_state=seed).fit(
+        X[st], np.log(thr[st]))
+    reg = DecisionTreeRegressor(max_depth=reg_depth, min_samples_leaf=3, random_state=seed).fit(X[tr], y[tr])
+    clf = DecisionTreeClassifier(max_depth=clf_depth, min_samples_leaf=2, class_weight="balanced",
+                                 random_state=seed).fit(X[tr], s[tr])
+    pr = np.clip(reg.predict(X[te]), 0, None)
+    out = Trained(reg, clf, cap, {})
+    ph = out.predict_ratio(X[te])
+    out.metrics = dict(n_train=int(tr.sum()), n_test=int(te.sum()), held_out_a=HELD_OUT_A, held_out_n=HELD_OUT_N,
+                   smape_ratio_single_tree=smape(y[te], pr), smape_ratio=smape(y[te], ph),
+                   smape_ratio_unstarved=smape(y[te][s[te] == 0], ph[s[te] == 0]),
+                   smape_ratio_starved=smape(y[te][s[te] == 1], ph[s[te] == 1]), macro_f1=macro_f1(s[te], clf.predict(X[te])),
+                   starved_from_regressor_f1=macro_f1(s[te], pr < 0.9),
+                   reg_leaves=int(reg.get_n_leaves()), clf_leaves=int(clf.get_n_leaves()),
+                   cap_leaves=int(cap.get_n_leaves()), reg_depth=int(reg.get_depth()),
+                   clf_depth=int(clf.get_depth()), cap_depth=int(cap.get_depth()), all_rows=all_rows)
+    return out
+
+
+def compile_trained(tr: Trained, path: Path = COMPILED) -> None:
+    from .compile import write_module
+
+    write_module(path, {"ratio_tree": (tr.regressor, "regressor"), "starved_tree": (tr.classifier, "classifier"),
+                        "log_capacity_tree": (tr.capacity, "regressor")},
+                 FEATURES, "Compiled predictors: throughput/offered and starvation flag of a twin workload.\n\n"
+                 f"Held-out metrics at training time: {tr.metrics}")
+
+
+def real_run_features(run, profile) -> list[float]:
+    from .features import features
+
+    n = run.n_adapters
+    ranks = np.array([run.ranks[i % len(run.ranks)] for i in range(n)])
+    # the client fell behind at high load: the rates it actually offered are the
+    # nominal ones scaled by (actual arrivals / nominal expected arrivals)
+    rates = np.array(run.rate_multiset[:n]) * run.arrivals / (sum(run.rate_multiset[:n]) * run.duration)
+    return features(ranks, rates, run.max_loras, profile.model, profile.kv_tokens(run.max_loras, run.max_rank))
+
+
+def evaluate_on_real(tr: Trained, runs=None) -> dict:
+    """Predictors (trained on 600 s twin workloads) against the real 3600 s Qwen runs."""
+    from tessera.planner.twin.profile import load_profile
+    from tessera.planner.twin.validate import load_runs
+
+    prof = load_profile("qwen")
+    runs = runs if runs is not None else load_runs()
+    X = np.array([real_run_features(r, prof) for r in runs])
+    y = np.array([r.throughput / r.ideal for r in runs])
+    s = np.array([int(r.starved) for r in runs])
+    ph = tr.predict_ratio(X)
+    return dict(n=len(runs), smape_ratio=smape(y, ph), macro_f1=macro_f1(s, tr.classifier.predict(X)),
+                starvation_agree=int((tr.classifier.predict(X) == s).sum()),
+                smape_ratio_unstarved=smape(y[s == 0], ph[s == 0]), smape_ratio_starved=smape(y[s == 1], ph[s == 1]))

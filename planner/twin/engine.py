@@ -1,0 +1,81 @@
+"""Constants of the twin's event loop and the choice of its compiled build.
+
+The loop itself (see ``_numba_kernel.py`` for the commented reference version
+and ``_kernel.c`` for its C port) advances from one engine step to the next;
+when the server is idle it jumps to the next arrival, so time is driven by
+events, never by a fixed tick. Waiting requests live in one FIFO per adapter
+and the adapters with waiting requests in an indexed min-heap keyed on the
+FCFS key of their head request, so no step does work proportional to the
+waiting queue.
+"""
+
+from __future__ import annotations
+
+import os
+
+# request states
+NOT_ARRIVED = 0
+WAITING = 1
+RUNNING = 2
+FINISHED = 3
+DROPPED = 4
+
+# indices into the float parameter vector
+P_DURATION = 0
+P_MAX_TOKENS = 1
+P_MAX_SEQS = 2
+P_MAX_LORAS = 3
+P_KV_BLOCKS = 4
+P_BLOCK = 5
+P_PREALLOC = 6
+P_CAP = 7
+P_STEP_A = 8  # ms, fixed cost of a step
+P_STEP_B = 9  # ms per decoding request
+P_STEP_C = 10  # ms per prefill token
+P_LORA_C0 = 11  # multiplier with LoRA enabled, n = 0
+P_LORA_C1 = 12  # multiplier increase per distinct adapter in the batch
+P_OVH_C0 = 13  # ms scheduler overhead per step
+P_OVH_RUN = 14  # ms per running request
+P_OVH_WAIT = 15  # ms per waiting request
+P_SAMPLE_DT = 16  # s between time-series samples
+N_PARAMS = 17
+
+# indices into the statistics vector
+S_STEPS = 0
+S_PREEMPT = 1
+S_LOADS = 2
+S_DROPPED = 3
+S_ITL_SUM = 4
+S_ITL_N = 5
+S_RUN_TIME = 6  # integral of running over time
+S_KV_TIME = 7  # integral of used blocks over time
+S_MAX_RUN = 8
+S_MAX_WAIT = 9
+S_MAX_BLOCKS = 10
+S_MAX_SET = 11
+S_MAX_RESIDENT = 12
+S_END_T = 13
+S_BUSY_T = 14
+S_WAIT_TIME = 15
+N_STATS = 16
+
+ITL_BINS = 400  # log-spaced histogram of inter-token gaps, 0.1 ms .. 100 s
+ITL_LO = -4.0
+ITL_HI = 2.0
+
+
+
+
+def get_kernel():
+    """The C build when a compiler is available (low memory), else numba."""
+    choice = os.environ.get("TESSERA_TWIN_ENGINE", "auto")
+    if choice in ("auto", "c"):
+        from . import ckernel
+
+        if ckernel.load() is not None:
+            return ckernel.simulate_kernel
+        if choice == "c":
+            raise RuntimeError("TESSERA_TWIN_ENGINE=c but the C kernel could not be built")
+    from ._numba_kernel import simulate_kernel
+
+    return simulate_kernel

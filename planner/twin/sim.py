@@ -1,0 +1,161 @@
+"""Run the twin: one server, one workload, one seed -> a TwinResult."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import engine as E
+from .profile import Profile
+from .workload import Workload, generate_requests
+
+STARVATION_RATIO = 0.9
+
+
+@dataclass
+class ServerConfig:
+    max_loras: int  # A_max, GPU adapter slots
+    max_rank: int | None = None  # --max-lora-rank; default: the largest adapter rank
+    max_num_seqs: int = 2048
+    max_num_batched_tokens: int = 2048
+    outstanding_cap: int = 10**9  # client-side cap on outstanding requests
+    sample_dt: float = 5.0
+
+
+@dataclass
+class TwinResult:
+    memory_error: bool
+    kv_tokens: int
+    arrivals: int = 0
+    finished: int = 0
+    running_end: int = 0
+    waiting_end: int = 0
+    dropped: int = 0
+    throughput_tok_s: float = 0.0
+    offered_tok_s: float = 0.0
+    ratio: float = 0.0
+    starved: bool = False
+    served_fraction: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    min_served_fraction: float = 0.0
+    ttft_mean_ms: float = float("nan")
+    ttft_p99_ms: float = float("nan")
+    itl_mean_ms: float = float("nan")
+    itl_p99_ms: float = float("nan")
+    preemptions: int = 0
+    loads: int = 0
+    steps: int = 0
+    mean_running: float = 0.0
+    mean_waiting: float = 0.0
+    max_running: int = 0
+    max_waiting: int = 0
+    mean_kv_usage: float = 0.0
+    max_kv_blocks: int = 0
+    kv_blocks: int = 0
+    max_adapters_in_batch: int = 0
+    max_resident: int = 0
+    ts_t: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    ts_running: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    ts_waiting: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    ts_kv: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    state: np.ndarray | None = None  # per-request final state (kept when keep_requests)
+    ttft_s: np.ndarray | None = None  # per-request time to first token (kept when keep_requests)
+
+    def summary(self) -> dict[str, float]:
+        keys = ["memory_error", "arrivals", "finished", "dropped", "throughput_tok_s", "offered_tok_s",
+                "ratio", "starved", "min_served_fraction", "ttft_mean_ms", "ttft_p99_ms", "itl_mean_ms",
+                "itl_p99_ms", "preemptions", "loads", "mean_running", "max_running", "mean_waiting",
+                "max_waiting", "mean_kv_usage", "kv_tokens"]
+        return {k: getattr(self, k) for k in keys}
+
+
+def engine_params(profile: Profile, cfg: ServerConfig, duration: float, kv_blocks: int) -> np.ndarray:
+    p = np.zeros(E.N_PARAMS)
+    s, o = profile.step, profile.overhead
+    p[E.P_DURATION] = duration
+    p[E.P_MAX_TOKENS] = cfg.max_num_batched_tokens
+    p[E.P_MAX_SEQS] = cfg.max_num_seqs
+    p[E.P_MAX_LORAS] = cfg.max_loras
+    p[E.P_KV_BLOCKS] = kv_blocks
+    p[E.P_BLOCK] = profile.block_size
+    p[E.P_PREALLOC] = profile.prealloc_blocks
+    p[E.P_CAP] = min(cfg.outstanding_cap, 2**31 - 1)
+    p[E.P_STEP_A] = s["a_ms"]
+    p[E.P_STEP_B] = s["b_ms"]
+    p[E.P_STEP_C] = s.get("c_ms", 0.0)
+    p[E.P_LORA_C0] = s["lora_c0"]
+    p[E.P_LORA_C1] = s["lora_c1"]
+    p[E.P_OVH_C0] = o.get("c0_ms", 0.0)
+    p[E.P_OVH_RUN] = o.get("run_ms", 0.0)
+    p[E.P_OVH_WAIT] = o.get("wait_ms", 0.0)
+    p[E.P_SAMPLE_DT] = cfg.sample_dt
+    return p
+
+
+def simulate(workload: Workload, profile: Profile, cfg: ServerConfig, seed: int = 0,
+             keep_requests: bool = False) -> TwinResult:
+    max_rank = cfg.max_rank or workload.max_rank
+    if workload.max_rank > max_rank:
+        raise ValueError(f"adapter rank {workload.max_rank} exceeds --max-lora-rank {max_rank}")
+    kv_tok = int(profile.kv_tokens(cfg.max_loras, max_rank))
+    if profile.refuses_to_start(cfg.max_loras, max_rank):
+        return TwinResult(memory_error=True, kv_tokens=max(kv_tok, 0))
+    kv_blocks = profile.kv_blocks(cfg.max_loras, max_rank)
+
+    rng = np.random.default_rng(seed)
+    t, ad, p, o_max, o = generate_requests(workload, rng, profile.lengths.get("eos_fraction", 0.0),
+                                       profile.lengths.get("sigma", 0.6))
+    n = t.shape[0]
+    T = workload.duration_s
+    offered = float(p.sum(dtype=np.int64) + o_max.sum(dtype=np.int64)) / T
+    del o_max
+    load_ms = np.array([profile.load_time_ms(int(r)) for r in workload.ranks], np.float64)
+    params = engine_params(profile, cfg, T, kv_blocks)
+    n_s = int(T // cfg.sample_dt) + 1
+    state = np.zeros(n, np.int8)
+    gen = np.zeros(n, np.int32)
+    ttft = np.full(n, np.nan, np.float32)
+    ts_run = np.zeros(n_s, np.int32)
+    ts_wait = np.zeros(n_s, np.int32)
+    ts_kv = np.zeros(n_s, np.float32)
+    hist = np.zeros(E.ITL_BINS)
+    stats = np.zeros(E.N_STATS)
+    nrun, nwait = E.get_kernel()(t, ad, p, o, load_ms, params, state, gen, ttft,
+                                    ts_run, ts_wait, ts_kv, hist, stats)
+    fin = state == E.FINISHED
+    tokens = float(p[fin].sum(dtype=np.int64) + o[fin].sum(dtype=np.int64))
+    thr = tokens / T
+    arrived_ad = np.bincount(ad, minlength=workload.n_adapters)
+    fin_ad = np.bincount(ad[fin], minlength=workload.n_adapters)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        served = np.where(arrived_ad > 0, fin_ad / np.maximum(arrived_ad, 1), np.nan)
+    ft = ttft[fin]
+    itl_n = stats[E.S_ITL_N]
+    if itl_n > 0:
+        c = np.cumsum(hist)
+        bi = int(np.searchsorted(c, 0.99 * c[-1]))
+        edges = np.logspace(E.ITL_LO, E.ITL_HI, E.ITL_BINS + 1)
+        itl_p99 = float(np.sqrt(edges[bi] * edges[bi + 1]) * 1000)
+        itl_mean = float(stats[E.S_ITL_SUM] / itl_n * 1000)
+    else:
+        itl_p99 = itl_mean = float("nan")
+    ratio = thr / offered if offered > 0 else 1.0
+    res = TwinResult(
+        memory_error=False, kv_tokens=kv_tok, arrivals=n, finished=int(fin.sum()),
+        running_end=int(nrun), waiting_end=int(nwait + (state == E.NOT_ARRIVED).sum()),
+        dropped=int(stats[E.S_DROPPED]), throughput_tok_s=thr, offered_tok_s=offered, ratio=ratio,
+        starved=bool(ratio < STARVATION_RATIO), served_fraction=served,
+        min_served_fraction=float(np.nanmin(served)) if n else 1.0,
+        ttft_mean_ms=float(ft.mean() * 1000) if ft.size else float("nan"),
+        ttft_p99_ms=float(np.percentile(ft, 99) * 1000) if ft.size else float("nan"),
+        itl_mean_ms=itl_mean, itl_p99_ms=itl_p99,
+        preemptions=int(stats[E.S_PREEMPT]), loads=int(stats[E.S_LOADS]), steps=int(stats[E.S_STEPS]),
+        mean_running=float(stats[E.S_RUN_TIME] / T), mean_waiting=float(stats[E.S_WAIT_TIME] / T),
+        max_running=int(stats[E.S_MAX_RUN]), max_waiting=int(stats[E.S_MAX_WAIT]),
+        mean_kv_usage=float(stats[E.S_KV_TIME] / T / kv_blocks), max_kv_blocks=int(stats[E.S_MAX_BLOCKS]),
+        kv_blocks=kv_blocks, max_adapters_in_batch=int(stats[E.S_MAX_SET]),
+        max_resident=int(stats[E.S_MAX_RESIDENT]),
+        ts_t=np.arange(n_s) * cfg.sample_dt, ts_running=ts_run, ts_waiting=ts_wait, ts_kv=ts_kv,
+        state=state if keep_requests else None, ttft_s=ttft if keep_requests else None,
+    )
+    return res

@@ -1,0 +1,289 @@
+"""Replay the real Qwen runs in the twin; calibrate on one half, judge on the other.
+
+Each real run is replayed with its actual arrival count (``total_prompts_sent``)
+and ONE fixed cap on outstanding requests for every run (the client ran out of
+ports near 26-28k outstanding), never a per-run measured figure. The rank<->rate
+pairing was not recorded, so each seed draws a new pairing from the run's
+multisets; results are averaged over seeds.
+
+Halves: calibrate on the max-rank-16 runs and judge on the max-rank-32 runs,
+then the reverse. What calibration fits (``calibrate``):
+  * ``eos_fraction``: share of requests that stop before max_tokens, from the
+    token counts of finished requests vs the prompt pool's means;
+  * the step-time coefficients, by least squares of the measured mean ITL on
+    the measured gauges (mean running, mean waiting, prompt tokens/s) of the
+    calibration runs only.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .profile import Profile
+from .sim import ServerConfig, simulate
+from .workload import Workload
+
+OUTSTANDING_CAP = 26000
+DEFAULT_RUNS = Path(os.environ.get("TESSERA_VLLM_LORA_DATA", "")) / "qwen_runs.csv" \
+    if os.environ.get("TESSERA_VLLM_LORA_DATA") else None
+
+
+def find_data_dir() -> Path:
+    """shared/data/vllm-lora, looked up from the environment, the cwd and this file."""
+    cands = []
+    if os.environ.get("TESSERA_VLLM_LORA_DATA"):
+        cands.append(Path(os.environ["TESSERA_VLLM_LORA_DATA"]))
+    for base in [Path.cwd(), Path(__file__).resolve()]:
+        for parent in [base, *base.parents]:
+            cands.append(parent / "shared" / "data" / "vllm-lora")
+            cands.append(parent.parent / "shared" / "data" / "vllm-lora")
+    for c in cands:
+        if (c / "qwen_runs.csv").exists():
+            return c
+    raise FileNotFoundError("shared/data/vllm-lora not found; set TESSERA_VLLM_LORA_DATA")
+
+
+@dataclass
+class RealRun:
+    idx: int
+    n_adapters: int
+    ranks: list[int]
+    rate_multiset: list[float]
+    max_loras: int
+    max_rank: int
+    arrivals: int
+    duration: float
+    mean_in: float
+    mean_out: float
+    throughput: float
+    ideal: float
+    starved: bool
+    itl_ms: float
+    mean_running: float
+    mean_waiting: float
+    prompt_tok_s: float
+    finished: int
+    out_tokens: float
+    dt_throughput: float
+    dt_starved: bool
+    rate_label: str
+
+    @property
+    def low_rate(self) -> bool:
+        return max(self.rate_multiset) < 0.5
+
+
+def _f(x, default=float("nan")):
+    try:
+        return float(x)
+    except (TypeError, ValueError):
+        return default
+
+
+def load_runs(path: str | Path | None = None) -> list[RealRun]:
+    path = Path(path) if path else find_data_dir() / "qwen_runs.csv"
+    runs = []
+    with open(path) as f:
+        for i, r in enumerate(csv.DictReader(f)):
+            if r["status"] != "ok" or not r["throughput_tok_s"]:
+                continue
+            mult = []
+            for part in r["rate_counts"].split():
+                v, c = part.split("x")
+                mult += [float(v)] * int(c)
+            runs.append(RealRun(
+                idx=i, n_adapters=int(r["served_adapters"]), ranks=[int(x) for x in r["adapter_ranks"].split()],
+                rate_multiset=mult, max_loras=int(r["max_loras"]), max_rank=int(r["max_lora_rank"]),
+                arrivals=int(r["total_prompts_sent"]), duration=_f(r["duration_s"]),
+                mean_in=_f(r["pool_mean_input_tokens"]), mean_out=_f(r["pool_mean_output_tokens"]),
+                throughput=_f(r["throughput_tok_s"]), ideal=_f(r["ideal_tok_s"]),
+                starved=r["starvation"] == "1", itl_ms=_f(r["itl_ms"]), mean_running=_f(r["mean_running"]),
+                mean_waiting=_f(r["mean_waiting"]), prompt_tok_s=_f(r["prompt_tok_s"]),
+                finished=int(_f(r["finished_requests"], 0)), out_tokens=_f(r["total_output_tokens"]),
+                dt_throughput=_f(r["dt_throughput_tok_s"]), dt_starved=r["dt_starvation"] == "1",
+                rate_label=r["adapter_rates"]))
+    return runs
+
+
+def workload_for(run: RealRun, seed: int) -> Workload:
+    rng = np.random.default_rng(10_000 + seed)
+    n = run.n_adapters
+    ranks = np.array([run.ranks[i % len(run.ranks)] for i in range(n)])
+    rng.shuffle(ranks)
+    rates = np.array(run.rate_multiset[:n], float)
+    rng.shuffle(rates)
+    return Workload(ranks=ranks, rates=rates, duration_s=3600.0, n_arrivals=run.arrivals,
+                    mean_input=run.mean_in, mean_output=run.mean_out)
+
+
+def _one(args):
+    run, profile, seed = args
+    res = simulate(workload_for(run, seed), profile,
+                   ServerConfig(max_loras=run.max_loras, max_rank=run.max_rank,
+                                outstanding_cap=OUTSTANDING_CAP), seed=seed)
+    return run.idx, seed, res.throughput_tok_s, res.offered_tok_s, res.itl_mean_ms, res.mean_running, \
+        res.memory_error, res.min_served_fraction
+
+
+def replay(runs: list[RealRun], profile: Profile, seeds: int = 5, workers: int = 2, progress=None):
+    """Per run: mean twin throughput, offered, ITL, running over seeds."""
+    jobs = [(r, profile, s) for r in runs for s in range(seeds)]
+    # heavy runs first so the pool stays balanced
+    jobs.sort(key=lambda j: -j[0].arrivals)
+    out: dict[int, list] = {}
+    if workers <= 1:
+        it = map(_one, jobs)
+    else:
+        ex = ProcessPoolExecutor(workers)
+        it = ex.map(_one, jobs, chunksize=1)
+    for res in it:
+        out.setdefault(res[0], []).append(res)
+        if progress:
+            progress()
+    if workers > 1:
+        ex.shutdown()
+    table = {}
+    for idx, lst in out.items():
+        a = np.array([x[2:6] for x in lst], float)
+        table[idx] = dict(throughput=a[:, 0].mean(), offered=a[:, 1].mean(), itl=np.nanmean(a[:, 2]) if
+                          np.isfinite(a[:, 2]).any() else float("nan"),
+                          running=a[:, 3].mean(), memory_error=any(x[6] for x in lst),
+                          min_served=float(np.mean([x[7] for x in lst])))
+    return table
+
+
+def expected_distinct(run: RealRun, k: float) -> float:
+    """Expected distinct adapters among k requests drawn by rate, capped at A_max."""
+    p = np.array(run.rate_multiset[: run.n_adapters])
+    p = p / p.sum()
+    return float(min(run.max_loras, np.sum(1 - (1 - p) ** max(k, 0.0))))
+
+
+def calibrate(runs: list[RealRun], base: Profile) -> Profile:
+    """Fit eos_fraction and the step-time coefficients on the given (calibration) runs."""
+    from scipy.optimize import least_squares
+
+    # early stops: finished requests produced fewer output tokens than the pool's max_tokens
+    losses = [1 - r.out_tokens / r.finished / r.mean_out for r in runs if not r.starved and r.finished > 0]
+    eos = float(np.clip(2 * np.median(losses), 0, 1))
+
+    R = np.array([r.mean_running for r in runs])
+    W = np.array([r.mean_waiting for r in runs])
+    itl = np.array([r.itl_ms for r in runs])
+    pt = np.array([r.prompt_tok_s for r in runs])
+    n = np.array([expected_distinct(r, r.mean_running) for r in runs])
+    ok = np.isfinite(R) & np.isfinite(itl) & np.isfinite(W) & np.isfinite(pt)
+    R, W, itl, pt, n = R[ok], W[ok], itl[ok], pt[ok], n[ok]
+    s0 = base.step
+
+    def model(x):
+        a, b, c, l1, w = x
+        # prompt tokens per step = prompt tokens/s * step length; solve the fixed point once
+        step = itl.copy()
+        for _ in range(3):
+            P = pt * step / 1000
+            step = (a + b * R + c * P) * (s0["lora_c0"] + l1 * n) + w * W
+        return step
+
+    x0 = [s0["a_ms"], s0["b_ms"], 0.01, s0["lora_c1"], 0.0005]
+    # absolute residuals (ms): the saturated runs, whose long steps set the
+    # starved throughput, weigh more than the nearly idle ones
+    fit = least_squares(lambda x: model(x) - itl, x0,
+                        bounds=([1, 0.0, 0.0, 0.0, 0.0], [40, 1.0, 1.0, 0.2, 0.01]))
+    a, b, c, l1, w = fit.x
+    sigma = fit_length_sigma(runs, base)
+    return base.with_updates(step={"a_ms": round(float(a), 4), "b_ms": round(float(b), 5), "c_ms": round(float(c), 5),
+                                   "lora_c1": round(float(l1), 5)},
+                             overhead={"wait_ms": round(float(w), 6)}, lengths={"eos_fraction": round(eos, 4), "sigma": round(sigma, 3)})
+
+
+def kv_tokens_per_running(runs: list[RealRun]) -> float:
+    """Measured KV tokens held per running request (runs not limited by KV)."""
+    rows = {}
+    with open(find_data_dir() / "qwen_runs.csv") as f:
+        for i, r in enumerate(csv.DictReader(f)):
+            rows[i] = r
+    v = []
+    for r in runs:
+        row = rows[r.idx]
+        kvu, kvt = _f(row["mean_kv_usage"]), _f(row["kv_cache_tokens_est"])
+        if r.mean_running > 100 and kvu < 0.85:
+            v.append(kvu * kvt / r.mean_running)
+    return float(np.median(v))
+
+
+def fit_length_sigma(runs: list[RealRun], base: Profile) -> float:
+    """Spread of the (lognormal) length distribution that reproduces the measured
+    KV tokens per running request: long requests stay longer, so the spread of
+    lengths sets how much KV a running request holds on average."""
+    target = kv_tokens_per_running(runs)
+    lo, hi = 0.05, 1.5
+    w = Workload(ranks=np.full(32, 16), rates=np.full(32, 1.0), duration_s=600.0)
+    for _ in range(7):
+        mid = (lo + hi) / 2
+        w.sigma = mid
+        res = simulate(w, base.with_updates(lengths={"eos_fraction": 0.0}),
+                       ServerConfig(max_loras=32, max_rank=16), seed=1)
+        per = res.mean_kv_usage * res.kv_blocks * base.block_size / max(res.mean_running, 1e-9)
+        if per > target:
+            hi = mid
+        else:
+            lo = mid
+    return (lo + hi) / 2
+
+
+def score(runs: list[RealRun], table: dict) -> list[dict]:
+    rows = []
+    for r in runs:
+        t = table[r.idx]
+        ratio = t["throughput"] / r.ideal
+        rows.append(dict(idx=r.idx, n=r.n_adapters, A=r.max_loras, rank=r.max_rank, rates=r.rate_label,
+                         real=r.throughput, twin=t["throughput"], dt=r.dt_throughput,
+                         err=abs(t["throughput"] - r.throughput) / r.throughput,
+                         dt_err=abs(r.dt_throughput - r.throughput) / r.throughput if np.isfinite(r.dt_throughput) else float("nan"),
+                         real_starved=r.starved, twin_starved=bool(ratio < 0.9), dt_starved=r.dt_starved,
+                         low_rate=r.low_rate, real_itl=r.itl_ms, twin_itl=t["itl"], twin_ratio=ratio,
+                         real_ratio=r.throughput / r.ideal))
+    return rows
+
+
+def summarize(rows: list[dict]) -> dict:
+    def stats(sel):
+        e = np.array([x["err"] for x in sel])
+        d = np.array([x["dt_err"] for x in sel])
+        d = d[np.isfinite(d)]
+        return dict(n=len(sel), median=float(np.median(e)) if len(e) else float("nan"),
+                    p90=float(np.percentile(e, 90)) if len(e) else float("nan"),
+                    dt_median=float(np.median(d)) if len(d) else float("nan"),
+                    dt_p90=float(np.percentile(d, 90)) if len(d) else float("nan"),
+                    agree=sum(x["real_starved"] == x["twin_starved"] for x in sel),
+                    dt_agree=sum(x["real_starved"] == x["dt_starved"] for x in sel))
+    return {"all": stats(rows), "starved": stats([x for x in rows if x["real_starved"]]),
+            "unstarved": stats([x for x in rows if not x["real_starved"]]),
+            "low_rate": stats([x for x in rows if x["low_rate"]]),
+            "high_rate": stats([x for x in rows if not x["low_rate"]])}
+
+
+def cross_validate(profile: Profile, runs: list[RealRun] | None = None, seeds: int = 5,
+                   workers: int = 2, progress=None) -> tuple[list[dict], dict[int, Profile]]:
+    """Calibrate on the max-rank-16 runs, judge the max-rank-32 runs; then the reverse."""
+    runs = runs if runs is not None else load_runs()
+    rows: list[dict] = []
+    fitted = {}
+    for cal_rank, val_rank in ((16, 32), (32, 16)):
+        cal = [r for r in runs if r.max_rank == cal_rank]
+        val = [r for r in runs if r.max_rank == val_rank]
+        p = calibrate(cal, profile)
+        fitted[cal_rank] = p
+        table = replay(val, p, seeds=seeds, workers=workers, progress=progress)
+        for row in score(val, table):
+            row["calibrated_on"] = cal_rank
+            rows.append(row)
+    rows.sort(key=lambda x: x["idx"])
+    return rows, fitted

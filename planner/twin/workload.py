@@ -1,0 +1,94 @@
+"""Workloads for the twin: adapters (rank, rate), duration, request lengths.
+
+Arrivals are generated vectorised: either an independent Poisson process per
+adapter, or (``n_arrivals`` given) exactly that many arrivals, which is the
+Poisson process conditioned on its count: uniform times, adapters drawn in
+proportion to their rates. A trace (times, adapters, lengths) can be replayed
+instead.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+MAX_PROMPT = 1024
+MAX_TOTAL = 2048
+
+
+@dataclass
+class Workload:
+    ranks: np.ndarray  # int per adapter
+    rates: np.ndarray  # requests/s per adapter
+    duration_s: float = 3600.0
+    n_arrivals: int | None = None  # replay an actual arrival count
+    mean_input: float = 222.8
+    mean_output: float = 199.9
+    sigma: float | None = None  # lognormal shape; None: the profile's calibrated spread
+    trace: dict | None = None  # {"t":..., "adapter":..., "prompt":..., "output":...}
+    length_samples: tuple[np.ndarray, np.ndarray] | None = None  # (prompts, outputs) to resample
+
+    def __post_init__(self) -> None:
+        self.ranks = np.asarray(self.ranks, dtype=np.int32)
+        self.rates = np.asarray(self.rates, dtype=np.float64)
+        if self.ranks.shape != self.rates.shape:
+            raise ValueError("ranks and rates must have one entry per adapter")
+
+    @property
+    def n_adapters(self) -> int:
+        return int(self.ranks.shape[0])
+
+    @property
+    def max_rank(self) -> int:
+        return int(self.ranks.max())
+
+
+def _lognormal_lengths(rng, n, mean, sigma, lo, hi):
+    """Lognormal lengths clipped to [lo, hi], mean matched after clipping."""
+    z = rng.standard_normal(n)
+    mu = np.log(mean) - sigma * sigma / 2
+    for _ in range(30):  # fix the mean after clipping (monotone in mu)
+        x = np.clip(np.exp(mu + sigma * z[:20000]), lo, hi)
+        m = x.mean()
+        if abs(m - mean) < 0.05:
+            break
+        mu += np.log(mean / m)
+    return np.clip(np.round(np.exp(mu + sigma * z)), lo, hi).astype(np.int32)
+
+
+def generate_requests(w: Workload, rng: np.random.Generator, eos_fraction: float = 0.0,
+                      sigma: float = 0.6):
+    """Arrival times (sorted), adapter ids, prompt tokens, max_tokens, actual output tokens."""
+    if w.trace is not None:
+        t = np.asarray(w.trace["t"], np.float64)
+        order = np.argsort(t, kind="stable")
+        t = t[order]
+        ad = np.asarray(w.trace["adapter"], np.int32)[order]
+        p = np.asarray(w.trace["prompt"], np.int32)[order]
+        o = np.asarray(w.trace["output"], np.int32)[order]
+    else:
+        if w.n_arrivals is None:
+            counts = rng.poisson(w.rates * w.duration_s)
+            ad = np.repeat(np.arange(w.n_adapters, dtype=np.int32), counts)
+        else:
+            ad = rng.choice(w.n_adapters, size=int(w.n_arrivals), p=w.rates / w.rates.sum()).astype(np.int32)
+        n = ad.shape[0]
+        t = rng.uniform(0.0, w.duration_s, n)
+        order = np.argsort(t)
+        t = t[order]
+        ad = ad[order]
+        if w.length_samples is not None:
+            idx = rng.integers(0, len(w.length_samples[0]), n)
+            p = np.asarray(w.length_samples[0], np.int32)[idx]
+            o = np.asarray(w.length_samples[1], np.int32)[idx]
+        else:
+            p = _lognormal_lengths(rng, n, w.mean_input, w.sigma or sigma, 4, MAX_PROMPT)
+            o = _lognormal_lengths(rng, n, w.mean_output, w.sigma or sigma, 1, MAX_TOTAL)
+            o = np.minimum(o, MAX_TOTAL - p).astype(np.int32)
+    actual = o
+    if eos_fraction > 0:
+        early = rng.random(o.shape[0]) < eos_fraction
+        cut = np.maximum(1, (o * rng.random(o.shape[0])).astype(np.int32))
+        actual = np.where(early, cut, o).astype(np.int32)
+    return t, ad, p, o, actual

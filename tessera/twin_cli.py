@@ -1,0 +1,284 @@
+"""`tessera twin ...`: run, validate, sweep and fit the adapter-server digital twin."""
+
+from __future__ import annotations
+
+import json
+import sys
+import os
+import time
+from pathlib import Path
+
+import click
+import numpy as np
+import yaml
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.table import Table
+
+console = Console(width=None if sys.stdout.isatty() else 150)
+
+
+def _progress() -> Progress:
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                    TimeElapsedColumn(), TimeRemainingColumn(), console=console)
+
+
+@click.group()
+def twin() -> None:
+    """Digital twin of a multi-LoRA vLLM server (adapter pools)."""
+
+
+def _load_workload_file(path: Path):
+    """YAML/JSON: model, max_loras, max_rank?, duration_s?, n_arrivals?, outstanding_cap?, adapters:
+    either a list of {rank, rate} or {count, ranks: [...], rates: [...]} (cyclic)."""
+    from tessera.planner.twin.workload import Workload
+
+    spec = yaml.safe_load(path.read_text())
+    ad = spec["adapters"]
+    if isinstance(ad, dict):
+        n = int(ad["count"])
+        ranks = [ad["ranks"][i % len(ad["ranks"])] for i in range(n)]
+        rates = [ad["rates"][i % len(ad["rates"])] for i in range(n)]
+    else:
+        ranks = [a["rank"] for a in ad]
+        rates = [a["rate"] for a in ad]
+    w = Workload(ranks=np.array(ranks), rates=np.array(rates), duration_s=float(spec.get("duration_s", 3600)),
+                 n_arrivals=spec.get("n_arrivals"), mean_input=float(spec.get("mean_input", 222.8)),
+                 mean_output=float(spec.get("mean_output", 199.9)))
+    return spec, w
+
+
+@twin.command("run")
+@click.argument("file", type=click.Path(exists=True, path_type=Path))
+@click.option("--seed", default=0, show_default=True)
+@click.option("--png", type=click.Path(path_type=Path), default=None, help="write a timeline PNG here")
+@click.option("--json-out", type=click.Path(path_type=Path), default=None, help="write the summary as JSON")
+def run_cmd(file: Path, seed: int, png: Path | None, json_out: Path | None) -> None:
+    """Simulate the workload in FILE (YAML) and print a summary table."""
+    from tessera.planner.twin.profile import load_profile
+    from tessera.planner.twin.sim import ServerConfig, simulate
+
+    spec, w = _load_workload_file(file)
+    prof = load_profile(spec.get("model", "qwen"))
+    cfg = ServerConfig(max_loras=int(spec["max_loras"]), max_rank=spec.get("max_rank"),
+                       outstanding_cap=int(spec.get("outstanding_cap", 10**9)),
+                       max_num_seqs=int(spec.get("max_num_seqs", 2048)),
+                       max_num_batched_tokens=int(spec.get("max_num_batched_tokens", 2048)))
+    with _progress() as prog:
+        task = prog.add_task(f"simulating {w.duration_s:.0f} s", total=2)
+        prog.advance(task)
+        t0 = time.perf_counter()
+        res = simulate(w, prof, cfg, seed=seed)
+        wall = time.perf_counter() - t0
+        prog.advance(task)
+    table = Table(title=f"{prof.model}: {w.n_adapters} adapters, A_max={cfg.max_loras}")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    if res.memory_error:
+        table.add_row("memory error", f"server refuses to start: KV {res.kv_tokens} tokens < max_model_len {prof.max_model_len}")
+    else:
+        rows = [("throughput tok/s", f"{res.throughput_tok_s:.1f}"), ("offered tok/s", f"{res.offered_tok_s:.1f}"),
+                ("throughput / offered", f"{res.ratio:.3f}"), ("starved (< 0.9)", str(res.starved)),
+                ("min served fraction of an adapter", f"{res.min_served_fraction:.3f}"),
+                ("adapters served < 0.9", str(int(np.sum(res.served_fraction < 0.9)))),
+                ("arrivals / finished / dropped", f"{res.arrivals} / {res.finished} / {res.dropped}"),
+                ("TTFT mean / p99 ms", f"{res.ttft_mean_ms:.1f} / {res.ttft_p99_ms:.1f}"),
+                ("ITL mean / p99 ms", f"{res.itl_mean_ms:.1f} / {res.itl_p99_ms:.1f}"),
+                ("preemptions", str(res.preemptions)), ("adapter loads", str(res.loads)),
+                ("mean / max running", f"{res.mean_running:.1f} / {res.max_running}"),
+                ("mean / max waiting", f"{res.mean_waiting:.1f} / {res.max_waiting}"),
+                ("mean KV usage", f"{res.mean_kv_usage:.3f} of {res.kv_tokens} tokens"),
+                ("wall clock s (x realtime)", f"{wall:.2f} ({w.duration_s / max(wall, 1e-9):.0f}x)")]
+        for k, v in rows:
+            table.add_row(k, v)
+    console.print(table)
+    if json_out:
+        json_out.write_text(json.dumps({k: (v.item() if hasattr(v, "item") else v) for k, v in res.summary().items()}, indent=2))
+    if png and not res.memory_error:
+        from tessera.planner.twin.plot import timeline_png
+
+        timeline_png(res, png, title=f"{prof.model}, {w.n_adapters} adapters, A_max={cfg.max_loras}")
+        console.print(f"timeline written to {png}")
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.1f}%"
+
+
+@twin.command("validate")
+@click.option("--seeds", default=5, show_default=True, help="pairings of rank and rate averaged per run")
+@click.option("--workers", default=2, show_default=True)
+@click.option("--runs-csv", type=click.Path(exists=True, path_type=Path), default=None)
+@click.option("--out", type=click.Path(path_type=Path), default=None, help="write per-run rows as JSON")
+@click.option("--limit", type=int, default=None, help="only the first N runs of each half (quick check)")
+def validate_cmd(seeds: int, workers: int, runs_csv: Path | None, out: Path | None, limit: int | None) -> None:
+    """Replay every real Qwen run: calibrate on one max-rank half, judge on the other."""
+    from tessera.planner.twin import validate as V
+    from tessera.planner.twin.profile import load_profile
+
+    runs = V.load_runs(runs_csv)
+    if limit:
+        runs = [r for r in runs if r.max_rank == 16][:limit] + [r for r in runs if r.max_rank == 32][:limit]
+    base = load_profile("qwen")
+    with _progress() as prog:
+        task = prog.add_task("replaying real runs", total=len(runs) * seeds)
+        rows, fitted = V.cross_validate(base, runs, seeds=seeds, workers=workers,
+                                        progress=lambda: prog.advance(task))
+    t = Table(title="real vs twin, per run (validation halves)")
+    for c in ["adapters", "A_max", "rank", "rate mix", "real tok/s", "twin tok/s", "err", "dt err",
+              "starved real/twin/dt"]:
+        t.add_column(c, justify="right")
+    for x in rows:
+        t.add_row(str(x["n"]), str(x["A"]), str(x["rank"]), "low" if x["low_rate"] else "high", f"{x['real']:.0f}", f"{x['twin']:.0f}",
+                  _pct(x["err"]), _pct(x["dt_err"]) if np.isfinite(x["dt_err"]) else "-",
+                  f"{int(x['real_starved'])}/{int(x['twin_starved'])}/{int(x['dt_starved'])}")
+    console.print(t)
+    summ = V.summarize(rows)
+    s = Table(title=f"summary ({seeds} seeds per run; fit on one max-rank half, judged on the other)")
+    for c in ["runs", "n", "median err", "p90 err", "dt median", "dt p90", "starv. agree", "dt agree"]:
+        s.add_column(c, justify="right", no_wrap=True)
+    for k, v in summ.items():
+        s.add_row(k, str(v["n"]), _pct(v["median"]), _pct(v["p90"]), _pct(v["dt_median"]), _pct(v["dt_p90"]),
+                  f"{v['agree']}/{v['n']}", f"{v['dt_agree']}/{v['n']}")
+    console.print(s)
+    for k, p in fitted.items():
+        console.print(f"fitted on max-rank {k}: step={p.step} overhead={p.overhead} lengths={p.lengths}")
+    if out:
+        out.write_text(json.dumps({"rows": rows, "summary": summ,
+                                   "fitted": {k: p.to_dict() for k, p in fitted.items()}}, indent=1, default=float))
+
+
+@twin.command("memory")
+@click.option("--kv-csv", type=click.Path(exists=True, path_type=Path), default=None)
+def memory_cmd(kv_csv: Path | None) -> None:
+    """Check the shipped memory models against kv_capacity.csv (refusals to start and error)."""
+    from tessera.planner.twin.profile import load_profile, read_kv_capacity
+    from tessera.planner.twin.validate import find_data_dir
+
+    path = kv_csv or find_data_dir() / "kv_capacity.csv"
+    t = Table(title="memory model vs kv_capacity.csv")
+    for c in ["model", "configs", "refusals real", "refusals twin", "agree", "median abs err", "max abs err"]:
+        t.add_column(c, justify="right")
+    for m in ["qwen", "llama"]:
+        prof = load_profile(m)
+        rows = read_kv_capacity(path, prof.model)
+        agree = sum((y is None) == prof.refuses_to_start(a, r) for a, r, y in rows)
+        errs = [abs(prof.kv_tokens(a, r) - y) / y for a, r, y in rows if y is not None]
+        t.add_row(prof.model, str(len(rows)), str(sum(y is None for *_, y in rows)),
+                  str(sum(prof.refuses_to_start(a, r) for a, r, _ in rows)), f"{agree}/{len(rows)}",
+                  _pct(float(np.median(errs))), _pct(float(np.max(errs))))
+    console.print(t)
+
+
+@twin.command("fit-memory")
+@click.argument("kv_csv", type=click.Path(exists=True, path_type=Path))
+@click.option("--model", required=True)
+def fit_memory_cmd(kv_csv: Path, model: str) -> None:
+    """Fit the memory model of MODEL from a kv_capacity-style CSV; prints the YAML section."""
+    from tessera.planner.twin.profile import fit_memory_model, read_kv_capacity
+
+    console.print(yaml.safe_dump({"memory": fit_memory_model(read_kv_capacity(kv_csv, model))}))
+
+
+@twin.command("calibrate")
+@click.option("--model", default="qwen", show_default=True)
+@click.option("--max-rank", type=int, default=None, help="fit on the runs of this max rank only")
+@click.option("--out", type=click.Path(path_type=Path), required=True, help="profile YAML to write")
+def calibrate_cmd(model: str, max_rank: int | None, out: Path) -> None:
+    """Fit the step-time coefficients and length model of a profile from qwen_runs.csv."""
+    from tessera.planner.twin import validate as V
+    from tessera.planner.twin.profile import load_profile
+
+    runs = [r for r in V.load_runs() if max_rank is None or r.max_rank == max_rank]
+    p = V.calibrate(runs, load_profile(model))
+    p.save(out)
+    console.print(f"wrote {out}: step={p.step} overhead={p.overhead} lengths={p.lengths}")
+
+
+@twin.command("sweep")
+@click.option("--out-dir", type=click.Path(path_type=Path), default=Path("bench/results/sweep"), show_default=True)
+@click.option("--configs", "n_configs", default=3000, show_default=True)
+@click.option("--workers", default=min(2, os.cpu_count() or 1), show_default=True)
+@click.option("--merge-to", type=click.Path(path_type=Path), default=None, help="join the parts into this parquet file")
+def sweep_cmd(out_dir: Path, n_configs: int, workers: int, merge_to: Path | None) -> None:
+    """Generate the predictors' training set (resumable; parts under OUT_DIR)."""
+    from tessera.planner.twin.sweep import merge, run_sweep
+
+    t0 = time.perf_counter()
+    with _progress() as prog:
+        task = prog.add_task("twin sweep", total=n_configs)
+        run_sweep(out_dir, n_configs, workers=workers, progress=lambda k: prog.advance(task, k))
+    dt = time.perf_counter() - t0
+    console.print(f"{n_configs} configurations in {out_dir} ({dt:.0f} s this session)")
+    if merge_to:
+        n = merge(out_dir, merge_to)
+        console.print(f"merged {n} rows into {merge_to}")
+
+
+@twin.command("train")
+@click.option("--data", type=click.Path(exists=True, path_type=Path), default=None)
+@click.option("--out", type=click.Path(path_type=Path), default=Path("bench/results/predictors.json"), show_default=True)
+@click.option("--no-compile", is_flag=True, help="only report metrics; leave _compiled.py as it is")
+def train_cmd(data: Path | None, out: Path, no_compile: bool) -> None:
+    """Train the predictors on the sweep, report held-out and real-run metrics, compile the trees."""
+    from tessera.planner.predictors import train as T
+
+    tr = T.train(data or T.DATA)
+    real = T.evaluate_on_real(tr)
+    t = Table(title="predictors on held-out twin levels (A_max %s, adapters %s) and on the real runs"
+              % (list(T.HELD_OUT_A), list(T.HELD_OUT_N)))
+    for c in ["set", "n", "SMAPE ratio", "SMAPE unstarved", "SMAPE starved", "starvation macro-F1"]:
+        t.add_column(c, justify="right")
+    m = tr.metrics
+    t.add_row("held-out twin", str(m["n_test"]), _pct(m["smape_ratio"]), _pct(m["smape_ratio_unstarved"]),
+              _pct(m["smape_ratio_starved"]), f"{m['macro_f1']:.3f}")
+    t.add_row("real Qwen runs", str(real["n"]), _pct(real["smape_ratio"]), _pct(real["smape_ratio_unstarved"]),
+              _pct(real["smape_ratio_starved"]), f"{real['macro_f1']:.3f}")
+    console.print(t)
+    console.print(f"single ratio tree SMAPE {_pct(m['smape_ratio_single_tree'])}; leaves: ratio {m['reg_leaves']}, "
+                  f"starved {m['clf_leaves']}, capacity {m['cap_leaves']}")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"held_out": m, "real_runs": real}, indent=2, default=list))
+    if not no_compile:
+        final = T.train(data or T.DATA, all_rows=True)  # shipped trees: every level
+        final.metrics = {"held_out": m, "real_runs": real}
+        T.compile_trained(final)
+        console.print(f"compiled trees written to {T.COMPILED}")
+
+
+@twin.command("predict-runs")
+@click.option("--model", default="llama", show_default=True)
+@click.option("--seeds", default=2, show_default=True)
+@click.option("--workers", default=2, show_default=True)
+@click.option("--out", type=click.Path(path_type=Path), default=None)
+def predict_runs_cmd(model: str, seeds: int, workers: int, out: Path | None) -> None:
+    """Predict the real runs' configurations for another model (no measurements: its profile alone)."""
+    from tessera.planner.twin import validate as V
+    from tessera.planner.twin.profile import load_profile
+
+    prof = load_profile(model)
+    runs = V.load_runs()
+    with _progress() as prog:
+        task = prog.add_task(f"{prof.model}: replaying run configurations", total=len(runs) * seeds)
+        table = V.replay(runs, prof, seeds=seeds, workers=workers, progress=lambda: prog.advance(task))
+    t = Table(title=f"{prof.model} predicted on the real runs' configurations (Qwen measured beside it)")
+    for c in ["adapters", "A_max", "rank", "rate mix", "Qwen real tok/s", f"{model} twin tok/s", "ratio",
+              "starved", "memory error"]:
+        t.add_column(c, justify="right")
+    rows = []
+    for r in runs:
+        x = table[r.idx]
+        ratio = x["throughput"] / x["offered"] if x["offered"] else float("nan")
+        rows.append(dict(n=r.n_adapters, A=r.max_loras, rank=r.max_rank, low_rate=r.low_rate, qwen_real=r.throughput,
+                         twin=x["throughput"], ratio=ratio, starved=bool(ratio < 0.9) and not x["memory_error"],
+                         memory_error=x["memory_error"]))
+        t.add_row(str(r.n_adapters), str(r.max_loras), str(r.max_rank), "low" if r.low_rate else "high",
+                  f"{r.throughput:.0f}", "-" if x["memory_error"] else f"{x['throughput']:.0f}",
+                  "-" if x["memory_error"] else f"{ratio:.3f}", str(rows[-1]["starved"]), str(x["memory_error"]))
+    console.print(t)
+    me = sum(r["memory_error"] for r in rows)
+    st = sum(r["starved"] for r in rows)
+    console.print(f"{len(rows)} configurations: {me} refuse to start (memory), {st} starved, "
+                  f"{len(rows) - me - st} healthy")
+    if out:
+        out.write_text(json.dumps(rows, indent=1))

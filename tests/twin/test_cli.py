@@ -1,0 +1,22 @@
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from tessera.cli import main
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "twin/workload.yaml"
+
+
+def test_twin_run_cli_with_png(tmp_path):
+    png = tmp_path / "t.png"
+    out = CliRunner().invoke(main, ["twin", "run", str(EXAMPLE), "--png", str(png)])
+    assert out.exit_code == 0, out.output
+    assert "throughput tok/s" in out.output and png.stat().st_size > 1000
+
+
+def test_twin_run_memory_error(tmp_path):
+    f = tmp_path / "w.yaml"
+    f.write_text("model: llama\nmax_loras: 256\nmax_rank: 16\nadapters: {count: 4, ranks: [16], rates: [0.1]}\n")
+    out = CliRunner().invoke(main, ["twin", "run", str(f)])
+    assert out.exit_code == 0, out.output
+    assert "refuses to start" in out.output
