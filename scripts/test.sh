@@ -3,4 +3,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-.venv/bin/python -m pytest "$@"
+# End-to-end prerequisites: Debian's prometheus and the cached test-cluster build.
+bash tests/cluster/setup.sh
+.venv/bin/python -P -m pytest "$@"
