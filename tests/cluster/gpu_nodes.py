@@ -19,6 +19,9 @@ from .controlplane import KWOK_NODE_ANNOTATION
 # Per-GPU state: None = MIG disabled (a whole GPU), else {profile: count}.
 GpuState = dict[str, int] | None
 STATE_ANNOTATION = "tessera.test/mig-standin-gpus"
+# The mig.config value the stand-in last took up (kept on the node, so a node
+# created and relabelled between two of its polls is still reconfigured).
+HANDLED_ANNOTATION = "tessera.test/mig-standin-handled"
 MIG_CONFIG = "nvidia.com/mig.config"
 MIG_STATE = "nvidia.com/mig.config.state"
 MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
@@ -72,7 +75,7 @@ def node_body(name: str, product: str, gpus: list[GpuState], mig_config: str) ->
                 MIG_STATE: "success",
                 "nvidia.com/gpu.deploy.mig-manager": "true",
             },
-            "annotations": {key: value, STATE_ANNOTATION: json.dumps(gpus)},
+            "annotations": {key: value, STATE_ANNOTATION: json.dumps(gpus), HANDLED_ANNOTATION: mig_config},
         },
         "status": {"capacity": capacity, "allocatable": dict(capacity)},
     }

@@ -31,7 +31,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from . import gpu_nodes, mig_table
-from .gpu_nodes import MIG_CONFIG, MIG_RESOURCE_PREFIX, MIG_STATE, STATE_ANNOTATION
+from .gpu_nodes import HANDLED_ANNOTATION, MIG_CONFIG, MIG_RESOURCE_PREFIX, MIG_STATE, STATE_ANNOTATION
 
 log = logging.getLogger(__name__)
 DONE_STATES = ("success", "failed")
@@ -54,7 +54,6 @@ class MigManagerStandIn:
         self.apply_seconds = apply_seconds
         self.poll_seconds = poll_seconds
         self._snapshots: deque[tuple[float, str | None]] = deque()
-        self._handled: dict[str, str] = {}  # node -> mig.config value handled
         self.errors: dict[str, str] = {}  # node -> reason of the last `failed`
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="mig-manager-standin", daemon=True)
@@ -74,7 +73,7 @@ class MigManagerStandIn:
                 self._snapshot_configmap()
                 for node in self.api.list_node(label_selector=MIG_CONFIG).items:
                     if self._wants_apply(node):
-                        self._reconfigure(node)
+                        self._reconfigure_unless_gone(node)
             except Exception:  # keep the stand-in alive; tests see the log
                 log.exception("mig-manager stand-in loop error")
             self._stop.wait(self.poll_seconds)
@@ -103,22 +102,26 @@ class MigManagerStandIn:
                 visible = data
         return visible
 
-    def _wants_apply(self, node: client.V1Node) -> bool:
+    @staticmethod
+    def _wants_apply(node: client.V1Node) -> bool:
         labels = node.metadata.labels or {}
-        name, wanted, state = node.metadata.name, labels[MIG_CONFIG], labels.get(MIG_STATE)
-        if name not in self._handled and state in DONE_STATES:
-            # Already settled before the stand-in started (as after a restart).
-            self._handled[name] = wanted
-            return False
-        return self._handled.get(name) != wanted or state is None
+        handled = (node.metadata.annotations or {}).get(HANDLED_ANNOTATION)
+        return handled != labels[MIG_CONFIG] or labels.get(MIG_STATE) is None
 
     # -- one reconfiguration ---------------------------------------------
+    def _reconfigure_unless_gone(self, node: client.V1Node) -> None:
+        try:
+            self._reconfigure(node)
+        except ApiException as e:
+            if e.status != 404:  # a test deleted the node meanwhile
+                raise
+
     def _reconfigure(self, node: client.V1Node) -> None:
         name = node.metadata.name
         wanted = node.metadata.labels[MIG_CONFIG]
-        # Pending first, then remember: wait_for_state never sees a stale success.
-        self._set_state(name, "pending")
-        self._handled[name] = wanted
+        # One patch: wait_for_state never sees the old success for the new value.
+        self.api.patch_node(name, {"metadata": {"labels": {MIG_STATE: "pending"},
+                                                "annotations": {HANDLED_ANNOTATION: wanted}}})
         time.sleep(self.apply_seconds)
         node = self.api.read_node(name)
         try:
@@ -218,9 +221,11 @@ class MigManagerStandIn:
         node's current mig.config value, and returns it."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            labels = self.api.read_node(node_name).metadata.labels or {}
+            node = self.api.read_node(node_name)
+            labels = node.metadata.labels or {}
             state = labels.get(MIG_STATE)
-            if state in states and self._handled.get(node_name) == labels.get(MIG_CONFIG):
+            handled = (node.metadata.annotations or {}).get(HANDLED_ANNOTATION)
+            if state in states and handled == labels.get(MIG_CONFIG):
                 return state
             time.sleep(0.2)
         raise TimeoutError(f"{node_name}: mig.config.state not in {states} after {timeout}s")

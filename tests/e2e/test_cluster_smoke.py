@@ -13,7 +13,7 @@ import pytest
 import yaml
 from kubernetes import client
 
-from cluster.gpu_nodes import MIG_CONFIG, create_gpu_nodes
+from cluster.gpu_nodes import MIG_CONFIG, MIG_STATE, create_gpu_nodes
 from cluster.kube import pods, wait_for, wait_node_ready, wait_pods_phase
 
 H100 = "NVIDIA-H100-80GB-HBM3"
@@ -150,6 +150,38 @@ def test_a_layout_the_hardware_refuses_ends_in_failed(core, mig_manager, h100_no
     assert "maximum" in mig_manager.errors[h100_node]
     # The node keeps what it had: one whole GPU.
     assert core.read_node(h100_node).status.allocatable["nvidia.com/gpu"] == "1"
+
+
+def test_stand_in_reports_pending_before_success(core, mig_manager, h100_node):
+    text = write_mig_configs(core, {"all-3g.40gb": [
+        {"devices": "all", "mig-enabled": True, "mig-devices": {"3g.40gb": 2}}]})
+    wait_for(lambda: mig_manager.visible_config() == text, 30, "config visible to stand-in")
+    core.patch_node(h100_node, {"metadata": {"labels": {MIG_CONFIG: "all-3g.40gb"}}})
+    seen: list[str] = []
+
+    def pending_then_success():
+        seen.append(core.read_node(h100_node).metadata.labels.get(MIG_STATE))
+        return "pending" in seen and seen[-1] == "success"
+    wait_for(pending_then_success, 30, "state pending, then success", interval=0.05)
+    assert core.read_node(h100_node).status.allocatable["nvidia.com/mig-3g.40gb"] == "2"
+
+
+def test_relabel_before_the_configmap_lag_passes_fails_and_a_cleared_state_retries(
+        core, mig_manager, h100_node, monkeypatch):
+    # The mounted ConfigMap lags (5s here, for margin on a busy machine): a
+    # config relabelled at once is not seen yet.
+    monkeypatch.setattr(mig_manager, "configmap_delay", 5.0)
+    text = write_mig_configs(core, {"mixed-4g-3g": [
+        {"devices": "all", "mig-enabled": True, "mig-devices": {"4g.40gb": 1, "3g.40gb": 1}}]})
+    core.patch_node(h100_node, {"metadata": {"labels": {MIG_CONFIG: "mixed-4g-3g"}}})
+    assert mig_manager.wait_for_state(h100_node) == "failed"
+    assert "not found" in mig_manager.errors[h100_node] or "not visible" in mig_manager.errors[h100_node]
+    # Once it is visible, removing the state label asks the stand-in to retry.
+    wait_for(lambda: mig_manager.visible_config() == text, 30, "config visible to stand-in")
+    core.patch_node(h100_node, {"metadata": {"labels": {MIG_STATE: None}}})
+    assert mig_manager.wait_for_state(h100_node) == "success"
+    labels = core.read_node(h100_node).metadata.labels
+    assert labels["nvidia.com/mig-4g.40gb.count"] == "1" and labels["nvidia.com/mig-3g.40gb.count"] == "1"
 
 
 def test_relayout_is_refused_while_pods_hold_the_nodes_gpus(api_client, core, mig_manager, h100_node, namespace):
