@@ -23,6 +23,12 @@ out="$cache_root/k8s-${KUBERNETES_VERSION}-etcd-${ETCD_VERSION}-kwok-${KWOK_VERS
 bin="$out/bin"
 log() { echo "[cluster-build] $*" >&2; }
 
+# Two test runs on one machine may start a cold build together: the second
+# waits for the first and then finds its stamp.
+mkdir -p "$cache_root"
+exec 9>"$out.lock"
+command -v flock >/dev/null 2>&1 && flock 9
+
 if [ -f "$out/stamp" ]; then
   log "cached: $bin"
   echo "$bin"
