@@ -153,49 +153,7 @@ class MigManagerStandIn:
         text = self.visible_config()
         if text is None:
             raise mig_table.LayoutRefused(f"ConfigMap {self.namespace}/{self.configmap} key {self.key} not visible")
-        try:
-            doc = yaml.safe_load(text)
-        except yaml.YAMLError as e:
-            raise mig_table.LayoutRefused(f"config is not YAML: {e}") from e
-        if not isinstance(doc, dict) or doc.get("version") != "v1" or not isinstance(doc.get("mig-configs"), dict):
-            raise mig_table.LayoutRefused("config needs `version: v1` and a `mig-configs` map")
-        entries = doc["mig-configs"].get(wanted)
-        if not isinstance(entries, list):
-            raise mig_table.LayoutRefused(f"mig-config {wanted!r} not found in the visible config")
-        new = list(gpus)
-        touched: set[int] = set()
-        for entry in entries:
-            indices = self._devices(entry, len(gpus))
-            if touched & set(indices):
-                raise mig_table.LayoutRefused(f"GPUs {sorted(touched & set(indices))} appear in two entries")
-            touched |= set(indices)
-            if entry.get("mig-enabled") is True:
-                devices = entry.get("mig-devices") or {}
-                if not isinstance(devices, dict):
-                    raise mig_table.LayoutRefused("mig-devices must be a map of profile to count")
-                mig_table.place(product, devices)
-                state = {p: n for p, n in devices.items() if n}
-            elif entry.get("mig-enabled") is False:
-                if entry.get("mig-devices"):
-                    raise mig_table.LayoutRefused("mig-devices given with mig-enabled: false")
-                state = None
-            else:
-                raise mig_table.LayoutRefused("each entry needs mig-enabled: true or false")
-            for i in indices:
-                new[i] = state
-        return new
-
-    @staticmethod
-    def _devices(entry: dict, gpu_count: int) -> list[int]:
-        devices = entry.get("devices")
-        if devices == "all":
-            return list(range(gpu_count))
-        if isinstance(devices, list) and all(isinstance(d, int) for d in devices):
-            bad = [d for d in devices if not 0 <= d < gpu_count]
-            if bad:
-                raise mig_table.LayoutRefused(f"devices {bad} do not exist (node has {gpu_count} GPUs)")
-            return devices
-        raise mig_table.LayoutRefused(f"devices must be `all` or a list of GPU indices, not {devices!r}")
+        return apply_mig_config(product, gpus, text, wanted)
 
     def _write_node(self, node: client.V1Node, product: str, gpus: list) -> None:
         labels, resources = gpu_nodes.render(product, gpus)
@@ -229,3 +187,56 @@ class MigManagerStandIn:
                 return state
             time.sleep(0.2)
         raise TimeoutError(f"{node_name}: mig.config.state not in {states} after {timeout}s")
+
+
+# -- mig-parted config, as the hardware would take it (no cluster needed) ---
+
+def apply_mig_config(product: str, gpus: list, text: str, wanted: str) -> list:
+    """New per-GPU states after applying mig-config `wanted` from mig-parted
+    config `text` to GPUs in states `gpus`; raises LayoutRefused where
+    mig-parted would fail. GPUs no entry names keep their state."""
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise mig_table.LayoutRefused(f"config is not YAML: {e}") from e
+    if not isinstance(doc, dict) or doc.get("version") != "v1" or not isinstance(doc.get("mig-configs"), dict):
+        raise mig_table.LayoutRefused("config needs `version: v1` and a `mig-configs` map")
+    entries = doc["mig-configs"].get(wanted)
+    if not isinstance(entries, list):
+        raise mig_table.LayoutRefused(f"mig-config {wanted!r} not found in the visible config")
+    new = list(gpus)
+    touched: set[int] = set()
+    for entry in entries:
+        if not isinstance(entry, dict):
+            raise mig_table.LayoutRefused(f"entry {entry!r} is not a map")
+        indices = _devices(entry, len(gpus))
+        if touched & set(indices):
+            raise mig_table.LayoutRefused(f"GPUs {sorted(touched & set(indices))} appear in two entries")
+        touched |= set(indices)
+        if entry.get("mig-enabled") is True:
+            devices = entry.get("mig-devices") or {}
+            if not isinstance(devices, dict):
+                raise mig_table.LayoutRefused("mig-devices must be a map of profile to count")
+            mig_table.place(product, devices)
+            state = {p: n for p, n in devices.items() if n}
+        elif entry.get("mig-enabled") is False:
+            if entry.get("mig-devices"):
+                raise mig_table.LayoutRefused("mig-devices given with mig-enabled: false")
+            state = None
+        else:
+            raise mig_table.LayoutRefused("each entry needs mig-enabled: true or false")
+        for i in indices:
+            new[i] = state
+    return new
+
+
+def _devices(entry: dict, gpu_count: int) -> list[int]:
+    devices = entry.get("devices")
+    if devices == "all":
+        return list(range(gpu_count))
+    if isinstance(devices, list) and all(isinstance(d, int) and not isinstance(d, bool) for d in devices):
+        bad = [d for d in devices if not 0 <= d < gpu_count]
+        if bad:
+            raise mig_table.LayoutRefused(f"devices {bad} do not exist (node has {gpu_count} GPUs)")
+        return devices
+    raise mig_table.LayoutRefused(f"devices must be `all` or a list of GPU indices, not {devices!r}")
