@@ -7,7 +7,9 @@ KWOK's fake nodes, so the operator can be tested against it:
   (or `nvidia.com/mig.config.state` is removed, which asks for a retry), it
   sets `nvidia.com/mig.config.state=pending`.
 - It reads the mig-parted config (`version: v1`, `mig-configs`) from the
-  configured ConfigMap key, as the ConfigMap looked `configmap_delay` seconds
+  ConfigMap the ClusterPolicy names (`spec.migManager.config.name`; the
+  configured name when there is no ClusterPolicy), key `config.yaml`, as the
+  ConfigMap looked `configmap_delay` seconds
   ago: a mounted ConfigMap reaches the real mig-manager only after a lag, so a
   config written just before relabelling may not be seen yet.
 - It sets `failed` for a missing config name, a malformed config, a layout the
@@ -30,7 +32,7 @@ import yaml
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from . import gpu_nodes, mig_table
+from . import gpu_nodes, gpu_operator, mig_table
 from .gpu_nodes import HANDLED_ANNOTATION, MIG_CONFIG, MIG_RESOURCE_PREFIX, MIG_STATE, STATE_ANNOTATION
 
 log = logging.getLogger(__name__)
@@ -47,12 +49,14 @@ class MigManagerStandIn:
         configmap_delay: float = 2.0,
         apply_seconds: float = 0.5,
         poll_seconds: float = 0.2,
+        cluster_policy: str | None = "cluster-policy",
     ):
         self.api = api
         self.namespace, self.configmap, self.key = namespace, configmap, key
         self.configmap_delay = configmap_delay
         self.apply_seconds = apply_seconds
         self.poll_seconds = poll_seconds
+        self.cluster_policy = cluster_policy
         self._snapshots: deque[tuple[float, str | None]] = deque()
         self.errors: dict[str, str] = {}  # node -> reason of the last `failed`
         self._stop = threading.Event()
@@ -79,6 +83,10 @@ class MigManagerStandIn:
             self._stop.wait(self.poll_seconds)
 
     def _snapshot_configmap(self) -> None:
+        if self.cluster_policy:
+            # A changed name behaves like a changed file: seen only after the lag.
+            named = gpu_operator.mig_configmap_name(self.api.api_client, self.cluster_policy)
+            self.configmap = named or self.configmap
         try:
             cm = self.api.read_namespaced_config_map(self.configmap, self.namespace)
             data = (cm.data or {}).get(self.key)

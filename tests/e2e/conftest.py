@@ -16,6 +16,7 @@ from kubernetes import client, config
 from cluster.binaries import bin_dir
 from cluster.controlplane import ControlPlane
 from cluster.gpu_nodes import create_cpu_node
+from cluster.gpu_operator import install_cluster_policy
 from cluster.kube import ensure_namespace, has_default_sa, wait_for, wait_node_ready
 from cluster.mig_manager_standin import MigManagerStandIn
 from cluster.prometheus import DemandExporter, Prometheus
@@ -66,6 +67,8 @@ def cpu_node(core) -> str:
 @pytest.fixture(scope="session")
 def mig_manager(core) -> MigManagerStandIn:
     ensure_namespace(core, "gpu-operator")
+    # As with the real operator, the ClusterPolicy names the mig-parted ConfigMap.
+    install_cluster_policy(core.api_client, "tessera-mig-parted-config")
     standin = MigManagerStandIn(core, namespace="gpu-operator", configmap_delay=1.0).start()
     yield standin
     standin.stop()

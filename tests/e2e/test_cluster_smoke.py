@@ -14,6 +14,7 @@ import yaml
 from kubernetes import client
 
 from cluster.gpu_nodes import MIG_CONFIG, MIG_STATE, create_gpu_nodes
+from cluster.gpu_operator import set_mig_configmap
 from cluster.kube import pods, wait_for, wait_node_ready, wait_pods_phase
 
 H100 = "NVIDIA-H100-80GB-HBM3"
@@ -68,6 +69,26 @@ def test_a_job_pod_completes_on_a_kwok_node(api_client, core, cpu_node, namespac
     wait_for(lambda: (batch.read_namespaced_job("profile", namespace).status.succeeded or 0) == 1,
              90, "job profile to succeed")
     assert pods(core, namespace, "job-name=profile")[0].status.phase == "Succeeded"
+
+
+def test_gpu_node_helper_makes_ready_nodes_labelled_like_gpu_feature_discovery(core):
+    names = create_gpu_nodes(core, 2, "NVIDIA-A100-SXM4-40GB", gpus_per_node=4,
+                             name_prefix=f"a100-{uuid.uuid4().hex[:5]}", mig_devices={"3g.20gb": 2})
+    try:
+        for name in names:
+            wait_node_ready(core, name)
+            node = core.read_node(name)
+            labels = node.metadata.labels
+            assert labels["nvidia.com/gpu.product"] == "NVIDIA-A100-SXM4-40GB"
+            assert labels["nvidia.com/gpu.count"] == "4"
+            assert labels["nvidia.com/mig.capable"] == "true"
+            assert labels["nvidia.com/mig.strategy"] == "mixed"
+            assert labels["nvidia.com/mig-3g.20gb.count"] == "8"
+            assert node.status.allocatable["nvidia.com/mig-3g.20gb"] == "8"
+            assert node.status.allocatable["nvidia.com/gpu"] == "0"
+    finally:
+        for name in names:
+            core.delete_node(name)
 
 
 @pytest.fixture
@@ -182,6 +203,23 @@ def test_relabel_before_the_configmap_lag_passes_fails_and_a_cleared_state_retri
     assert mig_manager.wait_for_state(h100_node) == "success"
     labels = core.read_node(h100_node).metadata.labels
     assert labels["nvidia.com/mig-4g.40gb.count"] == "1" and labels["nvidia.com/mig-3g.40gb.count"] == "1"
+
+
+def test_stand_in_reads_the_configmap_the_cluster_policy_names(core, mig_manager, h100_node):
+    namespace = MIG_CONFIGMAP[0]
+    text = yaml.safe_dump({"version": "v1", "mig-configs": {"whole-7g": [
+        {"devices": "all", "mig-enabled": True, "mig-devices": {"7g.80gb": 1}}]}})
+    core.create_namespaced_config_map(namespace, {"metadata": {"name": "other-mig-config"},
+                                                  "data": {"config.yaml": text}})
+    set_mig_configmap(core.api_client, "other-mig-config")
+    try:
+        wait_for(lambda: mig_manager.visible_config() == text, 30, "other ConfigMap visible to stand-in")
+        core.patch_node(h100_node, {"metadata": {"labels": {MIG_CONFIG: "whole-7g"}}})
+        assert mig_manager.wait_for_state(h100_node) == "success"
+        assert core.read_node(h100_node).status.allocatable["nvidia.com/mig-7g.80gb"] == "1"
+    finally:
+        set_mig_configmap(core.api_client, MIG_CONFIGMAP[1])
+        core.delete_namespaced_config_map("other-mig-config", namespace)
 
 
 def test_relayout_is_refused_while_pods_hold_the_nodes_gpus(api_client, core, mig_manager, h100_node, namespace):
