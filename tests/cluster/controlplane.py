@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import ssl
@@ -36,6 +37,14 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def die_with_parent_prefix(enabled: bool = True) -> list[str]:
+    """Command prefix so a child gets SIGTERM when its parent dies (util-linux
+    setpriv sets PR_SET_PDEATHSIG, kept across exec): a killed test run leaves
+    no cluster behind. Empty where setpriv is missing."""
+    setpriv = shutil.which("setpriv")
+    return [setpriv, "--pdeathsig", "SIGTERM", "--"] if enabled and setpriv else []
 
 
 def _openssl(*args: str, cwd: Path) -> None:
@@ -92,6 +101,8 @@ class ControlPlane:
     bins: Path = field(default_factory=bin_dir)
     processes: dict[str, subprocess.Popen] = field(default_factory=dict)
     server: str = ""
+    # Fixtures: SIGTERM the cluster if pytest itself is killed. up.sh: keep it.
+    die_with_parent: bool = True
 
     @property
     def kubeconfig(self) -> Path:
@@ -135,7 +146,8 @@ class ControlPlane:
         # Own session: a Ctrl-C in pytest does not kill the cluster half-way;
         # stop() ends these PIDs explicitly.
         self.processes[name] = subprocess.Popen(
-            [str(self.bins / name), *args], stdout=logfile, stderr=subprocess.STDOUT,
+            [*die_with_parent_prefix(self.die_with_parent), str(self.bins / name), *args],
+            stdout=logfile, stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL, start_new_session=True, env=env)
         logfile.close()
 
@@ -256,7 +268,7 @@ def main(argv: list[str]) -> int:
         return 2
     workdir = Path(argv[1]).resolve()
     if argv[0] == "up":
-        cp = ControlPlane(workdir).start()
+        cp = ControlPlane(workdir, die_with_parent=False).start()
         cp.processes.clear()  # leave them running for `down`
         print(cp.kubeconfig)
     else:

@@ -20,7 +20,7 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-from .controlplane import free_port
+from .controlplane import die_with_parent_prefix, free_port
 
 REQUESTS_METRIC = "tessera_demo_requests"  # exposed as tessera_demo_requests_total
 
@@ -120,7 +120,7 @@ class Prometheus:
         (self.workdir / "prometheus.yml").write_text(json.dumps(config))
         logfile = open(self.workdir / "prometheus.log", "ab")
         self.proc = subprocess.Popen(
-            [self.binary, f"--config.file={self.workdir / 'prometheus.yml'}",
+            [*die_with_parent_prefix(), self.binary, f"--config.file={self.workdir / 'prometheus.yml'}",
              f"--storage.tsdb.path={self.workdir / 'data'}",
              f"--web.listen-address=127.0.0.1:{self.port}"],
             stdout=logfile, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
