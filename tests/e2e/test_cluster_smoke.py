@@ -245,6 +245,19 @@ def test_helm_lints_and_renders_a_chart_against_the_stamped_kube_version(helm):
     assert too_old.returncode != 0 and "kubeVersion" in too_old.stderr
 
 
+REPO = Path(__file__).resolve().parents[2]
+PRODUCT_CHARTS = sorted(
+    chart.parent for top in REPO.iterdir() if top.is_dir() and top.name not in (".venv", ".git", "tests")
+    for chart in top.rglob("Chart.yaml"))
+
+
+@pytest.mark.skipif(not PRODUCT_CHARTS, reason="the repository has no Helm chart yet")
+@pytest.mark.parametrize("chart", PRODUCT_CHARTS, ids=lambda c: str(c.relative_to(REPO)))
+def test_every_chart_in_the_repository_lints_and_renders(helm, chart):
+    helm("lint", str(chart))
+    assert helm("template", "tessera", str(chart)).stdout.strip()
+
+
 def test_prometheus_reports_the_request_rate_the_exporter_sets(prometheus, demand_exporter):
     demand_exporter.set_rate("llama-8b", 40.0)
 
