@@ -39,7 +39,9 @@ mkdir -p "$bin"
 # The machine is shared: keep the build polite unless the caller says otherwise
 # (TESSERA_BUILD_JOBS, TESSERA_BUILD_NICE). -mod=readonly: build exactly the
 # committed go.mod/go.sum.
-export GOFLAGS="${GOFLAGS:-} -p=${TESSERA_BUILD_JOBS:-2} -mod=readonly -buildvcs=false"
+# -trimpath: binaries do not depend on where the module cache lives, so two
+# machines with the same toolchain build the same bytes.
+export GOFLAGS="${GOFLAGS:-} -p=${TESSERA_BUILD_JOBS:-2} -mod=readonly -buildvcs=false -trimpath"
 nice_cmd=(nice -n "${TESSERA_BUILD_NICE:-10}")
 timed() { local name="$1"; shift; local t0=$SECONDS; "$@"; log "$name built in $((SECONDS - t0))s"; }
 
