@@ -6,4 +6,6 @@ cd "$(dirname "$0")/.."
 # the working directory on sys.path, or it shadows the standard library.
 export PYTHONSAFEPATH=1
 bash scripts/setup.sh
+# End-to-end prerequisites: Debian's prometheus and the cached test-cluster build.
+bash tests/cluster/setup.sh
 .venv/bin/python -P -m pytest "$@"
