@@ -167,17 +167,13 @@ def plan(
     """The cheapest plan that serves the demand within the SLOs, or as much of it as the pool can."""
     started = time.perf_counter()
     data = _milp_input(systems, pool, store, features, options, current)
-    milp = CompoundMilp(data)
-    build_s = time.perf_counter() - started
-    solver = _StagedSolver(milp, options)
+    milp, solver, build_s = _build(data, options, started)
 
     solver.serve_all_demand(True)
     first = _solve_after_serving(solver, milp, systems, current)
     if first is None:
         solver.serve_all_demand(False)
-        solver.find_start(milp.served(), pyo.maximize)
-        if solver.run("serve", milp.served(), pyo.maximize) is None:
-            raise NoPlanError(_no_plan_message(systems))
+        _maximise_served(solver, "serve", systems, share=0.5)
         _solve_after_serving(solver, milp, systems, current)
 
     result = extract_plan(milp, features, options.headroom)
@@ -186,6 +182,21 @@ def plan(
     plan_ = result.finish(gpus, report)
     plan_.diagnosis = diagnose(plan_, systems, data.candidates, data.levels)
     return plan_
+
+
+def _build(data: MilpInput, options: PlannerOptions, started: float) -> tuple[CompoundMilp, _StagedSolver, float]:
+    milp = CompoundMilp(data)
+    build_s = time.perf_counter() - started
+    return milp, _StagedSolver(milp, options), build_s
+
+
+def _maximise_served(solver: _StagedSolver, name: str, systems: list[SystemSpec], share: float) -> StageResult:
+    served = solver.milp.served()
+    solver.find_start(served, pyo.maximize)
+    stage = solver.run(name, served, pyo.maximize, share=share)
+    if stage is None:
+        raise NoPlanError(_no_plan_message(systems))
+    return stage
 
 
 def _solve_after_serving(solver: _StagedSolver, milp: CompoundMilp, systems: list[SystemSpec],
@@ -226,13 +237,8 @@ def max_common_scale(
     data = _milp_input(systems, pool, store, features, options, None)
     data.maximise_common_scale = True
     data.scale_upper_bound = _scale_upper_bound(data)
-    milp = CompoundMilp(data)
-    build_s = time.perf_counter() - started
-    solver = _StagedSolver(milp, options)
-    solver.find_start(milp.served(), pyo.maximize)
-    stage = solver.optimise("max-demand", milp.served(), pyo.maximize, share=1.0)
-    if stage is None:
-        raise NoPlanError(_no_plan_message(systems))
+    milp, solver, build_s = _build(data, options, started)
+    stage = _maximise_served(solver, "max-demand", systems, share=1.0)
     return stage.value, _solver_report(solver, milp, build_s)
 
 
