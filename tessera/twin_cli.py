@@ -65,12 +65,13 @@ def run_cmd(file: Path, seed: int, png: Path | None, json_out: Path | None) -> N
                        max_num_seqs=int(spec.get("max_num_seqs", 2048)),
                        max_num_batched_tokens=int(spec.get("max_num_batched_tokens", 2048)))
     with _progress() as prog:
-        task = prog.add_task(f"simulating {w.duration_s:.0f} s", total=2)
-        prog.advance(task)
+        # the bar counts simulated seconds, updated while the kernel runs
+        task = prog.add_task(f"simulating {w.duration_s:.0f} s", total=round(w.duration_s))
         t0 = time.perf_counter()
-        res = simulate(w, prof, cfg, seed=seed)
+        res = simulate(w, prof, cfg, seed=seed,
+                       progress=lambda ts: prog.update(task, completed=min(round(ts), round(w.duration_s))))
         wall = time.perf_counter() - t0
-        prog.advance(task)
+        prog.update(task, completed=round(w.duration_s))
     table = Table(title=f"{prof.model}: {w.n_adapters} adapters, A_max={cfg.max_loras}")
     table.add_column("metric")
     table.add_column("value", justify="right")
