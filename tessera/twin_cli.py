@@ -216,6 +216,26 @@ def sweep_cmd(out_dir: Path, n_configs: int, workers: int, merge_to: Path | None
         console.print(f"merged {n} rows into {merge_to}")
 
 
+@twin.command("reseed")
+@click.option("--extra", default=2, show_default=True, help="more seeds per workload")
+@click.option("--band", default=0.05, show_default=True, help="re-run workloads with |ratio - 0.9| below this")
+@click.option("--workers", default=min(2, os.cpu_count() or 1), show_default=True)
+def reseed_cmd(extra: int, band: float, workers: int) -> None:
+    """Re-simulate the sweep's near-threshold workloads with more seeds (denoised labels; resumable)."""
+    import numpy as np
+
+    from tessera.planner.predictors import train as T
+    from tessera.planner.twin.sweep import run_reseed
+
+    t = T.load_table()
+    r = t.column("ratio").to_numpy()
+    ids = [int(c) for c in t.column("cid").to_numpy()[np.abs(r - 0.9) < band]]
+    with _progress() as prog:
+        task = prog.add_task(f"{len(ids)} workloads x {extra} seeds", total=len(ids) * extra)
+        n = run_reseed(T.SEEDS, ids, extra=extra, workers=workers, progress=lambda k: prog.advance(task, k))
+    console.print(f"{n} extra-seed rows in {T.SEEDS}")
+
+
 @twin.command("train")
 @click.option("--data", type=click.Path(exists=True, path_type=Path), default=None)
 @click.option("--out", type=click.Path(path_type=Path), default=Path("bench/results/predictors.json"), show_default=True)
