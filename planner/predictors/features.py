@@ -71,13 +71,21 @@ def active(rates: np.ndarray) -> list[float]:
 
 def feature_vector(n_adapters, a_max, max_rank, mean_rank, total_rate, max_rate, rate_cv, kv_tokens, model_id,
                    active2, active8, active30):
-    u30, l30 = queue_features(total_rate, a_max, active30, kv_tokens, model_id)
-    u8, l8 = queue_features(total_rate, a_max, active8, kv_tokens, model_id)
+    # queue_features inlined (this runs in the placement loop's inner step)
+    a, b, c0, c1, run = STEP[int(model_id)]
+    lo = total_rate * OUTPUT_TOKENS / 1000.0
+    k30 = c0 + c1 * (active30 if active30 < a_max else a_max)
+    k8 = c0 + c1 * (active8 if active8 < a_max else a_max)
+    u30 = lo * (b * k30 + run)
+    u8 = lo * (b * k8 + run)
+    l30 = min(OUTPUT_TOKENS * a * k30 / 1000.0 / max(1.0 - u30, 0.01), LAT_CAP)
+    l8 = min(OUTPUT_TOKENS * a * k8 / 1000.0 / max(1.0 - u8, 0.01), LAT_CAP)
+    kv = kv_tokens if kv_tokens > 1.0 else 1.0
     return [float(n_adapters), float(a_max), a_max / n_adapters, float(max_rank), float(mean_rank),
             float(total_rate), math.log(max(total_rate, 1e-6)), float(max_rate), float(rate_cv),
             float(kv_tokens), float(model_id), active2 / a_max, active8 / a_max, active30 / a_max,
-            total_rate / a_max, total_rate * TOKENS_PER_REQUEST / max(kv_tokens, 1.0),
-            u30, l30, total_rate * l30 * KV_TOKENS_PER_RUNNING / max(kv_tokens, 1.0), u8, l8]
+            total_rate / a_max, total_rate * TOKENS_PER_REQUEST / kv,
+            u30, l30, total_rate * l30 * KV_TOKENS_PER_RUNNING / kv, u8, l8]
 
 
 def features(ranks, rates, a_max: int, model: str, kv_tokens: float) -> list[float]:
