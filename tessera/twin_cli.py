@@ -65,12 +65,13 @@ def run_cmd(file: Path, seed: int, png: Path | None, json_out: Path | None) -> N
                        max_num_seqs=int(spec.get("max_num_seqs", 2048)),
                        max_num_batched_tokens=int(spec.get("max_num_batched_tokens", 2048)))
     with _progress() as prog:
-        task = prog.add_task(f"simulating {w.duration_s:.0f} s", total=2)
-        prog.advance(task)
+        # the bar counts simulated seconds, updated while the kernel runs
+        task = prog.add_task(f"simulating {w.duration_s:.0f} s", total=round(w.duration_s))
         t0 = time.perf_counter()
-        res = simulate(w, prof, cfg, seed=seed)
+        res = simulate(w, prof, cfg, seed=seed,
+                       progress=lambda ts: prog.update(task, completed=min(round(ts), round(w.duration_s))))
         wall = time.perf_counter() - t0
-        prog.advance(task)
+        prog.update(task, completed=round(w.duration_s))
     table = Table(title=f"{prof.model}: {w.n_adapters} adapters, A_max={cfg.max_loras}")
     table.add_column("metric")
     table.add_column("value", justify="right")
@@ -213,6 +214,26 @@ def sweep_cmd(out_dir: Path, n_configs: int, workers: int, merge_to: Path | None
     if merge_to:
         n = merge(out_dir, merge_to)
         console.print(f"merged {n} rows into {merge_to}")
+
+
+@twin.command("reseed")
+@click.option("--extra", default=2, show_default=True, help="more seeds per workload")
+@click.option("--band", default=0.05, show_default=True, help="re-run workloads with |ratio - 0.9| below this")
+@click.option("--workers", default=min(2, os.cpu_count() or 1), show_default=True)
+def reseed_cmd(extra: int, band: float, workers: int) -> None:
+    """Re-simulate the sweep's near-threshold workloads with more seeds (denoised labels; resumable)."""
+    import numpy as np
+
+    from tessera.planner.predictors import train as T
+    from tessera.planner.twin.sweep import run_reseed
+
+    t = T.load_table()
+    r = t.column("ratio").to_numpy()
+    ids = [int(c) for c in t.column("cid").to_numpy()[np.abs(r - 0.9) < band]]
+    with _progress() as prog:
+        task = prog.add_task(f"{len(ids)} workloads x {extra} seeds", total=len(ids) * extra)
+        n = run_reseed(T.SEEDS, ids, extra=extra, workers=workers, progress=lambda k: prog.advance(task, k))
+    console.print(f"{n} extra-seed rows in {T.SEEDS}")
 
 
 @twin.command("train")

@@ -18,6 +18,18 @@ from .features import FEATURES, TOKENS_PER_REQUEST, frame_features
 HELD_OUT_A = (24, 96, 320)
 HELD_OUT_N = (48, 192, 448)
 DATA = Path(__file__).with_name("data") / "twin_sweep.parquet"
+# extra request-stream seeds of the workloads whose ratio fell within 0.05 of the
+# threshold (tessera.planner.twin.sweep.run_reseed); their label is the mean's
+SEEDS = Path(__file__).with_name("data") / "twin_sweep_seeds.parquet"
+# classifier hyper-parameters chosen by tune() on inner folds of the training levels
+# (never by the held-out score): 3 folds, each holding out two A_max and two
+# adapter-count levels of the training part; best mean macro-F1 (0.967), ties to the
+# shallower / larger-leaf tree. The same folds chose the feature set (the 16 old
+# features + util/lat for active30 and active8 + kv_demand30: 0.967, vs 0.9646 without
+# the active8 pair and kv demand, 0.937 for the old features and settings) and the
+# classifier over a thresholded ratio regressor (0.958).
+INNER_FOLDS = (((16, 128), (64, 256)), ((8, 64), (32, 320)), ((48, 192), (16, 128)))
+CLF_PARAMS = dict(max_depth=8, min_samples_leaf=1, class_weight=None)
 COMPILED = Path(__file__).with_name("_compiled.py")
 
 
@@ -56,6 +68,22 @@ def load_table(path: Path = DATA):
     return t.filter(mask)
 
 
+def denoised_ratio(t, seeds_path: Path = SEEDS) -> np.ndarray:
+    """Per-row ratio averaged over the sweep's seed and any extra seeds in seeds_path."""
+    ratio = t.column("ratio").to_numpy().astype(float)
+    if seeds_path is None or not Path(seeds_path).exists():
+        return ratio
+    import pyarrow.parquet as pq
+
+    ex = pq.read_table(seeds_path).to_pydict()
+    extra: dict[int, list[float]] = {}
+    for c, r in zip(ex["cid"], ex["ratio"]):
+        extra.setdefault(int(c), []).append(float(r))
+    cid = t.column("cid").to_numpy()
+    return np.array([np.mean([ratio[i]] + extra[int(c)]) if int(c) in extra else ratio[i]
+                     for i, c in enumerate(cid)])
+
+
 def split(t):
     a = t.column("a_max").to_numpy()
     n = t.column("n_adapters").to_numpy()
@@ -70,8 +98,9 @@ def train(path: Path = DATA, reg_depth: int = 10, clf_depth: int = 8, cap_depth:
 
     t = load_table(path)
     X = frame_features(t)
-    y = t.column("ratio").to_numpy()
-    s = np.asarray(t.column("starved").to_numpy(zero_copy_only=False), int)
+    s1 = np.asarray(t.column("starved").to_numpy(zero_copy_only=False), int)  # one seed
+    y = denoised_ratio(t, SEEDS if path == DATA else None)
+    s = (y < 0.9).astype(int)
     tr, te = split(t)
     if all_rows:
         tr = np.ones_like(tr)
@@ -80,8 +109,7 @@ def train(path: Path = DATA, reg_depth: int = 10, clf_depth: int = 8, cap_depth:
     cap = DecisionTreeRegressor(max_depth=cap_depth, min_samples_leaf=3, random_state=seed).fit(
         X[st], np.log(thr[st]))
     reg = DecisionTreeRegressor(max_depth=reg_depth, min_samples_leaf=3, random_state=seed).fit(X[tr], y[tr])
-    clf = DecisionTreeClassifier(max_depth=clf_depth, min_samples_leaf=2, class_weight="balanced",
-                                 random_state=seed).fit(X[tr], s[tr])
+    clf = DecisionTreeClassifier(**{**CLF_PARAMS, "max_depth": clf_depth}, random_state=seed).fit(X[tr], s[tr])
     pr = np.clip(reg.predict(X[te]), 0, None)
     out = Trained(reg, clf, cap, {})
     ph = out.predict_ratio(X[te])
@@ -89,6 +117,9 @@ def train(path: Path = DATA, reg_depth: int = 10, clf_depth: int = 8, cap_depth:
                    smape_ratio_single_tree=smape(y[te], pr), smape_ratio=smape(y[te], ph),
                    smape_ratio_unstarved=smape(y[te][s[te] == 0], ph[s[te] == 0]),
                    smape_ratio_starved=smape(y[te][s[te] == 1], ph[s[te] == 1]), macro_f1=macro_f1(s[te], clf.predict(X[te])),
+                   macro_f1_single_seed_labels=macro_f1(s1[te], clf.predict(X[te])),
+                   misclassified=int((clf.predict(X[te]) != s[te]).sum()),
+                   labels_changed_by_seeds=int((s != s1).sum()),
                    starved_from_regressor_f1=macro_f1(s[te], pr < 0.9),
                    reg_leaves=int(reg.get_n_leaves()), clf_leaves=int(clf.get_n_leaves()),
                    cap_leaves=int(cap.get_n_leaves()), reg_depth=int(reg.get_depth()),
@@ -130,3 +161,30 @@ def evaluate_on_real(tr: Trained, runs=None) -> dict:
     return dict(n=len(runs), smape_ratio=smape(y, ph), macro_f1=macro_f1(s, tr.classifier.predict(X)),
                 starvation_agree=int((tr.classifier.predict(X) == s).sum()),
                 smape_ratio_unstarved=smape(y[s == 0], ph[s == 0]), smape_ratio_starved=smape(y[s == 1], ph[s == 1]))
+
+
+def tune(path: Path = DATA, depths=(6, 8, 10, 12), leaves=(1, 2, 3, 5), weights=("balanced", None)) -> list:
+    """Classifier hyper-parameters scored on INNER_FOLDS of the training levels only
+    (the held-out levels are never looked at). Returns (mean macro-F1, depth, leaf,
+    class_weight) best first; CLF_PARAMS holds the winner."""
+    from sklearn.tree import DecisionTreeClassifier
+
+    t = load_table(path)
+    X = frame_features(t)
+    s = (denoised_ratio(t, SEEDS if path == DATA else None) < 0.9).astype(int)
+    a = t.column("a_max").to_numpy()
+    n = t.column("n_adapters").to_numpy()
+    tr, _ = split(t)
+    out = []
+    for d in depths:
+        for leaf in leaves:
+            for w in weights:
+                sc = []
+                for fa, fn in INNER_FOLDS:
+                    it = tr & (np.isin(a, fa) | np.isin(n, fn))
+                    m = DecisionTreeClassifier(max_depth=d, min_samples_leaf=leaf, class_weight=w,
+                                               random_state=0).fit(X[tr & ~it], s[tr & ~it])
+                    sc.append(macro_f1(s[it], m.predict(X[it])))
+                out.append((float(np.mean(sc)), d, leaf, w))
+    out.sort(key=lambda r: (-round(r[0], 4), r[1], -r[2]))
+    return out

@@ -90,6 +90,9 @@ int64_t simulate_kernel(int64_t n_req, const double *arr_t, const int32_t *arr_a
     double itl_scale = ITL_BINS / (ITL_HI - ITL_LO);
 
     for (;;) {
+        /* simulated time so far, for a progress bar polled by another thread (sim.py);
+         * volatile so the store is never kept in a register; the final value is set below */
+        ((volatile double *)stats)[S_END_T] = t;
         while (ia < n_req && arr_t[ia] <= t) {
             if (nrunning + nwait >= cap) {
                 state[ia] = DROPPED; stats[S_DROPPED] += 1;

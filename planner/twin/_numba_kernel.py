@@ -84,7 +84,7 @@ def _ceil_div(a, b):
     return (a + b - 1) // b
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def simulate_kernel(
     arr_t,  # float64[N] arrival times, sorted
     arr_ad,  # int32[N] adapter of each request
@@ -152,6 +152,8 @@ def simulate_kernel(
     itl_scale = ITL_BINS / (ITL_HI - ITL_LO)
 
     while True:
+        # simulated time so far, polled by sim.py's progress thread (nogil); final value set below
+        stats[S_END_T] = t
         # arrivals up to now
         while ia < n_req and arr_t[ia] <= t:
             if nrunning + nwait >= cap:

@@ -92,8 +92,39 @@ def engine_params(profile: Profile, cfg: ServerConfig, duration: float, kv_block
     return p
 
 
+def _run_with_progress(kernel, args: tuple, stats: np.ndarray, progress, poll_s: float):
+    """Run the kernel in a worker thread (the C call and the numba kernel release the
+    GIL) and report the simulated time it has reached, read from ``stats[S_END_T]``
+    which the kernel stores at every event, to ``progress(t)`` every ``poll_s``.
+    The kernel's computation is exactly that of a plain call; only the caller waits
+    differently, so results are bit-identical."""
+    import threading
+
+    out: dict = {}
+
+    def work():
+        try:
+            out["r"] = kernel(*args)
+        except BaseException as e:  # re-raised in the caller's thread
+            out["e"] = e
+
+    th = threading.Thread(target=work, name="twin-kernel", daemon=True)
+    th.start()
+    while True:
+        th.join(poll_s)
+        if not th.is_alive():
+            break
+        progress(float(stats[E.S_END_T]))
+    if "e" in out:
+        raise out["e"]
+    progress(float(stats[E.S_END_T]))
+    return out["r"]
+
+
 def simulate(workload: Workload, profile: Profile, cfg: ServerConfig, seed: int = 0,
-             keep_requests: bool = False) -> TwinResult:
+             keep_requests: bool = False, progress=None, poll_s: float = 0.1) -> TwinResult:
+    """Simulate one workload. ``progress``, if given, is called with the simulated time
+    (seconds, up to the duration) about every ``poll_s`` of wall time during the run."""
     max_rank = cfg.max_rank or workload.max_rank
     if workload.max_rank > max_rank:
         raise ValueError(f"adapter rank {workload.max_rank} exceeds --max-lora-rank {max_rank}")
@@ -120,8 +151,11 @@ def simulate(workload: Workload, profile: Profile, cfg: ServerConfig, seed: int 
     ts_kv = np.zeros(n_s, np.float32)
     hist = np.zeros(E.ITL_BINS)
     stats = np.zeros(E.N_STATS)
-    nrun, nwait = E.get_kernel()(t, ad, p, o, load_ms, params, state, gen, ttft,
-                                    ts_run, ts_wait, ts_kv, hist, stats)
+    kargs = (t, ad, p, o, load_ms, params, state, gen, ttft, ts_run, ts_wait, ts_kv, hist, stats)
+    if progress is None:
+        nrun, nwait = E.get_kernel()(*kargs)
+    else:
+        nrun, nwait = _run_with_progress(E.get_kernel(), kargs, stats, progress, poll_s)
     fin = state == E.FINISHED
     tokens = float(p[fin].sum(dtype=np.int64) + o[fin].sum(dtype=np.int64))
     thr = tokens / T
