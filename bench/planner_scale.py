@@ -7,7 +7,7 @@ separately. On the smaller pools the default model (budget levels, option
 tiers) is also compared with a finer one, to show the optimality that the
 discretisation gives up.
 
-Run: .venv/bin/python bench/planner_scale.py [--pools 15 120 1000]
+Run: .venv/bin/python bench/planner_scale.py [--pools 4 15 120 1000] [--compare-up-to 4]
 Writes bench/results/planner_scale.{md,json}.
 """
 
@@ -113,8 +113,8 @@ def markdown(rows: list[dict]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--pools", type=int, nargs="+", default=[15, 120, 1000])
-    parser.add_argument("--compare-up-to", type=int, default=120,
+    parser.add_argument("--pools", type=int, nargs="+", default=[4, 15, 120, 1000])
+    parser.add_argument("--compare-up-to", type=int, default=4,
                         help="Compare with the finer model on pools up to this size.")
     args = parser.parse_args()
     console = Console()

@@ -213,7 +213,7 @@ def _solve_after_serving(solver: _StagedSolver, milp: CompoundMilp, systems: lis
     # solve also tells whether all demand can be served, so it must be a real one.
     stages = [stage for stage in stages if not pyo.is_constant(stage[1])]
     solver.find_start(*stages[0][1:])
-    first = solver.run(*stages[0])
+    first = solver.run(*stages[0], share=0.75)
     if first is None:
         if solver.highs.last_status != "Infeasible":
             raise NoPlanError(
