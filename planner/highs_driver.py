@@ -123,7 +123,9 @@ class HighsModel:
         self._solution = found
         info = self.h.getInfo()
         value = info.objective_function_value
-        bound = info.mip_dual_bound if info.mip_node_count >= 0 and math.isfinite(info.mip_dual_bound) else value
+        # A MIP stopped before its first bound reports an infinite one: keep it
+        # so, or the gap of an unproven solution would read as zero.
+        bound = info.mip_dual_bound if info.mip_node_count >= 0 else value
         status = self.h.modelStatusToString(self.h.getModelStatus())
         return SolveResult(status, value, bound, seconds)
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from tessera.planner.profiles import ProfileSource, SegmentType
 
@@ -67,6 +67,9 @@ class SystemSummary(BaseModel):
 
 
 class SolverReport(BaseModel):
+    # An unproven solution's gap is infinite; JSON carries it as Infinity.
+    model_config = ConfigDict(ser_json_inf_nan="constants")
+
     status: str
     stages: list[str] = Field(description="Objective stages solved, in order.")
     objective: dict[str, float]
