@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections import Counter, deque
 
 from tessera.planner.catalog import Layout
-from tessera.planner.plan import GpuPlan, InstancePlan, Plan, TaskPlan
+from tessera.planner.plan import ConfigPlan, GpuPlan, InstancePlan, Plan, TaskPlan
 
 ConfigKey = tuple  # (system, task, variant, segment, batch)
 
@@ -23,11 +23,16 @@ def current_layout_counts(current: Plan) -> dict[Layout, int]:
     return dict(Counter(layout_of(g) for g in current.gpus))
 
 
+def config_key(task: TaskPlan, config: ConfigPlan) -> ConfigKey:
+    """What identifies a configuration across plans (the MILP's candidate key)."""
+    return (task.system, task.task, task.variant, config.segment, config.batch)
+
+
 def current_replica_counts(current: Plan) -> dict[ConfigKey, int]:
     counts: dict[ConfigKey, int] = {}
     for task in current.tasks:
         for config in task.configs:
-            key = (task.system, task.task, task.variant, config.segment, config.batch)
+            key = config_key(task, config)
             counts[key] = counts.get(key, 0) + config.replicas
     return counts
 
@@ -36,8 +41,7 @@ def _config_key(tasks_by_key: dict, instance: InstancePlan) -> ConfigKey | None:
     if instance.config is None:
         return None
     task = tasks_by_key[(instance.system, instance.task)]
-    config = task.configs[instance.config]
-    return (task.system, task.task, task.variant, config.segment, config.batch)
+    return config_key(task, task.configs[instance.config])
 
 
 def _choose_gpu_indices(layout_counts: list[tuple[Layout, int]], pool_gpus: int,
@@ -65,8 +69,8 @@ def assign_gpus(tasks: list[TaskPlan], pool_gpus: int,
     waiting: dict[ConfigKey, deque] = {}
     for task in tasks:
         for index, config in enumerate(task.configs):
-            key = (task.system, task.task, task.variant, config.segment, config.batch)
-            waiting.setdefault(key, deque()).extend([(task.system, task.task, index)] * config.replicas)
+            replicas = [(task.system, task.task, index)] * config.replicas
+            waiting.setdefault(config_key(task, config), deque()).extend(replicas)
 
     slots: dict[int, list[InstancePlan]] = {
         index: [InstancePlan(mig_profile=name) for name, count in layout for _ in range(count)]

@@ -41,8 +41,8 @@ def _why(system: SystemSpec, candidates: list[Candidate], levels: list[float]) -
         return [f"{system.name}: task {t} has no variant that fits in memory on any segment or has a profile"
                 for t in unservable]
     if len(levels) == 1:
-        too_slow = [(t.name, _fastest(candidates, t.name)) for t in system.tasks
-                    if _fastest(candidates, t.name) > levels[0]]
+        fastest_by_task = {t.name: _fastest(candidates, t.name) for t in system.tasks}
+        too_slow = [(task, fastest) for task, fastest in fastest_by_task.items() if fastest > levels[0]]
         if too_slow:
             return [f"{system.name}: with the SLO split equally over the tasks (feature T off) task {task} gets "
                     f"{levels[0]:.1f} ms but its fastest configuration takes {fastest:.1f} ms; enable T or "

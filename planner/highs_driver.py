@@ -8,7 +8,6 @@ model on such changes, which took minutes for relax-and-fix on large pools.
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass
 
