@@ -18,7 +18,7 @@ def table():
 
 
 def test_training_set_is_large_and_columnar(table):
-    assert table.num_rows >= 4000
+    assert table.num_rows >= 8000
     assert set(["ratio", "starved", "a_max", "n_adapters", "model"]) <= set(table.column_names)
     assert table.column("n_adapters").to_numpy().max() == 512
 
@@ -91,9 +91,9 @@ def test_compiled_trees_match_sklearn_and_meet_targets():
 
     assert np.allclose([predict_features(list(x))[0] for x in X], shipped.predict_ratio(X))
     m = T.train().metrics  # held-out levels
-    # measured on the committed set: macro-F1 0.966, SMAPE 2.5% (README)
-    assert m["macro_f1"] >= 0.955
-    assert m["smape_ratio"] <= 0.035
+    # the targets; measured on the committed set: macro-F1 0.976, SMAPE 2.3% (README)
+    assert m["macro_f1"] >= 0.97
+    assert m["smape_ratio"] <= 0.05
 
 
 def test_predict_api_on_clear_cases():
