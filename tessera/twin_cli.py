@@ -112,7 +112,9 @@ def _pct(x: float) -> str:
 @click.option("--runs-csv", type=click.Path(exists=True, path_type=Path), default=None)
 @click.option("--out", type=click.Path(path_type=Path), default=None, help="write per-run rows as JSON")
 @click.option("--limit", type=int, default=None, help="only the first N runs of each half (quick check)")
-def validate_cmd(seeds: int, workers: int, runs_csv: Path | None, out: Path | None, limit: int | None) -> None:
+@click.option("--png", type=click.Path(path_type=Path), default=None, help="write real-vs-twin plots here")
+def validate_cmd(seeds: int, workers: int, runs_csv: Path | None, out: Path | None, limit: int | None,
+                 png: Path | None) -> None:
     """Replay every real Qwen run: calibrate on one max-rank half, judge on the other."""
     from tessera.planner.twin import validate as V
     from tessera.planner.twin.profile import load_profile
@@ -144,6 +146,11 @@ def validate_cmd(seeds: int, workers: int, runs_csv: Path | None, out: Path | No
     console.print(s)
     for k, p in fitted.items():
         console.print(f"fitted on max-rank {k}: step={p.step} overhead={p.overhead} lengths={p.lengths}")
+    if png:
+        from tessera.planner.twin.plot import validation_png
+
+        validation_png(rows, png)
+        console.print(f"plots written to {png}")
     if out:
         out.write_text(json.dumps({"rows": rows, "summary": summ,
                                    "fitted": {k: p.to_dict() for k, p in fitted.items()}}, indent=1, default=float))

@@ -1,5 +1,6 @@
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from tessera.cli import main
@@ -20,3 +21,16 @@ def test_twin_run_memory_error(tmp_path):
     out = CliRunner().invoke(main, ["twin", "run", str(f)])
     assert out.exit_code == 0, out.output
     assert "refuses to start" in out.output
+
+
+def test_twin_validate_cli_prints_summary_and_plots(tmp_path):
+    from tessera.planner.twin.validate import find_data_dir
+
+    try:
+        find_data_dir()
+    except FileNotFoundError:
+        pytest.skip("shared/data/vllm-lora not present")
+    png = tmp_path / "v.png"
+    out = CliRunner().invoke(main, ["twin", "validate", "--limit", "2", "--seeds", "1", "--png", str(png)])
+    assert out.exit_code == 0, out.output
+    assert "summary" in out.output and png.stat().st_size > 1000
