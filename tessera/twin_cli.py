@@ -106,6 +106,47 @@ def _pct(x: float) -> str:
     return f"{100 * x:.1f}%"
 
 
+@twin.command("predict")
+@click.argument("file", type=click.Path(exists=True, path_type=Path))
+@click.option("--twin", "with_twin", is_flag=True, help="also simulate the workload (one hour) and show both")
+def predict_cmd(file: Path, with_twin: bool) -> None:
+    """Predict the workload in FILE with the compiled predictors (microseconds; what placement uses)."""
+    from tessera.planner.predictors.features import TOKENS_PER_REQUEST
+    from tessera.planner.predictors.predict import predict
+    from tessera.planner.twin.profile import load_profile
+    from tessera.planner.twin.sim import ServerConfig, simulate
+    from tessera.planner.twin.sweep import SWEEP_CAP, SWEEP_DURATION
+    from tessera.planner.twin.workload import Workload
+
+    spec, w = _load_workload_file(file)
+    prof = load_profile(spec.get("model", "qwen"))
+    a_max = int(spec["max_loras"])
+    max_rank = int(spec.get("max_rank") or w.max_rank)
+    table = Table(title=f"{prof.model}: {w.n_adapters} adapters, A_max={a_max}, max rank {max_rank}")
+    table.add_column("")
+    table.add_column("predictors", justify="right")
+    if with_twin:
+        table.add_column("twin (one hour, seed 0)", justify="right")
+    if prof.refuses_to_start(a_max, max_rank):
+        table.add_row("memory error", "server refuses to start", *(["(not simulated)"] if with_twin else []))
+        console.print(table)
+        return
+    ratio, starved = predict(w.ranks, w.rates, a_max, prof.model, prof.kv_tokens(a_max, max_rank))
+    offered = float(w.rates.sum()) * TOKENS_PER_REQUEST
+    rows = [["throughput / offered", f"{ratio:.3f}"], ["throughput tok/s", f"{ratio * offered:.0f}"],
+            ["starved (< 0.9)", str(starved)]]
+    if with_twin:
+        res = simulate(Workload(ranks=w.ranks, rates=w.rates, duration_s=SWEEP_DURATION), prof,
+                       ServerConfig(max_loras=a_max, max_rank=max_rank, outstanding_cap=SWEEP_CAP), seed=0)
+        for row, value in zip(rows, [f"{res.ratio:.3f}", f"{res.throughput_tok_s:.0f}", str(res.starved)]):
+            row.append(value)
+    for row in rows:
+        table.add_row(*row)
+    console.print(table)
+    console.print(f"offered {offered:.0f} tok/s at the workload's mean request length ({TOKENS_PER_REQUEST:.0f} "
+                  f"tokens); the predictors were trained on one-hour twin runs with a {SWEEP_CAP}-request client cap")
+
+
 @twin.command("validate")
 @click.option("--seeds", default=5, show_default=True, help="pairings of rank and rate averaged per run")
 @click.option("--workers", default=2, show_default=True)

@@ -34,3 +34,19 @@ def test_twin_validate_cli_prints_summary_and_plots(tmp_path):
     out = CliRunner().invoke(main, ["twin", "validate", "--limit", "2", "--seeds", "1", "--png", str(png)])
     assert out.exit_code == 0, out.output
     assert "summary" in out.output and png.stat().st_size > 1000
+
+
+def test_twin_predict_cli_shows_predictors_beside_the_twin():
+    out = CliRunner().invoke(main, ["twin", "predict", str(EXAMPLE), "--twin"])
+    assert out.exit_code == 0, out.output
+    row = next(line for line in out.output.splitlines() if "throughput / offered" in line)
+    predicted, simulated = (float(x) for x in row.replace("│", " ").split()[-2:])
+    assert abs(predicted - simulated) < 0.05
+
+
+def test_twin_predict_cli_reports_a_server_that_cannot_start(tmp_path):
+    f = tmp_path / "w.yaml"
+    f.write_text("model: llama\nmax_loras: 256\nmax_rank: 16\nadapters: {count: 4, ranks: [16], rates: [0.1]}\n")
+    out = CliRunner().invoke(main, ["twin", "predict", str(f)])
+    assert out.exit_code == 0, out.output
+    assert "refuses to start" in out.output
