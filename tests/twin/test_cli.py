@@ -15,10 +15,11 @@ def test_twin_run_cli_with_png(tmp_path):
     assert "throughput tok/s" in out.output and png.stat().st_size > 1000
 
 
-def test_twin_run_memory_error(tmp_path):
+@pytest.mark.parametrize("command", ["run", "predict"])
+def test_twin_commands_report_a_server_that_cannot_start(tmp_path, command):
     f = tmp_path / "w.yaml"
     f.write_text("model: llama\nmax_loras: 256\nmax_rank: 16\nadapters: {count: 4, ranks: [16], rates: [0.1]}\n")
-    out = CliRunner().invoke(main, ["twin", "run", str(f)])
+    out = CliRunner().invoke(main, ["twin", command, str(f)])
     assert out.exit_code == 0, out.output
     assert "refuses to start" in out.output
 
@@ -43,10 +44,3 @@ def test_twin_predict_cli_shows_predictors_beside_the_twin():
     predicted, simulated = (float(x) for x in row.replace("│", " ").split()[-2:])
     assert abs(predicted - simulated) < 0.05
 
-
-def test_twin_predict_cli_reports_a_server_that_cannot_start(tmp_path):
-    f = tmp_path / "w.yaml"
-    f.write_text("model: llama\nmax_loras: 256\nmax_rank: 16\nadapters: {count: 4, ranks: [16], rates: [0.1]}\n")
-    out = CliRunner().invoke(main, ["twin", "predict", str(f)])
-    assert out.exit_code == 0, out.output
-    assert "refuses to start" in out.output
