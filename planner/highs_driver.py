@@ -102,9 +102,13 @@ class HighsModel:
         kind = highspy.HighsVarType.kInteger if integral else highspy.HighsVarType.kContinuous
         self.h.changeColsIntegrality(len(columns), columns, np.full(len(columns), kind, dtype=np.uint8))
 
-    def solve(self, time_limit_s: float) -> SolveResult | None:
+    def solve(self, time_limit_s: float, neighbourhood_search: bool = True) -> SolveResult | None:
+        """Solve from the last solution, if any; ``neighbourhood_search`` runs HiGHS's
+        RINS and RENS heuristics (sub-MIPs around the root LP solution)."""
         started = time.perf_counter()
         warm = self._solution is not None
+        self.h.setOptionValue("mip_heuristic_run_rins", neighbourhood_search)
+        self.h.setOptionValue("mip_heuristic_run_rens", neighbourhood_search)
         found = self._run(time_limit_s, warm_start=warm)
         if warm and (found is None or not self._agrees(found)):
             # Seen with HiGHS 1.16 after a warm start: a solve that presolve

@@ -61,6 +61,22 @@ def test_a_plan_that_fits_serves_all_demand_with_headroom():
     assert sum(c.load_rps for c in task.configs) == pytest.approx(500)
 
 
+def test_only_the_first_full_solve_after_relax_and_fix_skips_neighbourhood_search(monkeypatch):
+    from tessera.planner.highs_driver import HighsModel
+
+    searched = []
+    highs_solve = HighsModel.solve
+
+    def recording(self, time_limit_s, neighbourhood_search=True):
+        searched.append(neighbourhood_search)
+        return highs_solve(self, time_limit_s, neighbourhood_search)
+
+    monkeypatch.setattr(HighsModel, "solve", recording)
+    solve(make_system({"t": [("v", 1.0, 10, 100), ("w", 0.9, 10, 200)]}, demand=500))
+    # relaxed, rounded, then the cost stage from their start, then the accuracy stage
+    assert searched == [True, True, False, True]
+
+
 def test_the_plan_uses_the_fewest_gpus_and_compute_slices():
     # 1000 req/s x 1.1 headroom needs 11 slices of 100 req/s: two GPUs, though three are lent.
     result = solve(make_system(ONE_TASK, demand=1000), gpus=3)
