@@ -17,9 +17,7 @@ from rich.progress import track
 
 from tessera.planner.predictors.predict import predict
 from tessera.planner.twin.profile import load_profile
-from tessera.planner.twin.sim import ServerConfig, simulate
-from tessera.planner.twin.sweep import SWEEP_CAP, SWEEP_DURATION
-from tessera.planner.twin.workload import Workload
+from tessera.planner.twin.sweep import simulate_as_swept
 
 # (model, adapters, A_max, ranks, per-adapter rate weights): the real runs' 4:2:1 mix and ranks
 CURVES = [("qwen", 128, 16, (8, 16, 32)), ("qwen", 448, 4, (16, 32)), ("qwen", 384, 32, (8, 16)),
@@ -38,8 +36,7 @@ def point(args) -> dict:
     model, n, a_max, ranks, total = args
     prof = load_profile(model)
     rk, rates = adapters(n, ranks, total)
-    res = simulate(Workload(ranks=rk, rates=rates, duration_s=SWEEP_DURATION), prof,
-                   ServerConfig(max_loras=a_max, outstanding_cap=SWEEP_CAP), seed=0)
+    res = simulate_as_swept(prof, rk, rates, a_max, seed=0)
     ratio, starved = predict(rk, rates, a_max, prof.model, prof.kv_tokens(a_max, int(rk.max())))
     return dict(model=model, n=n, a_max=a_max, ranks=list(ranks), total_rate=float(total),
                 offered=res.offered_tok_s, twin=res.throughput_tok_s, twin_ratio=res.ratio,

@@ -114,9 +114,7 @@ def predict_cmd(file: Path, with_twin: bool) -> None:
     from tessera.planner.predictors.features import TOKENS_PER_REQUEST
     from tessera.planner.predictors.predict import predict
     from tessera.planner.twin.profile import load_profile
-    from tessera.planner.twin.sim import ServerConfig, simulate
-    from tessera.planner.twin.sweep import SWEEP_CAP, SWEEP_DURATION
-    from tessera.planner.twin.workload import Workload
+    from tessera.planner.twin.sweep import SWEEP_CAP, simulate_as_swept
 
     spec, w = _load_workload_file(file)
     prof = load_profile(spec.get("model", "qwen"))
@@ -136,8 +134,7 @@ def predict_cmd(file: Path, with_twin: bool) -> None:
     rows = [["throughput / offered", f"{ratio:.3f}"], ["throughput tok/s", f"{ratio * offered:.0f}"],
             ["starved (< 0.9)", str(starved)]]
     if with_twin:
-        res = simulate(Workload(ranks=w.ranks, rates=w.rates, duration_s=SWEEP_DURATION), prof,
-                       ServerConfig(max_loras=a_max, max_rank=max_rank, outstanding_cap=SWEEP_CAP), seed=0)
+        res = simulate_as_swept(prof, w.ranks, w.rates, a_max, seed=0, max_rank=max_rank)
         for row, value in zip(rows, [f"{res.ratio:.3f}", f"{res.throughput_tok_s:.0f}", str(res.starved)]):
             row.append(value)
     for row in rows:

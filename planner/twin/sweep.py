@@ -84,16 +84,24 @@ def features_of(ranks: np.ndarray, rates: np.ndarray, a_max: int, model: str, kv
 SWEEP_CAP = int(__import__("os").environ.get("TESSERA_SWEEP_CAP", 26000))
 
 
+def simulate_as_swept(profile, ranks: np.ndarray, rates: np.ndarray, a_max: int, seed: int,
+                      max_rank: int | None = None, duration: float = SWEEP_DURATION):
+    """One twin run under the conditions the predictors learn from: Poisson arrivals for
+    the sweep's duration, the client's outstanding-request cap, --max-lora-rank defaulting
+    to the largest adapter rank."""
+    return simulate(Workload(ranks=ranks, rates=rates, duration_s=duration), profile,
+                    ServerConfig(max_loras=a_max, max_rank=max_rank, outstanding_cap=SWEEP_CAP), seed=seed)
+
+
 def run_config(cfg: dict, duration: float = SWEEP_DURATION, seed: int | None = None) -> dict:
     """Simulate one configuration; the request-stream seed defaults to the config id."""
     import time
 
     prof = load_profile(cfg["model"])
     ranks, rates = rates_for(cfg)
-    w = Workload(ranks=ranks, rates=rates, duration_s=duration)
-    sc = ServerConfig(max_loras=cfg["a_max"], max_rank=int(ranks.max()), outstanding_cap=SWEEP_CAP)
     t0 = time.perf_counter()
-    res = simulate(w, prof, sc, seed=cfg["cid"] if seed is None else seed)
+    res = simulate_as_swept(prof, ranks, rates, cfg["a_max"], cfg["cid"] if seed is None else seed,
+                            duration=duration)
     wall = time.perf_counter() - t0
     f = features_of(ranks, rates, cfg["a_max"], prof.model, prof.kv_tokens(cfg["a_max"], int(ranks.max())))
     sf = res.served_fraction
