@@ -1,0 +1,10 @@
+"""Exit codes of the `tessera` command line, documented for scripts that call it.
+
+click already exits 2 on a usage error (an unknown option, a missing file),
+so every other kind of bad input uses 2 as well.
+"""
+
+OK = 0
+BAD_INPUT = 2  # a file, field or option is malformed or out of range: fix the input
+INFEASIBLE = 3  # valid input that no plan can satisfy: the diagnosis says what to change
+TIME_LIMIT = 4  # the time limit was reached before any plan was found: retry with more time
