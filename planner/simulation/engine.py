@@ -21,7 +21,7 @@ from typing import Callable
 import numpy as np
 
 from tessera.planner.simulation.entities import Deployment, SystemRoutes
-from tessera.planner.simulation.policies import Policies, assign_replicas
+from tessera.planner.simulation.policies import Batcher, Dispatch, Policies, assign_replicas
 from tessera.planner.simulation.replica_kernel import fold_latest, run_replicas, seed_kernel
 from tessera.planner.simulation.workloads import RateTrace, poisson_arrivals
 
@@ -58,20 +58,26 @@ class RunOutput:
 
 
 def run(deployment: Deployment, trace: RateTrace, policies: Policies = Policies(),
-        progress: Callable[[int], None] | None = None) -> RunOutput:
-    """Simulate the deployment under the trace; `progress(stages_done)` after each stage."""
+        progress: Callable[[int], None] | None = None,
+        source_arrivals: dict[str, np.ndarray] | None = None) -> RunOutput:
+    """Simulate the deployment under the trace; `progress(stages_done)` after each stage.
+
+    `source_arrivals` replaces a system's Poisson arrivals by given (sorted)
+    times, as when replaying what a load generator sent to a real server.
+    """
     rng = np.random.default_rng(policies.seed)
     seed_kernel(policies.seed)
     busy_s = np.zeros(len(deployment.batch))
     runs = []
     for routes in deployment.systems:
-        runs.append(_run_system(deployment, routes, trace, policies, rng, busy_s, progress))
+        given = (source_arrivals or {}).get(routes.name)
+        arrivals = given if given is not None else poisson_arrivals(trace, routes.demand_rps, rng)
+        runs.append(_run_system(deployment, routes, arrivals, policies, rng, busy_s, progress))
     return RunOutput(deployment, trace, policies, runs, busy_s)
 
 
-def _run_system(deployment: Deployment, routes: SystemRoutes, trace: RateTrace, policies: Policies,
+def _run_system(deployment: Deployment, routes: SystemRoutes, source_arrival: np.ndarray, policies: Policies,
                 rng: np.random.Generator, busy_s: np.ndarray, progress) -> SystemRun:
-    source_arrival = poisson_arrivals(trace, routes.demand_rps, rng)
     everyone = np.arange(source_arrival.size, dtype=np.int64)
     pending: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {s: [] for s in routes.stages}
     finish = source_arrival.copy()
@@ -111,9 +117,11 @@ def _run_stage(deployment: Deployment, replicas: np.ndarray, weights: np.ndarray
     counts = np.bincount(local, minlength=len(replicas))
     offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
     grouped_done = np.empty(arrival.size)
-    run_replicas(arrival[by_replica], deadline[by_replica], offsets, replicas.astype(np.int64),
+    at_batcher = arrival + policies.hop_ms * 1e-3
+    run_replicas(at_batcher[by_replica], deadline[by_replica], offsets, replicas.astype(np.int64),
                  deployment.batch, deployment.processes, deployment.batching_delay_s, deployment.latency_s,
-                 policies.sigma, grouped_done, busy_s)
+                 policies.sigma, policies.dispatch is Dispatch.ROUND_ROBIN,
+                 policies.batcher is Batcher.WHEN_FREE, grouped_done, busy_s)
     done = np.empty(arrival.size)
     done[by_replica] = grouped_done
     return done

@@ -78,6 +78,7 @@ class ModelCheckRow(BaseModel):
     system: str
     load: float
     demand_rps: float
+    balancing: str
     what: str  # "stage <task>" or "path a>b>c"
     predicted_ms: float
     simulated_p99_ms: float
@@ -89,23 +90,22 @@ class ModelCheckRow(BaseModel):
 
 def check_latency_model(systems: list[SystemSpec], pool: Pool, store: ProfileStore,
                         loads: tuple[float, ...] = (0.5, 1.0, 2.0), duration_s: float = 300.0,
-                        policies: Policies = Policies(), options: PlannerOptions = PlannerOptions(),
+                        policies: tuple[Policies, ...] = (Policies(),), options: PlannerOptions = PlannerOptions(),
                         features: Features = Features(), progress: Progress = None) -> list[ModelCheckRow]:
     """Each system planned alone at demand x load, simulated at that demand under steady Poisson arrivals."""
     rows = []
     for system in systems:
         for load in loads:
             chosen = scaled([system], load)
-            plan_ = plan(chosen, pool, store, features, options)
-            deployment = build_deployment(plan_, chosen, store)
-            report = metrics.report(engine.run(deployment, constant(duration_s), policies))
-            rows += [ModelCheckRow(system=system.name, load=load, demand_rps=chosen[0].demand_rps,
-                                   what=f"stage {s.task}", predicted_ms=s.planned_ms, simulated_p99_ms=s.p99_ms)
-                     for s in report.stages]
-            rows += [ModelCheckRow(system=system.name, load=load, demand_rps=chosen[0].demand_rps,
-                                   what="path " + ">".join(p.tasks), predicted_ms=p.planned_ms,
-                                   simulated_p99_ms=p.p99_ms)
-                     for p in report.paths]
+            deployment = build_deployment(plan(chosen, pool, store, features, options), chosen, store)
+            for policy in policies:
+                report = metrics.report(engine.run(deployment, constant(duration_s), policy))
+                common = dict(system=system.name, load=load, demand_rps=chosen[0].demand_rps,
+                              balancing=report.balancing)
+                rows += [ModelCheckRow(**common, what=f"stage {s.task}", predicted_ms=s.planned_ms,
+                                       simulated_p99_ms=s.p99_ms) for s in report.stages]
+                rows += [ModelCheckRow(**common, what="path " + ">".join(p.tasks), predicted_ms=p.planned_ms,
+                                       simulated_p99_ms=p.p99_ms) for p in report.paths]
             if progress:
                 progress(1)
     return rows

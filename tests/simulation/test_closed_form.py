@@ -5,7 +5,7 @@ import pytest
 
 from tessera.planner.simulation import engine, metrics
 from tessera.planner.simulation.entities import single_server
-from tessera.planner.simulation.policies import Policies
+from tessera.planner.simulation.policies import Dispatch, Policies
 from tessera.planner.simulation.workloads import constant
 
 DETERMINISTIC = Policies(p99_over_p50=1.0)
@@ -31,7 +31,8 @@ def test_two_processes_share_one_queue_like_md2():
     # (accurate to a few %) gives M/D/2: 0.5 x (1 + 0.5 x (sqrt(14) - 2) / 16) x S/3 = 0.1757 S.
     service_s = 0.010
     pair = single_server(batch=1, processes=2, batching_delay_s=0.0, latency_s=np.array([0.0, service_s]))
-    latency = _latency(pair, 2 * 0.5 / service_s, duration_s=4000)
+    latency = _latency(pair, 2 * 0.5 / service_s, duration_s=4000,
+                       policies=Policies(p99_over_p50=1.0, dispatch=Dispatch.EARLIEST_FREE))
     wait_s = np.mean(latency) - service_s
     assert wait_s == pytest.approx(0.1757 * service_s, rel=0.08)
 
@@ -57,7 +58,8 @@ def test_batches_fill_without_waiting_for_the_timer_when_demand_is_high():
 
 def test_lognormal_spread_has_the_asked_p99_over_p50():
     server = single_server(batch=1, processes=64, batching_delay_s=0.0, latency_s=np.array([0.0, 0.010]))
-    latency = _latency(server, rate_rps=200, duration_s=500, policies=Policies(p99_over_p50=1.6))
+    latency = _latency(server, rate_rps=200, duration_s=500,
+                       policies=Policies(p99_over_p50=1.6, dispatch=Dispatch.EARLIEST_FREE))
     assert np.percentile(latency, 99) / np.percentile(latency, 50) == pytest.approx(1.6, rel=0.05)
 
 
