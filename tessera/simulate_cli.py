@@ -67,6 +67,7 @@ def simulate(files, gpu, gpus, measured, levels, headroom, time_limit, trace_nam
     except NoPlanError as error:
         console.print(f"[red]No plan:[/red] {error}")
         sys.exit(exit_codes.INFEASIBLE)
+    console.print(f"Trace {trace.name}: {trace.duration_s:.0f} s, p95 rate {trace.p95():.2f} x the mean")
     console.print(outcome_table(outcome))
     plain = outcome.without_dropping
     console.print(f"GPUs used {outcome.gpus_used}; slices allocated {plain.allocated_slices}/{plain.pool_slices} "
