@@ -15,7 +15,7 @@ from tessera.planner.features import Features
 from tessera.planner.model import Pool
 from tessera.planner.simulation.experiments import PlanOutcome, plan_and_simulate, stage_count
 from tessera.planner.simulation.plot import write_png
-from tessera.planner.simulation.policies import Balancing, Policies
+from tessera.planner.simulation.policies import Balancing, Batcher, Policies
 from tessera.planner.simulation.workloads import BUILT_IN, RateTrace, built_in, replay_csv
 from tessera.planner.solve import NoPlanError, PlannerOptions
 
@@ -38,6 +38,8 @@ def _trace(value: str, duration_s: float) -> RateTrace:
               help="Plan for the trace's mean demand (the spec's demand_rps) or its p95 rate.")
 @click.option("--balancing", type=click.Choice([b.value for b in Balancing]), default=Balancing.PER_CONNECTION.value,
               show_default=True, help="per-connection: kube-proxy; random: per request (the optimistic bound).")
+@click.option("--batcher", type=click.Choice([b.value for b in Batcher]), default=Policies().batcher.value,
+              show_default=True, help="when-free: Triton's dynamic batcher; timer: MLServer's adaptive batching.")
 @click.option("--connections", type=click.IntRange(min=1), default=Policies().connections, show_default=True,
               help="Client connections to each task's Service (per-connection balancing).")
 @click.option("--spread", type=click.FloatRange(min=1), default=Policies().p99_over_p50, show_default=True,
@@ -46,7 +48,7 @@ def _trace(value: str, duration_s: float) -> RateTrace:
 @click.option("--png", type=click.Path(dir_okay=False, path_type=Path), default=Path("simulation.png"),
               show_default=True, help="Where to write the plot.")
 def simulate(files, gpu, gpus, measured, levels, headroom, time_limit, trace_name, duration, features, plan_for,
-             balancing, connections, spread, seed, png) -> None:
+             balancing, batcher, connections, spread, seed, png) -> None:
     """Plan systems (YAML FILES; the built-in examples when none), then simulate the plan under a trace."""
     systems = _load(files)
     try:
@@ -56,7 +58,8 @@ def simulate(files, gpu, gpus, measured, levels, headroom, time_limit, trace_nam
     trace = _trace(trace_name, duration)
     store = _store(systems, gpu, measured)
     options = PlannerOptions(budget_levels=levels, headroom=headroom, time_limit_s=time_limit)
-    policies = Policies(balancing=Balancing(balancing), connections=connections, p99_over_p50=spread, seed=seed)
+    policies = Policies(balancing=Balancing(balancing), batcher=Batcher(batcher), connections=connections,
+                        p99_over_p50=spread, seed=seed)
     console = _console(False)
     try:
         with Progress(console=console, transient=True) as progress:
