@@ -1,6 +1,6 @@
 """Simulation speed: simulated source requests per minute, the three examples together, solves excluded.
 
-    .venv/bin/python -P bench/simulation_speed.py [--duration 3600] [--scale 4]
+    .venv/bin/python -P bench/simulation_speed.py [--duration 1800] [--scale 4]
 
 Plans traffic-analysis, social-media and ar-assistant together (A+S+T, 16 x
 H100-80GB, demand x --scale), then times engine.run of that plan under --duration
@@ -31,7 +31,7 @@ RESULTS = Path(__file__).resolve().parent / "results"
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--duration", type=float, default=3600.0)
+    parser.add_argument("--duration", type=float, default=1800.0)
     parser.add_argument("--scale", type=float, default=4.0, help="Demand multiple the plan serves.")
     args = parser.parse_args()
     systems = scaled([s for name in DEFAULT_EXAMPLES for s in load_systems(EXAMPLES / name)], args.scale)

@@ -1,6 +1,6 @@
 """Static plans under bursty demand: violations, drops and slice use per feature set.
 
-    .venv/bin/python -P bench/simulation_static_plans.py [--duration 600] [--gpus 16] [--time-limit 30]
+    .venv/bin/python -P bench/simulation_static_plans.py [--duration 600] [--gpus 16] [--time-limit 60]
 
 The three examples together on --gpus x H100-80GB (estimated profiles), planned
 for each trace's mean demand (the specs' demand_rps) and for its p95 rate, with
@@ -39,7 +39,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--duration", type=float, default=600.0)
     parser.add_argument("--gpus", type=int, default=16)
-    parser.add_argument("--time-limit", type=float, default=30.0)
+    parser.add_argument("--time-limit", type=float, default=60.0)
     args = parser.parse_args()
     systems = [s for name in DEFAULT_EXAMPLES for s in load_systems(EXAMPLES / name)]
     pool = Pool(gpu="H100-80GB", gpus=args.gpus)
@@ -52,6 +52,9 @@ def main() -> None:
         outcomes = static_plan_study(systems, pool, store, trace, [Features.parse(f) for f in FEATURES],
                                      options=options, progress=lambda _: print(".", end="", flush=True))
         print(f" {trace_name}: {time.perf_counter() - started:.0f} s")
+        found = {(o.features, o.planned_for) for o in outcomes}
+        rows += [dict(trace=trace_name, features=f, planned_for=basis, missing=True)
+                 for f in FEATURES for basis in ("mean", "p95") if (f, basis) not in found]
         for outcome in outcomes:
             plain, dropping = outcome.without_dropping, outcome.with_dropping
             rows.append(dict(trace=trace_name, trace_p95=trace.p95(), features=outcome.features,
@@ -59,6 +62,7 @@ def main() -> None:
                              unserved=outcome.unserved, violation_pct=plain.violation_pct,
                              drop_pct=dropping.drop_pct, late_with_dropping_pct=dropping.violation_pct,
                              slice_use_pct=plain.slice_use_pct, busy_use_pct=plain.busy_use_pct,
+                             allocated_slices=plain.allocated_slices,
                              source_requests=plain.source_requests,
                              systems={s.system: dict(violation_pct=s.violation_pct, p99_ms=s.p99_ms)
                                       for s in plain.systems}))
@@ -70,17 +74,25 @@ def main() -> None:
              "dropping; drop % = dropped with early dropping (late % with dropping beside it); slice use = "
              "allocated compute slices / pool slices (constant for a static plan); busy = slice-weighted "
              "process busy time / allocated.", "",
-             "| trace | features | planned for | GPUs | violation % | drop % | late % with dropping | slice use % "
-             "| busy % | not planned |", "|---|---|---|---|---|---|---|---|---|---|"]
-    lines += [f"| {r['trace']} | {r['features']} | {r['planned_for']} | {r['gpus_used']} | {r['violation_pct']:.2f} | "
-              f"{r['drop_pct']:.2f} | {r['late_with_dropping_pct']:.2f} | {r['slice_use_pct']:.1f} | "
-              f"{r['busy_use_pct']:.1f} | {', '.join(r['unserved']) or '-'} |" for r in rows]
+             "| trace | features | planned for | GPUs | slices | violation % | drop % | late % with dropping "
+             "| slice use % | busy % | not planned |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines += [_row(r) for r in sorted(rows, key=lambda r: (TRACES.index(r["trace"]), FEATURES.index(r["features"]),
+                                                           r["planned_for"]))]
     lines += ["", "Batch latency spread swept (A+S+T planned for the mean, MMPP):", "",
               "| p99/p50 | violation % | drop % | late % with dropping |", "|---|---|---|---|"]
     lines += [f"| {r['p99_over_p50']} | {r['violation_pct']:.2f} | {r['drop_pct']:.2f} | "
               f"{r['late_with_dropping_pct']:.2f} |" for r in sweep]
     (RESULTS / "simulation_static_plans.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
+
+
+def _row(r: dict) -> str:
+    if r.get("missing"):
+        return (f"| {r['trace']} | {r['features']} | {r['planned_for']} | no plan within the time limit "
+                "| | | | | | | |")
+    return (f"| {r['trace']} | {r['features']} | {r['planned_for']} | {r['gpus_used']} | {r['allocated_slices']} | "
+            f"{r['violation_pct']:.2f} | {r['drop_pct']:.2f} | {r['late_with_dropping_pct']:.2f} | "
+            f"{r['slice_use_pct']:.1f} | {r['busy_use_pct']:.1f} | {', '.join(r['unserved']) or '-'} |")
 
 
 def _spread_sweep(systems, pool, store, trace, options) -> list[dict]:
