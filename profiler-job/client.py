@@ -15,8 +15,11 @@ from urllib.parse import urlsplit
 
 from tessera.profiler.contract import BATCH_SIZE_OUTPUT, infer_path, metadata_path, ready_paths
 
-NUMPY_DATATYPES = {"FP32", "FP64", "FP16", "INT8", "INT16", "INT32", "INT64", "UINT8", "UINT16", "UINT32",
-                   "UINT64", "BOOL"}
+BYTES_PER_VALUE = {"FP32": 4, "FP64": 8, "FP16": 2, "INT8": 1, "INT16": 2, "INT32": 4, "INT64": 8, "UINT8": 1,
+                   "UINT16": 2, "UINT32": 4, "UINT64": 8, "BOOL": 1}
+JSON = {"Content-Type": "application/json"}
+# The protocol's binary tensor extension (Triton, KServe): a JSON header of this length, then raw tensor bytes.
+BINARY_HEADER = "Inference-Header-Content-Length"
 DEFAULT_FEATURES = (1,)
 
 
@@ -44,7 +47,7 @@ class InputSpec:
             return cls(name="input", datatype="FP32", row_shape=DEFAULT_FEATURES)
         first = inputs[0]
         datatype = str(first.get("datatype", "FP32")).upper()
-        if datatype not in NUMPY_DATATYPES:
+        if datatype not in BYTES_PER_VALUE:
             raise ValueError(f"input {first.get('name')!r}: datatype {datatype} is not a numeric tensor")
         # metadata shapes include the batch dimension (-1); a model without one has rows of its full shape
         shape = [int(d) for d in first.get("shape", [])]
@@ -52,14 +55,23 @@ class InputSpec:
         return cls(name=str(first.get("name", "input")), datatype=datatype,
                    row_shape=tuple(max(d, 1) for d in row) or DEFAULT_FEATURES)
 
-    def request_body(self, batch: int) -> bytes:
-        values_per_row = 1
+    def values(self, batch: int) -> int:
+        count = batch
         for d in self.row_shape:
-            values_per_row *= d
-        zero = False if self.datatype == "BOOL" else 0
-        body = {"inputs": [{"name": self.name, "shape": [batch, *self.row_shape], "datatype": self.datatype,
-                            "data": [zero] * (batch * values_per_row)}]}
-        return json.dumps(body, separators=(",", ":")).encode()
+            count *= d
+        return count
+
+    def request(self, batch: int, binary: bool = False) -> tuple[bytes, dict[str, str]]:
+        """Body and headers of an inference request of `batch` rows of zeros, JSON or binary tensors."""
+        tensor = {"name": self.name, "shape": [batch, *self.row_shape], "datatype": self.datatype}
+        if not binary:
+            zero = False if self.datatype == "BOOL" else 0
+            tensor["data"] = [zero] * self.values(batch)
+            return json.dumps({"inputs": [tensor]}, separators=(",", ":")).encode(), JSON
+        size = self.values(batch) * BYTES_PER_VALUE[self.datatype]
+        tensor["parameters"] = {"binary_data_size": size}
+        header = json.dumps({"inputs": [tensor]}, separators=(",", ":")).encode()
+        return header + bytes(size), {"Content-Type": "application/octet-stream", BINARY_HEADER: str(len(header))}
 
 
 @dataclass(frozen=True)
@@ -78,13 +90,13 @@ class Connection:
         self.timeout_s = timeout_s
         self._connection: http.client.HTTPConnection | None = None
 
-    def request(self, method: str, path: str, body: bytes | None = None) -> tuple[int, bytes]:
+    def request(self, method: str, path: str, body: bytes | None = None,
+                headers: dict[str, str] | None = None) -> tuple[int, bytes]:
         for attempt in (1, 2):  # a kept-alive connection the server closed is reopened once
             if self._connection is None:
                 self._connection = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout_s)
             try:
-                headers = {"Content-Type": "application/json"} if body is not None else {}
-                self._connection.request(method, path, body=body, headers=headers)
+                self._connection.request(method, path, body=body, headers=headers or {})
                 response = self._connection.getresponse()
                 return response.status, response.read()
             except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError):
@@ -111,9 +123,9 @@ class Connection:
             raise ServerError(status, body.decode(errors="replace"))
         return json.loads(body)
 
-    def infer(self, model: str, body: bytes) -> InferenceOutcome:
+    def infer(self, model: str, request: tuple[bytes, dict[str, str]]) -> InferenceOutcome:
         started = time.perf_counter()
-        status, payload = self.request("POST", infer_path(model), body)
+        status, payload = self.request("POST", infer_path(model), *request)
         latency = time.perf_counter() - started
         if status != 200:
             raise ServerError(status, error_message(payload))

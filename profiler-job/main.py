@@ -55,12 +55,16 @@ def _parse(model: type, text: str, what: str):
               default=SweepSettings.min_seconds, show_default=True, help="Per phase and batch size.")
 @click.option("--min-requests", type=click.IntRange(min=1), envvar="TESSERA_MIN_REQUESTS",
               default=SweepSettings.min_requests, show_default=True, help="Per phase and batch size.")
+@click.option("--binary-tensors/--json-tensors", envvar="TESSERA_BINARY_TENSORS", default=False, show_default=True,
+              help="Send inputs with the protocol's binary tensor extension. [TESSERA_BINARY_TENSORS]")
 def run(target_json: str, resume_json: str, server_url: str, model: str, shared_folder: Path | None,
-        termination_log: Path, ready_timeout: float, min_seconds: float, min_requests: int) -> None:
+        termination_log: Path, ready_timeout: float, min_seconds: float, min_requests: int,
+        binary_tensors: bool) -> None:
     """Measure the target's batch sizes against the server; the result goes to the termination log."""
     target = _parse(Target, target_json, "--target")
     previous = _parse(SweepResult, resume_json, "--resume") if resume_json else None
-    settings = SweepSettings(ready_timeout_s=ready_timeout, min_seconds=min_seconds, min_requests=min_requests)
+    settings = SweepSettings(ready_timeout_s=ready_timeout, min_seconds=min_seconds, min_requests=min_requests,
+                             binary_tensors=binary_tensors)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
 

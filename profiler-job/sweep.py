@@ -47,6 +47,7 @@ class SweepSettings:
     min_seconds: float = 1.0  # per phase and batch size
     max_seconds: float = 60.0  # per phase and batch size, however few requests returned
     request_timeout_s: float = 300.0
+    binary_tensors: bool = False  # send inputs with the binary tensor extension instead of JSON
 
 
 class SweepStopped(Exception):
@@ -142,7 +143,7 @@ class Sweep:
         """
         min_requests = self.settings.min_requests if min_requests is None else min_requests
         min_seconds = self.settings.min_seconds if min_seconds is None else min_seconds
-        body = spec.request_body(batch)
+        request = spec.request(batch, self.settings.binary_tensors)
         outcomes: list[InferenceOutcome] = []
         lock, done = threading.Lock(), threading.Event()
         started = time.perf_counter()
@@ -155,7 +156,7 @@ class Sweep:
             connection = Connection(self.base_url, self.settings.request_timeout_s)
             try:
                 while not done.is_set() and not self.stop.is_set():
-                    outcome = self.infer_checked(connection, body, batch)
+                    outcome = self.infer_checked(connection, request, batch)
                     with lock:
                         outcomes.append(outcome)
                         if enough():
@@ -176,9 +177,10 @@ class Sweep:
         self.check_interrupted(batch)
         return outcomes, elapsed
 
-    def infer_checked(self, connection: Connection, body: bytes, batch: int) -> InferenceOutcome:
+    def infer_checked(self, connection: Connection, request: tuple[bytes, dict[str, str]],
+                      batch: int) -> InferenceOutcome:
         try:
-            outcome = connection.infer(self.model, body)
+            outcome = connection.infer(self.model, request)
         except ServerError as error:
             kind = FailureKind.OUT_OF_MEMORY if OUT_OF_MEMORY.search(error.message) else FailureKind.BATCH_FAILED
             raise SweepStopped(Failure.of(kind, str(error), batch)) from None
