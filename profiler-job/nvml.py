@@ -102,6 +102,14 @@ def read_identity() -> DeviceIdentity:
         pynvml.nvmlShutdown()
 
 
+def nvml_available() -> bool:
+    try:
+        read_identity()
+        return True
+    except NvmlUnavailable:
+        return False
+
+
 def identity_or_reason() -> IdentityFile:
     try:
         return IdentityFile(identity=read_identity())

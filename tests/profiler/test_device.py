@@ -7,7 +7,7 @@ import pytest
 
 from tessera.profiler.job import profile
 from tessera.profiler.nvml import (
-    IDENTITY_FILE, IdentityFile, mig_profile_from_attributes, mismatch, product_matches, read_identity,
+    IDENTITY_FILE, IdentityFile, mig_profile_from_attributes, mismatch, nvml_available, product_matches,
 )
 from tessera.profiler.results import DeviceIdentity, ExitCode, FailureKind, SweepResult, Target
 from tessera.profiler.server_wrapper import run_server
@@ -19,15 +19,7 @@ A100_1G = DeviceIdentity(product="NVIDIA A100-SXM4-80GB", mig_profile="1g.10gb",
 NO_SERVER = "http://127.0.0.1:9"  # nothing listens: the device check must answer before any request
 
 
-def has_gpu() -> bool:
-    try:
-        read_identity()
-        return True
-    except Exception:
-        return False
-
-
-@pytest.mark.skipif(has_gpu(), reason="this machine has a GPU")
+@pytest.mark.skipif(nvml_available(), reason="this machine has a GPU")
 def test_without_a_gpu_the_wrapper_writes_nvml_unavailable_and_runs_the_server(tmp_path):
     code = run_server([sys.executable, "-c", "raise SystemExit(7)"], tmp_path)
     assert code == 7  # the server's own exit code

@@ -7,20 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from tessera.profiler.nvml import NvmlUnavailable, read_identity
+from tessera.profiler.nvml import nvml_available
 
 SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "gpu_profile.py"
 
 
-def gpu_present() -> bool:
-    try:
-        read_identity()
-        return True
-    except NvmlUnavailable:
-        return False
-
-
-@pytest.mark.skipif(gpu_present(), reason="this machine has a GPU")
+@pytest.mark.skipif(nvml_available(), reason="this machine has a GPU")
 def test_without_a_gpu_the_script_reports_nvml_unavailable_and_exits_0(tmp_path):
     completed = subprocess.run([sys.executable, "-P", str(SCRIPT), "--results", str(tmp_path)],
                                capture_output=True, text=True, timeout=120)
