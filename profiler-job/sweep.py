@@ -6,8 +6,10 @@ At batch size b, with k server processes (the MPS degree):
   queue; p50 and p99 of those round trips are the batch latency of one
   process on a segment shared by k;
 - throughput: 2k clients (at least twice the process count), so every
-  process always has its next batch waiting; rows answered / elapsed time is
-  the segment's throughput.
+  process always has its next batch waiting; rows answered from the first
+  send until enough have returned, per second of that window, is the
+  segment's throughput (the requests still in flight then are not counted,
+  so the processes' uneven finish does not count as idle time).
 Every response must say the server ran at b: its first output has b rows and,
 where the server reports it, its `batch_size` output is b (a server that
 merges concurrent requests into larger batches would otherwise be profiled at
@@ -126,12 +128,12 @@ class Sweep:
 
     def measure(self, spec: InputSpec, batch: int) -> Point:
         latency, _ = self.closed_loop(spec, batch, self.processes)
-        loaded, elapsed = self.closed_loop(spec, batch, 2 * self.processes)
+        loaded, window_s = self.closed_loop(spec, batch, 2 * self.processes)
         seconds = np.array([o.latency_s for o in latency]) * 1000.0
         memory = self.peak_memory_mb()
         return Point(batch=batch, p50_ms=round(float(np.quantile(seconds, 0.5)), 3),
                      p99_ms=round(float(np.quantile(seconds, 0.99)), 3),
-                     throughput_rps=round(sum(o.rows for o in loaded) / elapsed, 3),
+                     throughput_rps=round(sum(o.rows for o in loaded) / window_s, 3),
                      peak_memory_mb=None if memory is None else round(memory, 1),
                      requests=len(latency) + len(loaded))
 
@@ -139,12 +141,14 @@ class Sweep:
                     min_seconds: float | None = None) -> tuple[list[InferenceOutcome], float]:
         """`concurrency` clients each keep one request of `batch` rows in flight until enough returned.
 
-        Returns the outcomes and the seconds from the first send to the last answer.
+        Returns the outcomes that had returned when enough had, and the seconds
+        from the first send to then; answers still in flight then are dropped.
         """
         min_requests = self.settings.min_requests if min_requests is None else min_requests
         min_seconds = self.settings.min_seconds if min_seconds is None else min_seconds
         request = spec.request(batch, self.settings.binary_tensors)
         outcomes: list[InferenceOutcome] = []
+        window: list = []  # (outcomes, seconds) when enough had returned
         lock, done = threading.Lock(), threading.Event()
         started = time.perf_counter()
 
@@ -159,7 +163,8 @@ class Sweep:
                     outcome = self.infer_checked(connection, request, batch)
                     with lock:
                         outcomes.append(outcome)
-                        if enough():
+                        if not window and enough():
+                            window.append((list(outcomes), time.perf_counter() - started))
                             done.set()
             except BaseException:
                 done.set()  # one client's failure ends the phase for all
@@ -170,12 +175,11 @@ class Sweep:
         with ThreadPoolExecutor(max_workers=concurrency) as pool:
             futures = [pool.submit(client) for _ in range(concurrency)]
             errors = [f.exception() for f in futures]
-        elapsed = time.perf_counter() - started
         first = next((e for e in errors if e is not None), None)
         if first is not None:
             raise first
         self.check_interrupted(batch)
-        return outcomes, elapsed
+        return window[0]
 
     def infer_checked(self, connection: Connection, request: tuple[bytes, dict[str, str]],
                       batch: int) -> InferenceOutcome:

@@ -22,7 +22,7 @@ from support.mlserver_sleep import SleepServerConfig, mlserver_sleep, start_slee
 from tessera.profiler.results import ExitCode, FailureKind, SweepResult, Target
 from tessera.profiler.sweep import Sweep, SweepSettings
 
-A_MS, B_MS, WORKERS = 250.0, 10.0, 2
+A_MS, B_MS, WORKERS = 400.0, 20.0, 2
 FAIL_AT = 8
 TOLERANCE = 0.15
 FAST = SweepSettings(ready_timeout_s=60, min_seconds=0.5, min_requests=6, warmup_requests_per_process=2)
