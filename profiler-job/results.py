@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 RESULT_VERSION = 1
 TERMINATION_MESSAGE_LIMIT = 4096  # bytes: Kubernetes keeps at most 4 KiB of a termination message
 MESSAGE_LIMIT = 400  # characters of a server's error message kept in a Failure
+MAX_BATCHES = 16  # batch sizes per Job: their result, a device and a failure stay within 4 KiB
 
 
 class ExitCode(IntEnum):
@@ -59,7 +60,8 @@ class Target(BaseModel):
     gpu: str = Field(description="GPU product as the planner's catalog names it, e.g. A100-80GB.")
     mig_profile: str = Field(description="MIG profile, e.g. 1g.10gb; empty for a whole GPU.")
     mps: int = Field(default=1, ge=1, description="Server processes sharing the segment.")
-    batches: tuple[int, ...] = Field(min_length=1)
+    batches: tuple[int, ...] = Field(min_length=1, max_length=MAX_BATCHES,
+                                     description="Batch sizes to measure, at most MAX_BATCHES (the result's 4 KiB).")
 
 
 class DeviceIdentity(BaseModel):

@@ -3,15 +3,15 @@
 import pytest
 
 from tessera.profiler.results import (
-    MESSAGE_LIMIT, TERMINATION_MESSAGE_LIMIT, DeviceIdentity, ExitCode, Failure, FailureKind, Point, SweepResult,
+    MAX_BATCHES, MESSAGE_LIMIT, TERMINATION_MESSAGE_LIMIT, DeviceIdentity, ExitCode, Failure, FailureKind, Point, SweepResult,
     Target,
 )
 
-BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+BATCHES = tuple(2 ** i for i in range(MAX_BATCHES))
 
 
 def full_result() -> SweepResult:
-    """The largest result a sweep of ten batch sizes writes: every point, a device, a long failure message."""
+    """The largest result a Job writes: every batch size it may have, a device, the longest failure message."""
     target = Target(variant="v" * 63, image_digest="sha256:" + "f" * 64, gpu="H200-141GB", mig_profile="1g.18gb",
                     mps=7, batches=BATCHES)
     device = DeviceIdentity(product="NVIDIA H200", mig_profile="1g.18gb", uuid="MIG-" + "a" * 36,
@@ -19,7 +19,7 @@ def full_result() -> SweepResult:
     points = tuple(Point(batch=b, p50_ms=12345.678, p99_ms=23456.789, throughput_rps=123456.789,
                          peak_memory_mb=143771.5, requests=100000) for b in BATCHES)
     return SweepResult(target=target, device=device, points=points,
-                       failure=Failure.of(FailureKind.OUT_OF_MEMORY, "x" * 10_000, batch=512))
+                       failure=Failure.of(FailureKind.OUT_OF_MEMORY, "x" * 10_000, batch=BATCHES[-1]))
 
 
 def test_the_largest_result_fits_a_termination_message_and_reads_back():
@@ -33,13 +33,9 @@ def test_a_failure_keeps_a_bounded_part_of_the_servers_message():
     assert len(full_result().failure.message) == MESSAGE_LIMIT
 
 
-def test_a_result_too_large_for_the_termination_message_is_refused_not_cut():
-    too_many = tuple(range(1, 60))
-    result = SweepResult(
-        target=Target(variant="v", gpu="A100-80GB", mig_profile="1g.10gb", batches=too_many),
-        points=tuple(Point(batch=b, p50_ms=1, p99_ms=1, throughput_rps=1, requests=1) for b in too_many))
-    with pytest.raises(ValueError, match="fewer batch sizes"):
-        result.termination_message()
+def test_a_target_with_more_batch_sizes_than_a_result_holds_is_refused():
+    with pytest.raises(ValueError, match="at most 16"):
+        Target(variant="v", gpu="A100-80GB", mig_profile="1g.10gb", batches=tuple(range(1, MAX_BATCHES + 2)))
 
 
 @pytest.mark.parametrize("kind", list(FailureKind))
