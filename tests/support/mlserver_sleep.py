@@ -35,7 +35,7 @@ from pathlib import Path
 RUNTIME_MODULE = Path(__file__).with_name("sleep_runtime.py")
 MODEL_NAME = "sleep"
 READY_TIMEOUT_S = 90.0
-STOP_TIMEOUT_S = 15.0
+STOP_TIMEOUT_S = 5.0
 
 
 @dataclass(frozen=True)
