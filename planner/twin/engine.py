@@ -11,7 +11,12 @@ waiting queue.
 
 from __future__ import annotations
 
+import logging
 import os
+from collections.abc import Callable
+from functools import cache
+
+logger = logging.getLogger(__name__)
 
 # request states
 NOT_ARRIVED = 0
@@ -64,10 +69,14 @@ ITL_LO = -4.0
 ITL_HI = 2.0
 
 
+@cache
+def _report_fallback(reason: str) -> None:
+    logger.warning("the twin's C kernel is unavailable (%s); falling back to numba, which needs about "
+                   "120 MB more memory per process and compiles on first use", reason)
 
 
-def get_kernel():
-    """The C build when a compiler is available (low memory), else numba."""
+def get_kernel() -> Callable[..., tuple[int, int]]:
+    """The C build when one was compiled (low memory), else numba, saying why."""
     choice = os.environ.get("TESSERA_TWIN_ENGINE", "auto")
     if choice in ("auto", "c"):
         from . import ckernel
@@ -75,7 +84,8 @@ def get_kernel():
         if ckernel.load() is not None:
             return ckernel.simulate_kernel
         if choice == "c":
-            raise RuntimeError("TESSERA_TWIN_ENGINE=c but the C kernel could not be built")
+            raise RuntimeError(f"TESSERA_TWIN_ENGINE=c but the C kernel is unavailable: {ckernel.unavailable_reason}")
+        _report_fallback(ckernel.unavailable_reason)
     from ._numba_kernel import simulate_kernel
 
     return simulate_kernel
