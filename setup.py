@@ -12,7 +12,8 @@ setuptools wants package data listed.
 The twin's event loop (planner/twin/_kernel.c) is a plain C library loaded
 with ctypes, not a Python extension; it is compiled here where a C compiler
 exists. Without one the build goes on (the extension is optional) and the twin
-reports at run time that it falls back to the slower numba build.
+reports at run time that it falls back to numba (the `numba` extra), or that it
+needs one of the two.
 """
 
 from setuptools import Extension, find_namespace_packages, setup

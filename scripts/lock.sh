@@ -2,7 +2,7 @@
 # Regenerates the lock files from pyproject.toml's lower bounds: exact versions
 # with hashes, for Linux x86_64 and CPython 3.11 (CI and the image).
 #   requirements/runtime.lock  tessera's runtime dependencies (the image, the wheel test)
-#   requirements/dev.lock      runtime + offline + dev extras (scripts/setup.sh, CI)
+#   requirements/dev.lock      runtime + offline + numba + dev extras (scripts/setup.sh, CI)
 # Run after adding or raising a dependency in pyproject.toml, and commit both files.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,6 +18,6 @@ compile() {
         --python-platform x86_64-unknown-linux-gnu --no-header --annotation-style line "$@"
 }
 compile --output-file requirements/runtime.lock
-# dev pulls the offline extra in through tessera[offline]; uv resolves that self-reference.
-compile --extra dev --extra offline --output-file requirements/dev.lock
+# dev pulls the other extras in through tessera[offline,numba]; they are named here too.
+compile --extra dev --extra offline --extra numba --output-file requirements/dev.lock
 echo "wrote requirements/runtime.lock and requirements/dev.lock"

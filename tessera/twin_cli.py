@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
+from tessera.planner.twin.engine import KernelUnavailable
 from tessera.planner.twin.sim import OUTSTANDING_REQUEST_CAP, STARVATION_RATIO
 from tessera.planner.twin.workload_file import load_workload_file
 
@@ -31,11 +32,14 @@ OFFLINE_PACKAGES = {"sklearn", "pyarrow", "matplotlib", "scipy"}
 
 
 class _TwinGroup(click.Group):
-    """Names the offline extra when a command (training, validation, plots) needs it and it is missing."""
+    """Names the extra a command needs when it is missing: offline (training, validation, plots), numba
+    (the twin's kernel where no C build exists)."""
 
     def invoke(self, ctx: click.Context):
         try:
             return super().invoke(ctx)
+        except KernelUnavailable as error:
+            raise click.ClickException(str(error)) from None
         except ModuleNotFoundError as error:
             if (error.name or "").split(".")[0] not in OFFLINE_PACKAGES:
                 raise

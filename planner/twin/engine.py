@@ -69,6 +69,10 @@ ITL_LO = -4.0
 ITL_HI = 2.0
 
 
+class KernelUnavailable(RuntimeError):
+    """Neither the C build nor numba can run the twin here."""
+
+
 @cache
 def _report_fallback(reason: str) -> None:
     logger.warning("the twin's C kernel is unavailable (%s); falling back to numba, which needs about "
@@ -84,8 +88,19 @@ def get_kernel() -> Callable[..., tuple[int, int]]:
         if ckernel.load() is not None:
             return ckernel.simulate_kernel
         if choice == "c":
-            raise RuntimeError(f"TESSERA_TWIN_ENGINE=c but the C kernel is unavailable: {ckernel.unavailable_reason}")
-        _report_fallback(ckernel.unavailable_reason)
-    from ._numba_kernel import simulate_kernel
-
+            raise KernelUnavailable(f"TESSERA_TWIN_ENGINE=c but the C kernel is unavailable: "
+                                    f"{ckernel.unavailable_reason}")
+        reason = ckernel.unavailable_reason
+    else:
+        reason = f"TESSERA_TWIN_ENGINE={choice}"
+    try:
+        from ._numba_kernel import simulate_kernel
+    except ModuleNotFoundError as error:
+        if error.name != "numba":
+            raise
+        raise KernelUnavailable(f"the twin has no kernel: the C build is unavailable ({reason}) and numba is not "
+                           "installed; install a C compiler and reinstall tessera, or pip install 'tessera[numba]'"
+                           ) from None
+    if choice != "numba":
+        _report_fallback(reason)
     return simulate_kernel

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-OFFLINE_MODULES = ("sklearn", "matplotlib", "pyarrow", "scipy")
+EXTRAS_MODULES = ("sklearn", "matplotlib", "pyarrow", "scipy", "numba", "llvmlite")  # offline and numba extras
 
 pytestmark = pytest.mark.package
 
@@ -31,10 +31,11 @@ def empty_folder(tmp_path) -> Path:
     return folder
 
 
-def run(venv: Path, folder: Path, *command: str) -> subprocess.CompletedProcess:
+def run(venv: Path, folder: Path, *command: str, **environment: str) -> subprocess.CompletedProcess:
+    """A command of the venv, run in folder with a bare environment (plus the variables given)."""
+    env = {"PATH": f"{venv / 'bin'}:/usr/bin:/bin", "HOME": str(folder), "PYTHONSAFEPATH": "1", **environment}
     return subprocess.run([str(venv / "bin" / command[0]), *command[1:]], cwd=folder, capture_output=True,
-                          text=True, timeout=600, env={"PATH": f"{venv / 'bin'}:/usr/bin:/bin", "HOME": str(folder),
-                                                       "PYTHONSAFEPATH": "1"})
+                          text=True, timeout=600, env=env)
 
 
 def test_plan_solves_the_shipped_examples_from_an_empty_folder(venv, empty_folder):
@@ -68,9 +69,18 @@ def test_the_twin_runs_with_the_kernel_compiled_at_install_time(venv, empty_fold
     assert "falling back to numba" not in result.stderr
 
 
-def test_the_runtime_installs_without_the_offline_extra(venv, empty_folder):
+def test_without_a_c_kernel_the_twin_names_the_numba_extra(venv, empty_folder):
+    """Forcing the numba kernel stands in for a machine without a compiler: numba is not installed."""
+    locate = run(venv, empty_folder, "python", "-c", "from tessera.shipped import example; "
+                                                     "print(example('twin/workload.yaml'))")
+    result = run(venv, empty_folder, "tessera", "twin", "run", locate.stdout.strip(), TESSERA_TWIN_ENGINE="numba")
+    assert result.returncode != 0
+    assert "pip install 'tessera[numba]'" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_the_runtime_installs_without_the_extras(venv, empty_folder):
     code = ("import importlib.util\n"
-            f"print([m for m in {OFFLINE_MODULES!r} if importlib.util.find_spec(m)])")
+            f"print([m for m in {EXTRAS_MODULES!r} if importlib.util.find_spec(m)])")
     result = run(venv, empty_folder, "python", "-c", code)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
