@@ -88,7 +88,7 @@ def test_compiled_trees_match_sklearn_and_meet_targets():
 
     assert np.allclose([predict_features(list(x))[0] for x in X], shipped.predict_ratio(X))
     m = train.train().metrics  # held-out levels
-    # the targets; measured on the committed set: macro-F1 0.976, SMAPE 2.3% (README)
+    # the targets; measured on the committed set: macro-F1 0.976, SMAPE 2.3% (docs/twin.md)
     assert m["macro_f1"] >= 0.97
     assert m["smape_ratio"] <= 0.05
 
