@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import engine
-from .profile import Profile
+from .profile import ServerProfile
 from .workload import Workload, generate_requests
 
 # An adapter server is starved when it finishes less than this share of the
@@ -75,7 +75,7 @@ class TwinResult:
         return {k: getattr(self, k) for k in keys}
 
 
-def engine_params(profile: Profile, cfg: ServerConfig, duration: float, kv_blocks: int) -> np.ndarray:
+def engine_params(profile: ServerProfile, cfg: ServerConfig, duration: float, kv_blocks: int) -> np.ndarray:
     p = np.zeros(engine.N_PARAMS)
     s, o = profile.step, profile.overhead
     p[engine.P_DURATION] = duration
@@ -127,7 +127,7 @@ def _run_with_progress(kernel, args: tuple, stats: np.ndarray, progress, poll_s:
     return out["r"]
 
 
-def simulate(workload: Workload, profile: Profile, cfg: ServerConfig, seed: int = 0,
+def simulate(workload: Workload, profile: ServerProfile, cfg: ServerConfig, seed: int = 0,
              keep_requests: bool = False, progress=None, poll_s: float = 0.1) -> TwinResult:
     """Simulate one workload. ``progress``, if given, is called with the simulated time
     (seconds, up to the duration) about every ``poll_s`` of wall time during the run."""

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .profile import Profile
+from .profile import ServerProfile
 from .sim import OUTSTANDING_REQUEST_CAP, STARVATION_RATIO, ServerConfig, simulate
 from .workload import Workload
 
@@ -130,7 +130,7 @@ def _one(args):
         res.memory_error, res.min_served_fraction
 
 
-def replay(runs: list[RealRun], profile: Profile, seeds: int = 5, workers: int = 2, progress=None):
+def replay(runs: list[RealRun], profile: ServerProfile, seeds: int = 5, workers: int = 2, progress=None):
     """Per run: mean twin throughput, offered, ITL, running over seeds."""
     jobs = [(r, profile, s) for r in runs for s in range(seeds)]
     # heavy runs first so the pool stays balanced
@@ -164,7 +164,7 @@ def expected_distinct(run: RealRun, k: float) -> float:
     return float(min(run.max_loras, np.sum(1 - (1 - p) ** max(k, 0.0))))
 
 
-def calibrate(runs: list[RealRun], base: Profile) -> Profile:
+def calibrate(runs: list[RealRun], base: ServerProfile) -> ServerProfile:
     """Fit eos_fraction and the step-time coefficients on the given (calibration) runs."""
     from scipy.optimize import least_squares
 
@@ -208,7 +208,7 @@ def kv_tokens_per_running(runs: list[RealRun]) -> float:
     return float(np.median(v))
 
 
-def fit_length_sigma(runs: list[RealRun], base: Profile) -> float:
+def fit_length_sigma(runs: list[RealRun], base: ServerProfile) -> float:
     """Spread of the (lognormal) length distribution that reproduces the measured
     KV tokens per running request: long requests stay longer, so the spread of
     lengths sets how much KV a running request holds on average."""
@@ -260,8 +260,8 @@ def summarize(rows: list[dict]) -> dict:
             "high_rate": stats([x for x in rows if not x["low_rate"]])}
 
 
-def cross_validate(profile: Profile, runs: list[RealRun] | None = None, seeds: int = 5,
-                   workers: int = 2, progress=None) -> tuple[list[dict], dict[int, Profile]]:
+def cross_validate(profile: ServerProfile, runs: list[RealRun] | None = None, seeds: int = 5,
+                   workers: int = 2, progress=None) -> tuple[list[dict], dict[int, ServerProfile]]:
     """Calibrate on the max-rank-16 runs, judge the max-rank-32 runs; then the reverse."""
     runs = runs if runs is not None else load_runs()
     rows: list[dict] = []
