@@ -19,7 +19,9 @@ from tessera.planner.features import Features, all_feature_sets
 from tessera.planner.measured import load_parvagpu_dir
 from tessera.planner.model import Pool, SystemSpec
 from tessera.planner.profile_sources import build_profile_store
-from tessera.planner.solve import NoPlanError, PlannerOptions, plan
+from tessera.exit_codes import BAD_INPUT, INFEASIBLE, OK, PLANNER_FAILED, TIME_LIMIT
+from tessera.planner.contract import Infeasible, TimeLimit, plan_outcome
+from tessera.planner.solve import PlannerOptions
 from tessera.planner.spec_file import SpecFileError, load_systems
 from tessera.render import render_plan
 from tessera.twin_cli import twin
@@ -79,7 +81,7 @@ def _load(files: tuple[Path, ...]) -> list[SystemSpec]:
 
 def _store(systems, gpu: str, measured: Path | None):
     try:
-        return build_profile_store(systems, gpu, load_parvagpu_dir(measured) if measured else None)
+        return build_profile_store(systems, gpu, _measured(measured))
     except ValueError as error:
         raise click.ClickException(str(error)) from None
 
@@ -90,28 +92,55 @@ def _store(systems, gpu: str, measured: Path | None):
               help="Feature switches: A, S, T joined by '+', or 'unopt'.")
 @click.option("--output", type=click.Choice(["table", "yaml", "json"]), default="table", show_default=True)
 def plan_command(files, gpu, gpus, measured, levels, headroom, time_limit, features, output) -> None:
-    """Plan compound systems (YAML FILES; the built-in examples when none) on a GPU pool."""
+    """Plan compound systems (YAML FILES; the built-in examples when none) on a GPU pool.
+
+    Exit codes: 0 planned (also when the time limit cut the proof short: the
+    summary says by how much), 2 bad input, 3 infeasible (the best partial
+    plan is printed when there is one), 4 time limit without a plan,
+    5 planner failure.
+    """
     systems = _load(files)
     try:
         chosen = Features.parse(features)
     except ValueError as error:
         raise click.BadParameter(str(error), param_hint="--features") from None
-    store = _store(systems, gpu, measured)
     options = PlannerOptions(budget_levels=levels, headroom=headroom, time_limit_s=time_limit)
     console = _console(output != "table")
-    try:
-        with console.status(f"Solving the MILP for {len(systems)} system(s) on {gpus} x {gpu}..."):
-            result = plan(systems, Pool(gpu=gpu, gpus=gpus), store, chosen, options)
-    except NoPlanError as error:
-        raise click.ClickException(str(error)) from None
-    if output == "table":
+    with console.status(f"Solving the MILP for {len(systems)} system(s) on {gpus} x {gpu}..."):
+        outcome = plan_outcome(systems, Pool(gpu=gpu, gpus=gpus), _measured(measured), chosen, options)
+    result = getattr(outcome, "plan", None)
+    if result is None:
+        _no_plan(outcome, output)
+    elif output == "table":
         render_plan(result, console)
     elif output == "json":
         click.echo(result.model_dump_json(indent=2))
     else:
         click.echo(yaml.safe_dump(json.loads(result.model_dump_json()), sort_keys=False))
-    if not result.fully_served:
-        sys.exit(3)
+    if isinstance(outcome, TimeLimit):
+        click.echo(f"warning: {outcome.reason}", err=True)
+    sys.exit(OUTCOME_EXIT_CODES[outcome.kind] if result is None or isinstance(outcome, Infeasible) else OK)
+
+
+OUTCOME_EXIT_CODES = {"planned": OK, "invalid-input": BAD_INPUT, "infeasible": INFEASIBLE, "time-limit": TIME_LIMIT,
+                      "planner-failed": PLANNER_FAILED}
+
+
+def _no_plan(outcome, output: str) -> None:
+    if output == "json":
+        click.echo(outcome.model_dump_json(indent=2))
+    elif output == "yaml":
+        click.echo(yaml.safe_dump(json.loads(outcome.model_dump_json()), sort_keys=False))
+    click.echo(f"error ({outcome.kind}): {outcome.reason}", err=True)
+    for line in getattr(outcome, "diagnosis", []) + getattr(outcome, "errors", []):
+        click.echo(f"  {line}", err=True)
+
+
+def _measured(measured: Path | None):
+    try:
+        return load_parvagpu_dir(measured) if measured else None
+    except ValueError as error:
+        raise click.ClickException(str(error)) from None
 
 
 @main.command("capacity")
