@@ -149,6 +149,8 @@ class _Checker:
         self.headroom: float = getattr(options, "headroom", plan.headroom)
         self.levels: int = getattr(options, "budget_levels", DEFAULT_BUDGET_LEVELS)
         self.batches = getattr(options, "batches", None)
+        self.max_batch = getattr(options, "max_batch", None)
+        self.max_mps = getattr(options, "max_mps", None)
         self.errors: list[str] = []
         self.gpu: GpuProduct | None = None
 
@@ -316,14 +318,17 @@ class _Checker:
         except KeyError:
             self.fail(f"{where}: {gpu.name} has no MIG profile {segment.mig_profile!r}")
             mig = None
-        if segment.mps not in gpu.mps_degrees:
-            self.fail(f"{where}: MPS degree {segment.mps} is not one of {gpu.mps_degrees}")
+        degrees = range(1, (self.max_mps or max(gpu.mps_degrees)) + 1)
+        if segment.mps not in degrees:
+            self.fail(f"{where}: MPS degree {segment.mps} is not one of {degrees.start}..{degrees.stop - 1}")
         if not self.features.spatial_partitioning and (
                 segment.mig_profile != gpu.whole_gpu_profile.name or segment.mps != 1):
             self.fail(f"{where}: spatial partitioning (S) is off, so only whole GPUs "
                       f"({gpu.whole_gpu_profile.name}, MPS 1) may be used")
         if config.batch < 1:
             self.fail(f"{where}: batch {config.batch} < 1")
+        if self.max_batch is not None and config.batch > self.max_batch:
+            self.fail(f"{where}: batch {config.batch} is above the largest batch {self.max_batch}")
         if self.batches is not None and config.batch not in self.batches:
             self.fail(f"{where}: batch {config.batch} is not one of the allowed batches {tuple(self.batches)}")
         if config.replicas < 1:

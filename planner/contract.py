@@ -126,7 +126,7 @@ def plan_outcome(systems: list[SystemSpec], pool: Pool | NodePool, measured: Pro
                  current: Plan | None = None) -> Planned | TimeLimit | Infeasible | InvalidInput | PlannerFailed:
     """plan() as an outcome: the profile store built from the specs (and `measured`), every answer typed."""
     try:
-        store = build_profile_store(systems, pool.gpu, measured, options.batches)
+        store = build_profile_store(systems, pool.gpu, measured, options.batches, max_mps=options.max_mps)
         result = plan(systems, pool, store, features, options, current)
     except InfeasibleError as error:
         return Infeasible(reason=str(error))

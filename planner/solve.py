@@ -7,9 +7,10 @@ model, each stage fixing the value the previous one reached:
    served fractions (accuracy may drop to its SLO first, since the accuracy
    constraint allows it);
 2. systems with `priority: accuracy`: their accuracy;
-3. cost: fewest GPUs, then fewest compute slices, each a stage of its own
-   proven in its own units (GPUs exactly, slices to `slice_tolerance`), so
-   no relative gap on a weighted sum leaves slices unproven;
+3. cost: fewest GPUs, then fewest compute slices (one weighted sum, a GPU
+   outweighing every slice), proven in its own units: to an absolute gap
+   below `slice_tolerance` slices, which proves the GPUs exactly too; no
+   relative gap leaves slices unproven on a large pool;
 4. accuracy of every system (tie-break among equally cheap plans);
 5. least change from the current plan, when one is given.
 """
@@ -21,7 +22,7 @@ import time
 from dataclasses import dataclass
 
 import pyomo.environ as pyo
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 from tessera.planner.assignment import assign_gpus, current_layout_counts, current_replica_counts
 from tessera.planner.candidates import allowed_variants, budget_levels, enumerate_candidates
@@ -42,6 +43,7 @@ __all__ = ["InfeasibleError", "NoPlanError", "PlannerBug", "PlannerOptions", "Ti
            "plan"]
 
 TIME_LIMIT_STATUS = "Time limit reached"
+EXACT_UP_TO_GPUS = 8
 
 
 class PlannerOptions(BaseModel):
@@ -57,7 +59,17 @@ class PlannerOptions(BaseModel):
         description="Keep a candidate's option at a higher budget level only where its least load drops by this "
                     "factor; 1 keeps every level (exact, larger model).",
     )
-    batches: tuple[int, ...] = DEFAULT_BATCHES
+    exact_up_to_gpus: int = Field(
+        default=EXACT_UP_TO_GPUS, ge=0,
+        description="Pools of at most this many GPUs solve the exact model (tier_ratio 1, busy_instances 0) "
+                    "whatever those two say: there a fraction of an instance is a share of the cost.",
+    )
+    batches: tuple[int, ...] = Field(default=DEFAULT_BATCHES, description="Batch sizes profiled and planned.")
+    max_batch: int | None = Field(
+        default=None, ge=1, description="The largest batch a variant's server accepts (None: the largest of "
+                                        "`batches`).")
+    max_mps: int = Field(default=4, ge=1, le=48, description="Most server processes sharing one MIG instance "
+                                                             "(each bounded by memory).")
     mip_gap: float = Field(default=1e-3, ge=0, description="Relative gap of the serve and accuracy stages.")
     slice_tolerance: float = Field(
         default=1.0, gt=0,
@@ -66,9 +78,19 @@ class PlannerOptions(BaseModel):
     )
     time_limit_s: float = Field(default=60, gt=0, description="Wall-clock budget of all solves of one plan.")
 
+    @field_validator("batches")
+    @classmethod
+    def _batches_positive(cls, batches: tuple[int, ...]) -> tuple[int, ...]:
+        if not batches or min(batches) < 1:
+            raise ValueError(f"batches must be one or more sizes >= 1, got {batches}")
+        return tuple(sorted(set(batches)))
+
     @property
     def utilisation(self) -> float:
         return 1 / (1 + self.headroom)
+
+    def exact_for(self, pool_gpus: int) -> bool:
+        return pool_gpus <= self.exact_up_to_gpus
 
 
 @dataclass
@@ -98,7 +120,8 @@ class _StagedSolver:
         self.relaxed: tuple[object, float] | None = None  # (expression, bound) from relax-and-fix
         self.relax_and_fix_start = False
 
-    def _solve(self, name: str, expression, sense, share: float, abs_gap: float | None = None) -> StageResult | None:
+    def _solve(self, name: str, expression, sense, share: float,
+               abs_gap: float | None = None) -> StageResult | None:
         self.highs.set_objective(expression, sense)
         remaining = self.deadline - time.perf_counter()
         # RINS and RENS fix the integers the root LP agrees on and solve the rest,
@@ -112,17 +135,15 @@ class _StagedSolver:
             return None
         return StageResult(name, result.value, result.bound, result.seconds, result.status)
 
-    def optimise(self, name: str, expression, sense, share: float = 0.5, abs_gap: float | None = None,
-                 known_bound: float | None = None) -> StageResult | None:
-        """Solve one stage; `known_bound` is a bound proven otherwise (by relax-and-fix)."""
-        if self.relaxed is not None and self.relaxed[0] is expression:
-            known_bound = self.relaxed[1]
+    def optimise(self, name: str, expression, sense, share: float = 0.5,
+                 abs_gap: float | None = None) -> StageResult | None:
         stage = self._solve(name, expression, sense, share, abs_gap)
         if stage is None:
             return None
-        if known_bound is not None:
+        if self.relaxed is not None and self.relaxed[0] is expression:
+            # relax-and-fix solved a relaxation of this very objective: its bound holds here
             tighter = max if sense == pyo.minimize else min
-            stage.bound = tighter(stage.bound, known_bound)
+            stage.bound = tighter(stage.bound, self.relaxed[1])
         self.results.append(stage)
         self.highs.load_into_model()
         return stage
@@ -160,11 +181,11 @@ class _StagedSolver:
         else:
             self.highs.add_row(expression, stage.value - slack, math.inf)
 
-    def run(self, name: str, expression, sense, share: float = 0.5, abs_gap: float | None = None,
-            known_bound: float | None = None) -> StageResult | None:
+    def run(self, name: str, expression, sense, share: float = 0.5,
+            abs_gap: float | None = None) -> StageResult | None:
         if pyo.is_constant(expression):
             return StageResult(name, pyo.value(expression), pyo.value(expression), 0.0, "constant")
-        stage = self.optimise(name, expression, sense, share, abs_gap, known_bound)
+        stage = self.optimise(name, expression, sense, share, abs_gap)
         if stage is not None:
             self.hold(expression, stage, sense)
         return stage
@@ -235,56 +256,32 @@ def _maximise_served(solver: _StagedSolver, name: str, systems: list[SystemSpec]
 def _solve_after_serving(solver: _StagedSolver, milp: CompoundMilp, systems: list[SystemSpec],
                          replanning: bool):
     """The stages after the demand to serve is settled; None when serving all of it is infeasible."""
-    m = milp.m
     accuracy_first = [s.name for s in systems if s.priority == "accuracy"]
     stages = []
     if accuracy_first:
         stages.append(("accuracy-first", milp.accuracy_score(accuracy_first), pyo.maximize))
-    stages.append(("gpus", m.gpus_used, pyo.minimize))
-    stages.append(("slices", m.slices_used, pyo.minimize))
+    stages.append(("cost", milp.cost(), pyo.minimize))
     stages.append(("accuracy", milp.accuracy_score(), pyo.maximize))
     if replanning:
         stages.append(("least-change", milp.change(), pyo.maximize))
     # A constant objective (one variant per task) needs no solve, but the first
     # solve also tells whether all demand can be served, so it must be a real one.
     stages = [stage for stage in stages if not pyo.is_constant(stage[1])]
-    # Relax-and-fix starts from the GPUs-then-slices order as one weighted sum:
-    # its bound bounds both counts (see _cost_bounds).
-    cost_first = stages[0][0] == "gpus"
-    solver.find_start(milp.cost() if cost_first else stages[0][1], stages[0][2])
-    relaxed_cost = solver.relaxed[1] if cost_first and solver.relaxed else None
-    held_gpus = None
+    solver.find_start(*stages[0][1:])
+    first = None
     for position, (name, expression, sense) in enumerate(stages, start=1):
         share = 0.75 if position == 1 else 1.0 if position == len(stages) else 0.5
-        abs_gap, bound = None, None
-        if name == "gpus":
-            abs_gap, bound = 1 - 1e-6, _gpu_bound(relaxed_cost, milp)
-        elif name == "slices":
-            abs_gap, bound = solver.options.slice_tolerance - 1e-6, _slice_bound(relaxed_cost, milp, held_gpus)
-        stage = solver.run(name, expression, sense, share=share, abs_gap=abs_gap, known_bound=bound)
-        if stage is None and position == 1:
-            if solver.highs.last_status != "Infeasible":
-                raise TimeLimitError(_time_limit_message(solver))
-            return None
-        if name == "gpus" and stage is not None:
-            held_gpus = round(stage.value)
+        # The cost is proven in its own units: an absolute gap below the slice
+        # tolerance proves the GPUs exactly too (see _cost_proof).
+        abs_gap = solver.options.slice_tolerance - 1e-6 if name == "cost" else None
+        stage = solver.run(name, expression, sense, share=share, abs_gap=abs_gap)
         if position == 1:
+            if stage is None:
+                if solver.highs.last_status != "Infeasible":
+                    raise TimeLimitError(_time_limit_message(solver))
+                return None
             first = stage
     return first
-
-
-def _gpu_bound(relaxed_cost: float | None, milp: CompoundMilp) -> float | None:
-    """weight x GPUs + slices >= relaxed bound and slices <= 7 x GPUs give GPUs >= bound / (weight + 7)."""
-    if relaxed_cost is None or not math.isfinite(relaxed_cost):
-        return None
-    return math.ceil(relaxed_cost / (milp.gpu_weight + 7) - 1e-6)
-
-
-def _slice_bound(relaxed_cost: float | None, milp: CompoundMilp, gpus: int | None) -> float | None:
-    """With the GPUs held at their minimum, slices >= relaxed bound - weight x GPUs."""
-    if relaxed_cost is None or gpus is None or not math.isfinite(relaxed_cost):
-        return None
-    return math.ceil(relaxed_cost - milp.gpu_weight * gpus - 1e-6)
 
 
 def _time_limit_message(solver: _StagedSolver) -> str:
@@ -311,9 +308,11 @@ def max_common_scale(
 
 def _milp_input(systems, pool: PoolGpus, store, features, options, current) -> MilpInput:
     gpu = gpu_product(pool.gpu)
+    exact = options.exact_for(len(pool.gpus))
     candidates = [
         c for system in systems
-        for c in enumerate_candidates(system, gpu, store, features, options.batches)
+        for c in enumerate_candidates(system, gpu, store, features, options.batches, options.max_mps,
+                                      options.max_batch)
     ]
     layouts = list(valid_layouts(gpu.name))
     if not features.spatial_partitioning:
@@ -321,8 +320,8 @@ def _milp_input(systems, pool: PoolGpus, store, features, options, current) -> M
     return MilpInput(
         systems=systems, gpu=gpu, pool_gpus=len(pool.gpus), candidates=candidates,
         levels={s.name: budget_levels(s, features, options.budget_levels) for s in systems},
-        layouts=layouts, utilisation=options.utilisation, tier_ratio=options.tier_ratio,
-        busy_instances=options.busy_instances,
+        layouts=layouts, utilisation=options.utilisation,
+        tier_ratio=1.0 if exact else options.tier_ratio, busy_instances=0 if exact else options.busy_instances,
         variants={(s.name, t.name): allowed_variants(t, features) for s in systems for t in s.tasks},
         # A pool of nodes knows every GPU's layout; a plain pool only what the last plan chose.
         current_layouts=pool.current_free_layouts() or (current_layout_counts(current) if current else {}),
@@ -350,7 +349,7 @@ def _solver_report(solver: _StagedSolver, milp: CompoundMilp, build_s: float,
                    options: PlannerOptions) -> SolverReport:
     stages = solver.results
     by_name = {s.name: s for s in stages}
-    main = [by_name[name] for name in ("gpus", "slices", "max-demand", "serve") if name in by_name] or stages[-1:]
+    main = [by_name[name] for name in ("cost", "max-demand", "serve") if name in by_name] or stages[-1:]
     limited = [s for s in main if s.status == TIME_LIMIT_STATUS]
     return SolverReport(
         status=(limited or main)[0].status,
@@ -362,20 +361,26 @@ def _solver_report(solver: _StagedSolver, milp: CompoundMilp, build_s: float,
         variables=milp.m.nvariables(),
         constraints=milp.m.nconstraints(),
         time_limited=[s.name for s in stages if s.status == TIME_LIMIT_STATUS],
-        cost=_cost_proof(by_name, options),
+        cost=_cost_proof(by_name, milp, options),
     )
 
 
-def _cost_proof(stages: dict[str, StageResult], options: PlannerOptions) -> CostProof | None:
-    if "gpus" not in stages or "slices" not in stages:
+def _cost_proof(stages: dict[str, StageResult], milp: CompoundMilp,
+                options: PlannerOptions) -> CostProof | None:
+    """GPUs and slices beside the lower bounds the weighted cost's bound B gives them.
+
+    cost = W x GPUs + slices with slices <= 7 x GPUs, so every plan has
+    GPUs >= B / (W + 7), and every plan with as many GPUs as this one has
+    slices >= B - W x GPUs. When the solve proved the cost to within less
+    than one slice, both bounds meet the counts: W exceeds 7 x GPUs + 1.
+    """
+    if "cost" not in stages:
         return None
-
-    def lower(stage: StageResult) -> int:
-        return max(0, math.ceil(stage.bound - 1e-6)) if math.isfinite(stage.bound) else 0
-
-    gpus, slices = stages["gpus"], stages["slices"]
-    return CostProof(gpus=round(gpus.value), gpus_lower_bound=min(lower(gpus), round(gpus.value)),
-                     slices=round(slices.value), slices_lower_bound=min(lower(slices), round(slices.value)),
+    cost, weight = stages["cost"], milp.gpu_weight
+    gpus, slices = divmod(round(cost.value), weight)
+    bound = cost.bound if math.isfinite(cost.bound) else 0.0
+    return CostProof(gpus=gpus, gpus_lower_bound=min(gpus, max(0, math.ceil(bound / (weight + 7) - 1e-6))),
+                     slices=slices, slices_lower_bound=min(slices, max(0, math.ceil(bound - weight * gpus - 1e-6))),
                      slice_tolerance=options.slice_tolerance)
 
 

@@ -67,14 +67,14 @@ def test_only_the_first_full_solve_after_relax_and_fix_skips_neighbourhood_searc
     searched = []
     highs_solve = HighsModel.solve
 
-    def recording(self, time_limit_s, neighbourhood_search=True, abs_gap=None):
+    def recording(self, time_limit_s, neighbourhood_search=True, **gaps):
         searched.append(neighbourhood_search)
-        return highs_solve(self, time_limit_s, neighbourhood_search, abs_gap)
+        return highs_solve(self, time_limit_s, neighbourhood_search, **gaps)
 
     monkeypatch.setattr(HighsModel, "solve", recording)
     solve(make_system({"t": [("v", 1.0, 10, 100), ("w", 0.9, 10, 200)]}, demand=500))
-    # relaxed, rounded, then the GPUs stage from their start, then the slices and accuracy stages
-    assert searched == [True, True, False, True, True]
+    # relaxed, rounded, then the cost stage from their start, then the accuracy stage
+    assert searched == [True, True, False, True]
 
 
 def test_the_plan_uses_the_fewest_gpus_and_compute_slices():
