@@ -43,7 +43,7 @@ __all__ = ["InfeasibleError", "NoPlanError", "PlannerBug", "PlannerOptions", "Ti
            "plan"]
 
 TIME_LIMIT_STATUS = "Time limit reached"
-EXACT_UP_TO_GPUS = 8
+EXACT_UP_TO_GPUS = 2
 
 
 class PlannerOptions(BaseModel):
