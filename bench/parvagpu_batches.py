@@ -45,7 +45,7 @@ SCENARIOS = {
         pool=4, systems=[{"name": "qa", "slo": {"latency_ms": 2000}, "demand_rps": 1500,
                           "tasks": [{"name": "answer", "variants": [_variant("bert", 0.885, 9)]}]}]),
     "image classification (ResNet family, accuracy SLO 0.98)": dict(
-        pool=4, systems=[{"name": "classify", "slo": {"latency_ms": 400, "accuracy": 0.98}, "demand_rps": 9000,
+        pool=4, systems=[{"name": "classify", "slo": {"latency_ms": 400, "accuracy": 0.98}, "demand_rps": 6000,
                           "tasks": [{"name": "label", "variants": [
                               _variant("resnet50", 0.7613, 5), _variant("resnet101", 0.7737, 7),
                               _variant("resnet152", 0.7831, 9)]}]}]),
