@@ -142,7 +142,7 @@ def plan_outcome(systems: list[SystemSpec], pool: Pool | NodePool, measured: Pro
 def outcome_of(result: Plan) -> Planned | TimeLimit | Infeasible:
     """What a plan that plan() returned means: proven, cut short, or serving only part."""
     report = result.solver
-    if report.time_limited and set(report.time_limited) & {"gpus", "slices", "serve"}:
+    if set(report.time_limited) & {"cost", "serve"}:
         cost = report.cost
         short = (f"GPUs {cost.gpus} (proven >= {cost.gpus_lower_bound}), slices {cost.slices} "
                  f"(proven >= {cost.slices_lower_bound})") if cost else f"gap {100 * report.mip_gap:.3g}%"

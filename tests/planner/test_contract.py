@@ -83,8 +83,14 @@ def test_a_plan_the_checker_refuses_is_a_planner_failure_never_a_plan(monkeypatc
 
 def test_a_plan_whose_cost_proof_the_time_limit_cut_short_is_a_time_limit_with_the_plan():
     planned = solve_request(request(system(demand=300)))
-    report = planned.plan.solver.model_copy(update={"time_limited": ["slices"]})
+    report = planned.plan.solver.model_copy(update={"time_limited": ["cost"]})
     outcome = outcome_of(planned.plan.model_copy(update={"solver": report}))
     assert isinstance(outcome, TimeLimit) and outcome.plan is not None
     assert not outcome.retryable and outcome.cost == report.cost
-    assert "stopped slices" in outcome.reason
+    assert "stopped cost" in outcome.reason
+
+
+def test_a_plan_whose_accuracy_tie_break_alone_ran_out_of_time_is_still_planned():
+    planned = solve_request(request(system(demand=300)))
+    report = planned.plan.solver.model_copy(update={"time_limited": ["accuracy"]})
+    assert isinstance(outcome_of(planned.plan.model_copy(update={"solver": report})), Planned)
