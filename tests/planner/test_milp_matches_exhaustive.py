@@ -26,13 +26,12 @@ import pytest
 from tessera.planner import solve
 from tessera.planner.checker import check_plan
 from tessera.planner.features import Features
+from tessera.planner.measured import read_parvagpu_dir
 from tessera.planner.model import Edge, Pool, Slo, SystemSpec, Task, Variant
 from tessera.planner.plan import Plan
 from tessera.planner.profiles import Profile, ProfileSource, ProfileStore, SegmentType
 
 from .exhaustive import Objective, exhaustive_optimum, exhaustive_search, witness_plan
-from tessera.planner.measured import read_parvagpu_dir
-
 from .instances import Instance, random_instance, random_measured_instance
 
 DEFAULT_SEEDS = int(os.environ.get("TESSERA_EXHAUSTIVE_SEEDS", "120"))
