@@ -28,7 +28,7 @@ def test_crd_schema_is_structural():
 
 def test_crd_schema_keeps_the_validation_bounds():
     spec = crd("CompoundInferenceSystem")["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
-    latency = spec["properties"]["slo"]["properties"]["latency_ms"]
+    latency = spec["properties"]["slo"]["properties"]["latencyMilliseconds"]
     assert latency["minimum"] == 0 and latency["exclusiveMinimum"] is True
     assert "name" not in spec["properties"]
-    assert set(spec["required"]) >= {"tasks", "slo", "demand_rps"}
+    assert set(spec["required"]) >= {"tasks", "slo", "demandRequestsPerSecond"}
