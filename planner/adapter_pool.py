@@ -43,7 +43,7 @@ class WeightsSource(Spec):
     """Where a server fetches weights from, pinned by digest."""
 
     uri: str = Field(
-        max_length=2048, pattern=WEIGHTS_URI,
+        max_length=512, pattern=WEIGHTS_URI,
         description="Location of the weights: s3://, gs://, hf://, https://, oci:// or pvc:// (a PersistentVolumeClaim in the pool's namespace).",
     )
     digest: str = Field(

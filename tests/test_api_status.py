@@ -70,3 +70,24 @@ def test_child_names_differ_when_only_the_cut_off_part_differs():
     long = "s" * 63
     assert child_name(long, "task-a") != child_name(long, "task-b")
     assert child_name("sys", "task") == child_name("sys", "task")
+
+
+def test_the_largest_statuses_stay_far_under_the_object_size_limit():
+    """64 tasks x 8 configurations, or 256 servers and 2000 adapters: both well under 1.5 MiB."""
+    condition = {"type": "Ready", "status": "False", "reason": "R" * 128, "message": "m" * 4096,
+                 "lastTransitionTime": NOW, "observedGeneration": 1}
+    conditions = [{**condition, "type": t} for t in ("Ready", "Planned", "Progressing", "Degraded", "Invalid",
+                                                     "MigLayoutApplied", "ProfilesEstimated", "ProfilingComplete",
+                                                     "MetricsAvailable", "AdaptersPlaced")]
+    configuration = {"migProfile": "7g.141gb", "mpsDegree": 48, "batchSize": 1024, "replicas": 100_000}
+    system = system_status().model_dump()
+    system["conditions"] = conditions
+    system["plan"]["tasks"] = [{"name": f"t{i:02d}" + "x" * 59, "variant": "v" * 63,
+                                "configurations": [configuration] * 8} for i in range(64)]
+    pool = AdapterPoolStatus.model_validate({"conditions": conditions, "plan": {
+        "gpuProduct": "H200-141GB", "gpus": 256, "adaptersPlaced": 2000, "adaptersUnplaced": 0,
+        "unplacedAdapterExamples": ["a" * 63] * 16, "predictedMinServedFraction": 0.9,
+        "servers": [{"name": "s" + f"{i:03d}" * 20 + "xy", "adapters": 2000, "loraSlots": 256} for i in range(256)],
+        "placementConfigMapName": "c" * 253}})
+    for status in (SystemStatus.model_validate(system), pool):
+        assert len(status.model_dump_json()) < 150_000
