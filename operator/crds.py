@@ -148,8 +148,7 @@ def model_schema(model: type[BaseModel], excluded: frozenset[str] = frozenset())
 
 def _metadata_schema(kind: Kind) -> dict[str, Any]:
     return {
-        "type": "object",
-        "description": "Standard object metadata.",
+        "type": "object",  # the API server allows nothing here but restrictions on name and generateName
         "properties": {"name": {
             "type": "string", "maxLength": MAX_NAME_LENGTH, "pattern": DNS_1035_LABEL,
             "description": f"The {kind.name}'s name: a DNS-1035 label of at most 63 characters (it is a label "

@@ -130,7 +130,8 @@ def prometheus(tmp_path_factory, demand_exporter) -> Prometheus:
 def tessera_crds(kubectl) -> list[str]:
     """tessera's CRDs (crds/, as checked in) applied to the cluster and Established; their names."""
     crds_dir = HERE.parents[1] / "crds"
-    kubectl("apply", "--server-side", "--field-manager=tessera-tests", "-f", str(crds_dir))
+    applied = kubectl("apply", "--server-side", "--field-manager=tessera-tests", "-f", str(crds_dir), check=False)
+    assert applied.returncode == 0, f"the API server refused crds/: {applied.stderr}"
     names = [path.name.removesuffix(".yaml") for path in sorted(crds_dir.glob("*.yaml"))]
     for name in names:
         kubectl("wait", "--for=condition=Established", f"crd/{name}", "--timeout=60s")

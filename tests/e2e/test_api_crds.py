@@ -190,11 +190,13 @@ CORPUS = [
      "spec.serviceBound.minServedFraction"),
     ("max-model-length-too-short", pool, lambda o: o["spec"]["baseModel"].update(maxModelLengthTokens=100),
      "spec.baseModel.maxModelLengthTokens"),
-    # non-finite numbers: JSON has no NaN or Infinity; 1e999 is the one way to send one, and overflows
-    ("demand-infinite", system, lambda o: o["spec"].update(demandRequestsPerSecond=float("inf")),
+    # non-finite numbers: JSON has no NaN or Infinity, so they come as strings (see also the 1e999 test below)
+    ("demand-nan", system, lambda o: o["spec"].update(demandRequestsPerSecond="NaN"),
      "spec.demandRequestsPerSecond"),
-    ("latency-infinite", system, lambda o: o["spec"]["slo"].update(latencyMilliseconds=float("inf")),
+    ("latency-infinity", system, lambda o: o["spec"]["slo"].update(latencyMilliseconds="Infinity"),
      "spec.slo.latencyMilliseconds"),
+    ("adapter-rate-inf", pool, lambda o: o["spec"]["adapters"][0].update(expectedRequestsPerSecond=".inf"),
+     "spec.adapters[0].expectedRequestsPerSecond"),
     # enums
     ("priority-unknown", system, lambda o: o["spec"].update(priority="speed"), "spec.priority"),
     ("percentile-p90", system, lambda o: o["spec"]["slo"].update(percentile="p90"), "spec.slo.percentile"),
@@ -283,6 +285,17 @@ def test_a_malformed_object_is_rejected_naming_the_field(custom, api_namespace, 
     status, answer = create(custom, api_namespace, body)
     assert status in (400, 422), answer
     assert field in answer["message"], answer["message"]
+
+
+def test_a_number_beyond_float64_is_refused_before_validation_without_naming_the_field(custom, api_namespace):
+    """The limit of the API server: 1e999 (valid JSON, the only way to send an infinity) fails decoding, so
+    no field is named; kubectl refuses YAML's .inf/.nan itself ("json: unsupported value: +Inf"), and
+    `tessera plan` rejects them naming the field (allow_inf_nan=False in the models)."""
+    body = system()
+    body["spec"]["slo"]["latencyMilliseconds"] = float("inf")
+    status, answer = create(custom, api_namespace, body)
+    assert status == 400
+    assert "cannot unmarshal number 1e999" in answer["message"]
 
 
 def test_without_strict_field_validation_an_unknown_field_is_dropped_silently(custom, api_namespace):

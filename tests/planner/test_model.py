@@ -209,3 +209,9 @@ def test_an_unknown_gpu_product_is_a_validation_error_on_the_gpu_field():
 def test_a_pool_needs_at_least_one_gpu():
     with pytest.raises(ValidationError):
         Pool(gpu="H100-80GB", gpus=0)
+
+
+@pytest.mark.parametrize("value", [float("inf"), float("nan")])
+def test_non_finite_numbers_are_rejected_naming_the_field(value):
+    message = error_of(spec(slo={"latencyMilliseconds": value}))
+    assert "slo.latencyMilliseconds" in message and "finite number" in message
