@@ -6,9 +6,11 @@ object
     apiVersion: tessera.ai/v1alpha1
     kind: CompoundInferenceSystem
     metadata: {name: traffic-analysis}
-    spec: {tasks: ..., edges: ..., slo: ..., demand_rps: ..., priority: ...}
+    spec: {tasks: ..., edges: ..., slo: ..., demandRequestsPerSecond: ..., priority: ...}
 
-or a bare SystemSpec mapping with a `name`. Errors name the file and the
+or a bare SystemSpec mapping with a `name`. Files use the camelCase wire
+names only (`latencyMilliseconds`), as the API server does; a snake_case
+attribute name is an unknown field there. Errors name the file and the
 document (1-based) they come from.
 """
 
@@ -52,13 +54,13 @@ def system_from_object(document: dict[str, Any], where: str = "document") -> Sys
         fields = document
         name = document.get("name", "?")
     try:
-        return SystemSpec.model_validate(fields)
+        return SystemSpec.model_validate(fields, by_alias=True, by_name=False)
     except ValidationError as error:
         raise SpecFileError(f"{where} ({name}): {_describe(error)}") from None
 
 
 def _describe(error: ValidationError) -> str:
-    """Pydantic's errors on one line each: `slo.latency_ms: Input should be greater than 0`."""
+    """Pydantic's errors on one line each: `slo.latencyMilliseconds: Input should be greater than 0`."""
     return "; ".join(
         f"{'.'.join(str(part) for part in e['loc']) or 'spec'}: {e['msg']}" for e in error.errors()
     )
