@@ -14,6 +14,10 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 Name = str
+# Work bounds of one system (the planner walks every path): far above any real inference graph.
+MAX_TASKS = 256
+MAX_EDGES = 1024
+MAX_PATHS = 1024
 
 
 class _Spec(BaseModel):
@@ -124,6 +128,18 @@ class SystemSpec(_Spec):
         default="cost", description="cost: fewest GPUs first, then accuracy; accuracy: the reverse.",
     )
     profiles: list[ProfilePoint] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _graph_is_bounded(self) -> "SystemSpec":
+        """Bounded work before any graph walk: tasks, edges, and source-to-sink paths (counted, not listed)."""
+        for what, items, limit in (("tasks", self.tasks, MAX_TASKS), ("edges", self.edges, MAX_EDGES)):
+            if len(items) > limit:
+                raise ValueError(f"{what}: {len(items)} {what}, over the limit of {limit}")
+        paths = _count_paths({t.name for t in self.tasks}, [(e.source, e.target) for e in self.edges])
+        if paths > MAX_PATHS:
+            raise ValueError(f"edges: the task graph has more than {MAX_PATHS} source-to-sink paths "
+                             f"(the planner constrains each); limit is {MAX_PATHS}")
+        return self
 
     @model_validator(mode="after")
     def _graph_is_a_dag(self) -> "SystemSpec":
@@ -237,6 +253,28 @@ class Pool(_Spec):
         except KeyError as error:
             raise ValueError(error.args[0]) from None
         return gpu
+
+
+def _count_paths(nodes: set[Name], edges: list[tuple[Name, Name]]) -> int:
+    """Source-to-sink paths of the DAG part of a graph, by dynamic programming (Kahn's order, no recursion)."""
+    successors: dict[Name, list[Name]] = {n: [] for n in nodes}
+    indegree = dict.fromkeys(nodes, 0)
+    for source, target in edges:
+        if source in nodes and target in nodes:
+            successors[source].append(target)
+            indegree[target] += 1
+    paths = {n: 1 for n in nodes if indegree[n] == 0}
+    ready, total = list(paths), 0
+    while ready:
+        node = ready.pop()
+        if not successors[node]:
+            total += paths[node]
+        for nxt in successors[node]:
+            paths[nxt] = paths.get(nxt, 0) + paths[node]
+            indegree[nxt] -= 1
+            if indegree[nxt] == 0:
+                ready.append(nxt)
+    return total
 
 
 def _reject_duplicates(names: list[str], what: str) -> None:

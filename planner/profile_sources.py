@@ -17,6 +17,7 @@ from typing import Iterable
 
 from tessera.planner.catalog import gpu_product
 from tessera.planner.estimator import Coefficients, calibrated, estimate
+from tessera.planner.input_files import InputError, quote, shorten
 from tessera.planner.model import SystemSpec
 from tessera.planner.profiles import DEFAULT_BATCHES, Profile, ProfileSource, ProfileStore, SegmentType
 
@@ -26,7 +27,7 @@ def build_profile_store(systems: list[SystemSpec], gpu: str, measured: ProfileSt
                         coefficients: Coefficients | None = None) -> ProfileStore:
     """Profiles of every variant of `systems` on `gpu`, the most trusted source per key.
 
-    Raises ValueError naming system, task and variant when a variant has
+    Raises InputError naming system, task and variant when a variant has
     neither the figures the estimator needs (gflops, params_millions) nor any
     given or measured profile on this GPU.
     """
@@ -46,8 +47,9 @@ def build_profile_store(systems: list[SystemSpec], gpu: str, measured: ProfileSt
                 ]
                 can_estimate = variant.gflops is not None and variant.params_millions is not None
                 if not (can_estimate or has_given or measured_here):
-                    raise ValueError(
-                        f"system {system.name!r}, task {task.name!r}, variant {variant.name!r}: no profiles on "
+                    raise InputError(
+                        f"system {shorten(system.name)}, task {shorten(task.name)}, variant {shorten(variant.name)}: "
+                        f"no profiles on "
                         f"{product.name} and no figures to estimate them; give the variant gflops and "
                         f"params_millions, or profiles for it in the spec, or measure it"
                     )
@@ -64,8 +66,9 @@ def build_profile_store(systems: list[SystemSpec], gpu: str, measured: ProfileSt
                     store.add(variant.name, segment, batch, profile)
         for point in given:
             if point.mig_profile not in {p.name for p in product.profiles}:
-                raise ValueError(f"system {system.name!r}, given profile of task {point.task!r}, variant "
-                                 f"{point.variant!r}: {product.name} has no MIG profile {point.mig_profile!r}")
+                raise InputError(f"system {shorten(system.name)}, profiles: given profile of task "
+                                 f"{shorten(point.task)}, variant {shorten(point.variant)}: {product.name} has no "
+                                 f"MIG profile {quote(point.mig_profile)}")
             store.add(point.variant, SegmentType(gpu=point.gpu, mig_profile=point.mig_profile, mps=point.mps),
                       point.batch, Profile(latency_ms=point.latency_ms, throughput_rps=point.throughput_rps,
                                            source=ProfileSource.GIVEN))

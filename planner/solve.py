@@ -29,6 +29,7 @@ from tessera.planner.features import Features
 from tessera.planner.highs_driver import HighsModel
 from tessera.planner.milp import CompoundMilp, MilpInput
 from tessera.planner.model import Pool, SystemSpec
+from tessera.planner.numerics import check_capacity_covers_demand, check_milp_input
 from tessera.planner.plan import Plan, SolverReport
 from tessera.planner.plan_extraction import extract_plan
 from tessera.planner.profiles import DEFAULT_BATCHES, ProfileStore
@@ -187,6 +188,7 @@ def plan(
     gpus = assign_gpus(result.tasks, pool.gpus, milp.layout_counts(), current)
     report = _solver_report(solver, milp, build_s)
     plan_ = result.finish(gpus, report)
+    check_capacity_covers_demand(plan_, systems)
     plan_.diagnosis = diagnose(plan_, systems, data.candidates, data.levels)
     return plan_
 
@@ -258,7 +260,7 @@ def _milp_input(systems, pool, store, features, options, current) -> MilpInput:
     layouts = list(valid_layouts(gpu.name))
     if not features.spatial_partitioning:
         layouts = [((gpu.whole_gpu_profile.name, 1),)]
-    return MilpInput(
+    data = MilpInput(
         systems=systems, gpu=gpu, pool_gpus=pool.gpus, candidates=candidates,
         levels={s.name: budget_levels(s, features, options.budget_levels) for s in systems},
         layouts=layouts, utilisation=options.utilisation, tier_ratio=options.tier_ratio,
@@ -267,6 +269,8 @@ def _milp_input(systems, pool, store, features, options, current) -> MilpInput:
         current_layouts=current_layout_counts(current) if current else {},
         current_replicas=current_replica_counts(current) if current else {},
     )
+    check_milp_input(data)
+    return data
 
 
 def _scale_upper_bound(data: MilpInput) -> float:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 import click
@@ -19,16 +20,38 @@ from tessera.planner.features import Features, all_feature_sets
 from tessera.planner.measured import load_parvagpu_dir
 from tessera.planner.model import Pool, SystemSpec
 from tessera.planner.profile_sources import build_profile_store
+from tessera.exit_codes import BAD_INPUT
+from tessera.options import BoundedInt, FiniteFloat
+from tessera.planner.input_files import InputError, quote
 from tessera.planner.solve import NoPlanError, PlannerOptions, plan
-from tessera.planner.spec_file import SpecFileError, load_systems
+from tessera.planner.spec_file import load_systems
 from tessera.render import render_plan
 from tessera.twin_cli import twin
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 DEFAULT_EXAMPLES = ("traffic-analysis.yaml", "social-media.yaml", "ar-assistant.yaml")
+MAX_POOL_GPUS = 10_000
+MAX_BUDGET_LEVELS = 100
+MAX_HEADROOM = 10.0
+MAX_TIME_LIMIT_S = 86_400.0
+MAX_SPEC_FILES = 64
 
 
-@click.group()
+class BadInput(click.ClickException):
+    exit_code = BAD_INPUT
+
+
+class _Main(click.Group):
+    """Every command's refused input (InputError, from any file it reads) exits BAD_INPUT with its message."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except InputError as error:
+            raise BadInput(str(error)) from None
+
+
+@click.group(cls=_Main)
 @click.version_option(__version__, prog_name="tessera")
 def main() -> None:
     """Serve GPU inference at the lowest GPU cost that meets its SLOs."""
@@ -41,14 +64,15 @@ def _pool_options(command):
     options = [
         click.option("--gpu", type=click.Choice(sorted(CATALOG)), default="H100-80GB", show_default=True,
                      help="GPU product of the pool."),
-        click.option("--gpus", type=click.IntRange(min=1), default=8, show_default=True, help="GPUs in the pool."),
+        click.option("--gpus", type=BoundedInt(1, MAX_POOL_GPUS), default=8, show_default=True,
+                     help="GPUs in the pool."),
         click.option("--measured", type=click.Path(exists=True, file_okay=False, path_type=Path),
                      help="Folder of measured profiles in the ParvaGPU CSV format (A100-80GB)."),
-        click.option("--levels", type=click.IntRange(min=1), default=PlannerOptions().budget_levels,
+        click.option("--levels", type=BoundedInt(1, MAX_BUDGET_LEVELS), default=PlannerOptions().budget_levels,
                      show_default=True, help="Latency budget levels per task."),
-        click.option("--headroom", type=click.FloatRange(min=0), default=PlannerOptions().headroom,
+        click.option("--headroom", type=FiniteFloat(0, MAX_HEADROOM), default=PlannerOptions().headroom,
                      show_default=True, help="Capacity kept above demand, as a fraction."),
-        click.option("--time-limit", type=click.FloatRange(min=1), default=PlannerOptions().time_limit_s,
+        click.option("--time-limit", type=FiniteFloat(1, MAX_TIME_LIMIT_S), default=PlannerOptions().time_limit_s,
                      show_default=True, help="Seconds the solver may spend per plan."),
         click.argument("files", nargs=-1, type=click.Path(exists=True, dir_okay=False, path_type=Path)),
     ]
@@ -63,25 +87,36 @@ def _console(to_stderr: bool) -> Console:
     return console if console.is_terminal else Console(stderr=to_stderr, width=160)
 
 
-def _load(files: tuple[Path, ...]) -> list[SystemSpec]:
+def _load(files: tuple[Path, ...]) -> tuple[list[SystemSpec], dict[str, Path]]:
+    """The systems of every file, and the file each came from."""
     paths = files or tuple(EXAMPLES / name for name in DEFAULT_EXAMPLES)
+    if len(paths) > MAX_SPEC_FILES:
+        raise BadInput(f"FILES: {len(paths)} files, over the limit of {MAX_SPEC_FILES}")
     systems: list[SystemSpec] = []
-    try:
-        for path in paths:
-            systems += load_systems(path)
-    except (SpecFileError, FileNotFoundError) as error:
-        raise click.ClickException(str(error)) from None
+    origins: dict[str, Path] = {}
+    for path in paths:
+        loaded = load_systems(path)
+        systems += loaded
+        origins.update((s.name, path) for s in loaded)
     names = [s.name for s in systems]
-    if len(set(names)) != len(names):
-        raise click.ClickException(f"system names repeat across files: {names}")
-    return systems
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise BadInput(f"FILES: system names repeat across files: {quote(repeated)}")
+    return systems, origins
+
+
+@contextmanager
+def _naming_files(origins: dict[str, Path]):
+    """An input error the planner finds names the system; say which file it came from."""
+    try:
+        yield
+    except InputError as error:
+        origin = origins.get(error.system) if error.system else None
+        raise BadInput(f"{origin}: {error}" if origin else str(error)) from None
 
 
 def _store(systems, gpu: str, measured: Path | None):
-    try:
-        return build_profile_store(systems, gpu, load_parvagpu_dir(measured) if measured else None)
-    except ValueError as error:
-        raise click.ClickException(str(error)) from None
+    return build_profile_store(systems, gpu, load_parvagpu_dir(measured) if measured else None)
 
 
 @main.command("plan")
@@ -91,16 +126,17 @@ def _store(systems, gpu: str, measured: Path | None):
 @click.option("--output", type=click.Choice(["table", "yaml", "json"]), default="table", show_default=True)
 def plan_command(files, gpu, gpus, measured, levels, headroom, time_limit, features, output) -> None:
     """Plan compound systems (YAML FILES; the built-in examples when none) on a GPU pool."""
-    systems = _load(files)
+    systems, origins = _load(files)
     try:
         chosen = Features.parse(features)
     except ValueError as error:
         raise click.BadParameter(str(error), param_hint="--features") from None
-    store = _store(systems, gpu, measured)
     options = PlannerOptions(budget_levels=levels, headroom=headroom, time_limit_s=time_limit)
     console = _console(output != "table")
     try:
-        with console.status(f"Solving the MILP for {len(systems)} system(s) on {gpus} x {gpu}..."):
+        with _naming_files(origins), console.status(
+                f"Solving the MILP for {len(systems)} system(s) on {gpus} x {gpu}..."):
+            store = _store(systems, gpu, measured)
             result = plan(systems, Pool(gpu=gpu, gpus=gpus), store, chosen, options)
     except NoPlanError as error:
         raise click.ClickException(str(error)) from None
@@ -121,16 +157,16 @@ def plan_command(files, gpu, gpus, measured, levels, headroom, time_limit, featu
 @click.option("--output", type=click.Choice(["table", "json", "markdown"]), default="table", show_default=True)
 def capacity_command(files, gpu, gpus, measured, levels, headroom, time_limit, feature_list, output) -> None:
     """The most demand the pool serves with each feature subset, and ratios to Unopt and A+T."""
-    systems = _load(files)
+    systems, origins = _load(files)
     try:
         feature_sets = (all_feature_sets() if feature_list == "all"
-                        else [Features.parse(f) for f in feature_list.split(",")])
+                        else list({f.label: f for f in map(Features.parse, feature_list.split(","))}.values()))
     except ValueError as error:
         raise click.BadParameter(str(error), param_hint="--features") from None
-    store = _store(systems, gpu, measured)
     options = PlannerOptions(budget_levels=levels, headroom=headroom, time_limit_s=time_limit)
     console = _console(output != "table")
-    with Progress(console=console, transient=True) as progress:
+    with _naming_files(origins), Progress(console=console, transient=True) as progress:
+        store = _store(systems, gpu, measured)
         bar = progress.add_task("Solving feature subsets", total=len(feature_sets))
         table = capacity(systems, Pool(gpu=gpu, gpus=gpus), store, feature_sets, options,
                          progress=lambda _: progress.advance(bar))
