@@ -51,8 +51,7 @@ def build_profile_store(systems: list[SystemSpec], gpu: str, measured: ProfileSt
                         f"system {shorten(system.name)}, task {shorten(task.name)}, variant {shorten(variant.name)}: "
                         f"no profiles on "
                         f"{product.name} and no figures to estimate them; give the variant gflops and "
-                        f"params_millions, or profiles for it in the spec, or measure it"
-                    )
+                        f"params_millions, or profiles for it in the spec, or measure it", system=system.name)
                 if can_estimate:
                     for mig in product.profiles:
                         for mps in product.mps_degrees:
@@ -68,7 +67,7 @@ def build_profile_store(systems: list[SystemSpec], gpu: str, measured: ProfileSt
             if point.mig_profile not in {p.name for p in product.profiles}:
                 raise InputError(f"system {shorten(system.name)}, profiles: given profile of task "
                                  f"{shorten(point.task)}, variant {shorten(point.variant)}: {product.name} has no "
-                                 f"MIG profile {quote(point.mig_profile)}")
+                                 f"MIG profile {quote(point.mig_profile)}", system=system.name)
             store.add(point.variant, SegmentType(gpu=point.gpu, mig_profile=point.mig_profile, mps=point.mps),
                       point.batch, Profile(latency_ms=point.latency_ms, throughput_rps=point.throughput_rps,
                                            source=ProfileSource.GIVEN))

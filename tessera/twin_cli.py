@@ -33,6 +33,16 @@ def twin() -> None:
     """Digital twin of a multi-LoRA vLLM server (adapter pools)."""
 
 
+def _profile_of(spec, file: Path):
+    """The workload's model profile; a profile that cannot be loaded names the workload file too."""
+    from tessera.planner.twin.profile import load_profile
+
+    try:
+        return load_profile(spec.model)
+    except InputError as error:
+        raise InputError(f"{file}: model: {error}") from None
+
+
 @twin.command("run")
 @click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--seed", type=SEED, default=0, show_default=True)
@@ -41,12 +51,11 @@ def twin() -> None:
 def run_cmd(file: Path, seed: int, png: Path | None, json_out: Path | None) -> None:
     """Simulate the workload in FILE (YAML) and print a summary table."""
     from tessera.planner.twin.files import load_workload_file
-    from tessera.planner.twin.profile import load_profile
     from tessera.planner.twin.sim import ServerConfig, simulate
 
     spec = load_workload_file(file)
     w = spec.workload()
-    prof = load_profile(spec.model)
+    prof = _profile_of(spec, file)
     cfg = ServerConfig(max_loras=spec.max_loras, max_rank=spec.max_rank, outstanding_cap=spec.outstanding_cap,
                        max_num_seqs=spec.max_num_seqs, max_num_batched_tokens=spec.max_num_batched_tokens)
     with _progress() as prog:
@@ -99,7 +108,6 @@ def predict_cmd(file: Path, with_twin: bool) -> None:
     from tessera.planner.predictors.features import TOKENS_PER_REQUEST
     from tessera.planner.predictors.predict import predict
     from tessera.planner.twin.files import load_workload_file
-    from tessera.planner.twin.profile import load_profile
     from tessera.planner.twin.sweep import SWEEP_CAP, SWEEP_DURATION, simulate_as_swept
 
     spec = load_workload_file(file)
@@ -107,7 +115,7 @@ def predict_cmd(file: Path, with_twin: bool) -> None:
     if problem:
         raise InputError(f"{file}: adapters: --twin simulates one hour: {problem}")
     w = spec.workload()
-    prof = load_profile(spec.model)
+    prof = _profile_of(spec, file)
     a_max = spec.max_loras
     max_rank = spec.max_rank or w.max_rank
     table = Table(title=f"{prof.model}: {w.n_adapters} adapters, A_max={a_max}, max rank {max_rank}")

@@ -96,7 +96,7 @@ def load_profile(name_or_path: str | Path) -> Profile:
         return _from_file(load_profile_file(p))
     key = ALIASES.get(str(name_or_path).lower())
     if key is None:
-        raise InputError(f"model: unknown profile {quote(str(name_or_path))}; expected a shipped one "
+        raise InputError(f"unknown profile {quote(str(name_or_path))}; expected a shipped one "
                          f"({', '.join(sorted(ALIASES))}) or a profile .yaml path")
     text = resources.files("tessera.planner.twin").joinpath(f"profiles/{key}.yaml").read_text()
     where = f"shipped profile {key}"

@@ -103,7 +103,7 @@ def load_runs(path: str | Path | None = None) -> list[RealRun]:
         try:
             runs.append(_run_from_record(i, r))
         except (ValueError, KeyError, TypeError) as error:
-            raise InputError(f"{path}:{line}: {shorten(error)}") from None
+            raise InputError(f"{path}:{line}: {str(error)[:200]}") from None
     return runs
 
 
@@ -122,6 +122,8 @@ def _counted(column: str, text: str, parse, low: float, high: float) -> list:
 def _run_from_record(i: int, r: dict) -> RealRun:
     mult = []
     for part in r["rate_counts"].split():
+        if part.count("x") != 1:
+            raise ValueError(f"rate_counts: {shorten(part)}: expected RATExCOUNT, as 0.1x4")
         v, c = part.split("x")
         rate, count = float(v), int(c)
         if not (math.isfinite(rate) and 0 <= rate <= 1000 and 0 <= count <= 4096 - len(mult)):
