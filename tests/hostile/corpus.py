@@ -252,6 +252,8 @@ def spec_cases() -> list[Case]:
         # valid input that no plan satisfies: infeasible, not bad input
         Case("spec-slo-unreachable", ["plan", "spec.yaml", *FAST], {"spec.yaml": spec_yaml(**{"slo.latency_ms": 5})},
              ("latency SLO",), code=(1, 3)),
+        Case("capacity-slo-unreachable", ["capacity", "spec.yaml", *FAST, "--features", "A+S+T,A+S+T"],
+             {"spec.yaml": spec_yaml(**{"slo.latency_ms": 5})}, ("SLO unreachable",), code=0),
         Case("spec-pool-too-small", ["plan", "spec.yaml", *FAST[:-1], "1"],
              {"spec.yaml": spec_yaml(demand_rps=5000)}, ("demand served",), code=3),
     ]
