@@ -1,11 +1,19 @@
 """No input crashes tessera, hangs it, or gets a wrong answer: the corpus, each case a child process.
 
 Every case of corpus.py runs `tessera ...` as a child process of its own, in
-its own folder. The children run a few at a time (one shared fixture starts
-them all); each test then asserts on one child: its exit code, that its
-message names the file (or option) and the field, that it printed no
-traceback, that it took at most 10 s, and that its peak resident memory was
-at most 500 MB.
+its own folder: a fork of a server that has imported the command line once
+(forkserver.py; the import is 90% of a fresh interpreter's cost). A few
+servers run at once. Each test then asserts on one child: its exit code,
+that its message names the file (or option) and the field, that it printed
+no traceback, that it took at most 10 s, and that its peak resident memory
+was at most 500 MB.
+
+Peak memory is that child's own: its server reaps it with `os.wait4(pid)`,
+which returns the rusage of the one process it reaps, so a small case cannot
+hide behind a large one (`getrusage(RUSAGE_CHILDREN)` reports the largest
+child so far and would pass vacuously). It includes what the child inherits
+from the server (the imported command line, about 90 MB), as a fresh process
+would hold it.
 
 Time is the child's CPU time (user + system, from its own rusage): the work
 it does, which a loop or an unbounded input would blow. Wall time is held to
@@ -13,32 +21,26 @@ the same 10 s where the machine is not oversubscribed (load average at most
 its cores); on a shared machine running eight test suites at once, a child
 that does 1 s of work can wait 10 s for a core, which says nothing about
 tessera. A child that blocks instead of working is killed at 60 s and fails.
-
-Peak memory is that child's own: `os.wait4(pid)` returns the rusage of the
-one process it reaps, so a small case cannot hide behind a large one
-(`getrusage(RUSAGE_CHILDREN)` reports the largest child so far and would
-pass vacuously). A child still running after 60 s is killed, so a hang
-fails its case instead of the run; an address-space cap of 4 GiB keeps a
-memory bomb from taking the machine down, and is far above the 500 MB that
-is asserted.
+An address-space cap of 4 GiB keeps a memory bomb from taking the machine
+down, far above the 500 MB asserted.
 """
 
 from __future__ import annotations
 
+import json
 import os
-import resource
-import signal
+import queue
 import subprocess
 import sys
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from .corpus import Case, corpus
+from .forkserver import SOURCE
 
 MAX_SECONDS = 10.0
 MAX_RSS_MB = 500.0
@@ -46,7 +48,6 @@ KILL_AFTER_S = 60.0
 ADDRESS_SPACE_CAP = 4 << 30
 MAX_MESSAGE_LINES = 8
 PARALLEL = max(2, min(4, os.cpu_count() or 2))
-CHILD = "import sys; from tessera.cli import main; main(prog_name='tessera')"
 CASES = corpus()
 
 
@@ -73,40 +74,57 @@ def _write_files(folder: Path, case: Case) -> None:
             path.write_text(content)
 
 
-def _cap_address_space() -> None:
-    resource.setrlimit(resource.RLIMIT_AS, (ADDRESS_SPACE_CAP, ADDRESS_SPACE_CAP))
+class ForkServer:
+    """One server process; `run` forks one child per case and returns its outcome."""
 
+    def __init__(self) -> None:
+        env = {**os.environ, "PYTHONSAFEPATH": "1", "COLUMNS": "200", "OPENBLAS_NUM_THREADS": "1",
+               "OMP_NUM_THREADS": "1"}
+        self.process = subprocess.Popen(
+            [sys.executable, "-P", "-c", SOURCE, str(KILL_AFTER_S), str(ADDRESS_SPACE_CAP)], env=env,
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
 
-def run_child(case: Case, folder: Path) -> Outcome:
-    folder.mkdir(parents=True)
-    _write_files(folder, case)
-    env = {**os.environ, "PYTHONSAFEPATH": "1", "COLUMNS": "200", "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
-    with (folder / ".stdout").open("w+") as out, (folder / ".stderr").open("w+") as err:
-        started = time.perf_counter()
-        process = subprocess.Popen([sys.executable, "-P", "-c", CHILD, *case.argv], cwd=folder, env=env,
-                                   stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-                                   preexec_fn=_cap_address_space)
-        killer = threading.Timer(KILL_AFTER_S, lambda: os.kill(process.pid, signal.SIGKILL))
-        killer.start()
-        try:
-            _, status, usage = os.wait4(process.pid, 0)
-        finally:
-            killer.cancel()
-        seconds = time.perf_counter() - started
-        process.returncode = os.waitstatus_to_exitcode(status)
-        out.seek(0)
-        err.seek(0)
-        return Outcome(process.returncode, out.read(), err.read(), seconds, usage.ru_utime + usage.ru_stime,
-                       usage.ru_maxrss / 1024, os.getloadavg()[0] > (os.cpu_count() or 1))
+    def run(self, case: Case, folder: Path) -> Outcome:
+        folder.mkdir(parents=True)
+        _write_files(folder, case)
+        self.process.stdin.write(json.dumps({"argv": case.argv, "folder": str(folder)}) + "\n")
+        self.process.stdin.flush()
+        answer = json.loads(self.process.stdout.readline())
+        return Outcome(answer["code"], (folder / ".stdout").read_text(errors="replace"),
+                       (folder / ".stderr").read_text(errors="replace"), answer["seconds"], answer["cpu_seconds"],
+                       answer["max_rss_mb"], answer["load"] > (os.cpu_count() or 1))
+
+    def close(self) -> None:
+        self.process.stdin.close()
+        self.process.wait(timeout=30)
 
 
 @pytest.fixture(scope="module")
 def outcomes(tmp_path_factory) -> dict[str, Outcome]:
     root = tmp_path_factory.mktemp("hostile")
     started = time.perf_counter()
-    with ThreadPoolExecutor(PARALLEL) as pool:
-        futures = {case.id: pool.submit(run_child, case, root / case.id) for case in CASES}
-        results = {case_id: future.result() for case_id, future in futures.items()}
+    todo: queue.Queue[Case] = queue.Queue()
+    for case in CASES:
+        todo.put(case)
+    results: dict[str, Outcome] = {}
+
+    def work() -> None:
+        server = ForkServer()
+        try:
+            while True:
+                try:
+                    case = todo.get_nowait()
+                except queue.Empty:
+                    return
+                results[case.id] = server.run(case, root / case.id)
+        finally:
+            server.close()
+
+    workers = [threading.Thread(target=work) for _ in range(PARALLEL)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
     print(f"\nhostile corpus: {len(CASES)} children, {PARALLEL} at a time, {time.perf_counter() - started:.1f} s wall, "
           f"{sum(o.cpu_seconds for o in results.values()):.1f} s CPU in all, at most "
           f"{max(o.cpu_seconds for o in results.values()):.1f} s CPU and "
