@@ -20,7 +20,7 @@ from typing import Callable, Iterable
 from tessera.planner.catalog import GpuProduct, gpu_product
 from tessera.planner.correction import MIN_POINTS, MeasuredPoint, correct
 from tessera.planner.estimator import Coefficients, calibrated, estimate
-from tessera.planner.input_files import InputError, quote, shorten
+from tessera.planner.input_files import InputError, quote
 from tessera.planner.model import SystemSpec, Variant
 from tessera.planner.profiles import DEFAULT_BATCHES, Profile, ProfileSource, ProfileStore, SegmentType
 
@@ -51,7 +51,7 @@ def build_profile_store(systems: list[SystemSpec], gpu: str, measured: ProfileSt
                 can_estimate = variant.gflops is not None and variant.params_millions is not None
                 if not (can_estimate or has_given or measured_here):
                     raise InputError(
-                        f"system {shorten(system.name)}, task {shorten(task.name)}, variant {shorten(variant.name)}: "
+                        f"system {quote(system.name)}, task {quote(task.name)}, variant {quote(variant.name)}: "
                         f"no profiles on "
                         f"{product.name} and no figures to estimate them; give the variant gflops and "
                         f"params_millions, or profiles for it in the spec, or measure it", system=system.name)
@@ -68,8 +68,8 @@ def build_profile_store(systems: list[SystemSpec], gpu: str, measured: ProfileSt
                     store.add(variant.name, segment, batch, profile)
         for point in given:
             if point.mig_profile not in {p.name for p in product.profiles}:
-                raise InputError(f"system {shorten(system.name)}, profiles: given profile of task "
-                                 f"{shorten(point.task)}, variant {shorten(point.variant)}: {product.name} has no "
+                raise InputError(f"system {quote(system.name)}, profiles: given profile of task "
+                                 f"{quote(point.task)}, variant {quote(point.variant)}: {product.name} has no "
                                  f"MIG profile {quote(point.mig_profile)}", system=system.name)
             store.add(point.variant, SegmentType(gpu=point.gpu, mig_profile=point.mig_profile, mps=point.mps),
                       point.batch, Profile(latency_ms=point.latency_ms, throughput_rps=point.throughput_rps,
