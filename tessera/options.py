@@ -8,6 +8,7 @@ state the range, so that no option can ask for unbounded work.
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import click
 
@@ -35,3 +36,16 @@ class BoundedInt(click.IntRange):
         if isinstance(value, str) and len(value) > 24:
             self.fail(f"{shorten(value)} is not an integer in {self._describe_range()}", param, ctx)
         return super().convert(value, param, ctx)
+
+
+class OutputFile(click.Path):
+    """A file to write: refused before any work when its folder does not exist or it is a folder."""
+
+    def __init__(self) -> None:
+        super().__init__(dir_okay=False, writable=True, path_type=Path)
+
+    def convert(self, value, param, ctx):
+        path = super().convert(value, param, ctx)
+        if not path.parent.is_dir():
+            self.fail(f"{shorten(str(path))}: its folder {shorten(str(path.parent))} does not exist", param, ctx)
+        return path

@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
-from tessera.options import BoundedInt, FiniteFloat
+from tessera.options import BoundedInt, FiniteFloat, OutputFile
 from tessera.planner.input_files import InputError
 
 SEED = BoundedInt(0, 2**32 - 1)
@@ -46,8 +46,8 @@ def _profile_of(spec, file: Path):
 @twin.command("run")
 @click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--seed", type=SEED, default=0, show_default=True)
-@click.option("--png", type=click.Path(path_type=Path), default=None, help="write a timeline PNG here")
-@click.option("--json-out", type=click.Path(path_type=Path), default=None, help="write the summary as JSON")
+@click.option("--png", type=OutputFile(), default=None, help="write a timeline PNG here")
+@click.option("--json-out", type=OutputFile(), default=None, help="write the summary as JSON")
 def run_cmd(file: Path, seed: int, png: Path | None, json_out: Path | None) -> None:
     """Simulate the workload in FILE (YAML) and print a summary table."""
     from tessera.planner.twin.files import load_workload_file
@@ -147,9 +147,9 @@ def predict_cmd(file: Path, with_twin: bool) -> None:
               help="pairings of rank and rate averaged per run")
 @click.option("--workers", type=WORKERS, default=2, show_default=True)
 @click.option("--runs-csv", type=click.Path(exists=True, path_type=Path), default=None)
-@click.option("--out", type=click.Path(path_type=Path), default=None, help="write per-run rows as JSON")
+@click.option("--out", type=OutputFile(), default=None, help="write per-run rows as JSON")
 @click.option("--limit", type=BoundedInt(1, 10_000), default=None, help="only the first N runs of each half (quick check)")
-@click.option("--png", type=click.Path(path_type=Path), default=None, help="write real-vs-twin plots here")
+@click.option("--png", type=OutputFile(), default=None, help="write real-vs-twin plots here")
 def validate_cmd(seeds: int, workers: int, runs_csv: Path | None, out: Path | None, limit: int | None,
                  png: Path | None) -> None:
     """Replay every real Qwen run: calibrate on one max-rank half, judge on the other."""
@@ -228,7 +228,7 @@ def fit_memory_cmd(kv_csv: Path, model: str) -> None:
 @twin.command("calibrate")
 @click.option("--model", default="qwen", show_default=True)
 @click.option("--max-rank", type=BoundedInt(1, 512), default=None, help="fit on the runs of this max rank only")
-@click.option("--out", type=click.Path(path_type=Path), required=True, help="profile YAML to write")
+@click.option("--out", type=OutputFile(), required=True, help="profile YAML to write")
 def calibrate_cmd(model: str, max_rank: int | None, out: Path) -> None:
     """Fit the step-time coefficients and length model of a profile from qwen_runs.csv."""
     from tessera.planner.twin import validate as V
@@ -241,10 +241,10 @@ def calibrate_cmd(model: str, max_rank: int | None, out: Path) -> None:
 
 
 @twin.command("sweep")
-@click.option("--out-dir", type=click.Path(path_type=Path), default=Path("bench/results/sweep"), show_default=True)
+@click.option("--out-dir", type=click.Path(file_okay=False, path_type=Path), default=Path("bench/results/sweep"), show_default=True)
 @click.option("--configs", "n_configs", type=BoundedInt(1, 100_000), default=3000, show_default=True)
 @click.option("--workers", type=WORKERS, default=min(2, os.cpu_count() or 1), show_default=True)
-@click.option("--merge-to", type=click.Path(path_type=Path), default=None, help="join the parts into this parquet file")
+@click.option("--merge-to", type=OutputFile(), default=None, help="join the parts into this parquet file")
 def sweep_cmd(out_dir: Path, n_configs: int, workers: int, merge_to: Path | None) -> None:
     """Generate the predictors' training set (resumable; parts under OUT_DIR)."""
     from tessera.planner.twin.sweep import merge, run_sweep
@@ -283,7 +283,7 @@ def reseed_cmd(extra: int, band: float, workers: int) -> None:
 
 @twin.command("train")
 @click.option("--data", type=click.Path(exists=True, path_type=Path), default=None)
-@click.option("--out", type=click.Path(path_type=Path), default=Path("bench/results/predictors.json"), show_default=True)
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=Path("bench/results/predictors.json"), show_default=True)
 @click.option("--no-compile", is_flag=True, help="only report metrics; leave _compiled.py as it is")
 def train_cmd(data: Path | None, out: Path, no_compile: bool) -> None:
     """Train the predictors on the sweep, report held-out and real-run metrics, compile the trees."""
@@ -316,7 +316,7 @@ def train_cmd(data: Path | None, out: Path, no_compile: bool) -> None:
 @click.option("--model", default="llama", show_default=True)
 @click.option("--seeds", type=BoundedInt(1, 100), default=2, show_default=True)
 @click.option("--workers", type=WORKERS, default=2, show_default=True)
-@click.option("--out", type=click.Path(path_type=Path), default=None)
+@click.option("--out", type=OutputFile(), default=None)
 def predict_runs_cmd(model: str, seeds: int, workers: int, out: Path | None) -> None:
     """Predict the real runs' configurations for another model (no measurements: its profile alone)."""
     from tessera.planner.twin import validate as V
