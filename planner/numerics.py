@@ -25,7 +25,7 @@ from tessera.planner.input_files import InputError, shorten
 MAX_TASK_DEMAND_RPS = 1e7
 MIN_POSITIVE_DEMAND_RPS = 1e-3
 MAX_THROUGHPUT_RPS = 1e7
-MIN_THROUGHPUT_RPS = 1e-3
+MIN_THROUGHPUT_RPS = 1e-4
 MAX_LATENCY_MS = 3.6e6
 MIN_LATENCY_MS = 1e-3
 REL_TOL = 1e-6
@@ -67,7 +67,8 @@ def _check_system(system, data) -> None:
                 f"paths), over the limit of {MAX_TASK_DEMAND_RPS:g} req/s that keeps the MILP's numbers "
                 "meaningful: lower demand_rps or the edges' factors")
     for c in data.candidates:
-        if c.system != system.name:
+        # A profile too slow for the SLO never enters the model: it is no input error to have one.
+        if c.system != system.name or (math.isfinite(c.latency_ms) and 2 * c.latency_ms > system.slo.latency_ms):
             continue
         where = (f"system {shorten(c.system)}: task {shorten(c.task)}: variant {shorten(c.variant)} on "
                  f"{c.segment}, batch {c.batch} (a given, measured or estimated profile)")
