@@ -89,7 +89,9 @@ class ForkServer:
         _write_files(folder, case)
         self.process.stdin.write(json.dumps({"argv": case.argv, "folder": str(folder)}) + "\n")
         self.process.stdin.flush()
-        answer = json.loads(self.process.stdout.readline())
+        line = self.process.stdout.readline()
+        assert line, f"the fork server died running {case.id} (exit {self.process.poll()})"
+        answer = json.loads(line)
         return Outcome(answer["code"], (folder / ".stdout").read_text(errors="replace"),
                        (folder / ".stderr").read_text(errors="replace"), answer["seconds"], answer["cpu_seconds"],
                        answer["max_rss_mb"], answer["load"] > (os.cpu_count() or 1))
