@@ -82,6 +82,8 @@ def enumerate_candidates(
                 if segment.mps * variant.memory_gb > mig.memory_gb:
                     continue
                 for batch in batches:
+                    if variant.max_batch is not None and batch > variant.max_batch:
+                        continue
                     profile: Profile | None = store.get(variant_name, segment, batch)
                     if profile is None:
                         continue

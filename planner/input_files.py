@@ -104,10 +104,10 @@ def describe(error: ValidationError, prefix: str = "") -> str:
 
 
 def validate(model: type[Model], data: Any, where: str, prefix: str = "",
-             error_type: type[InputError] = InputError) -> Model:
-    """`model` from `data`, or an InputError naming `where` and every failing field."""
+             error_type: type[InputError] = InputError, **options) -> Model:
+    """`model` from `data` (`options` go to model_validate), or an InputError naming `where` and every failing field."""
     try:
-        return model.model_validate(data)
+        return model.model_validate(data, **options)
     except ValidationError as error:
         raise error_type(f"{where}: {describe(error, prefix)}") from None
 

@@ -3,57 +3,140 @@
 These pydantic models are the single definition of the data shapes: the CLI
 reads them from YAML, the operator's CRD schema is generated from them.
 Validation errors name the field and the reason.
+
+Python code uses the attribute names (snake_case: ``slo.latency_ms``); files
+and the Kubernetes API use the camelCase wire names with units
+(``latencyMilliseconds``), set as aliases for validation and serialization.
+Every number is finite and inside a stated range; every string and list is
+bounded, so the API server can reject what the planner could not use.
 """
 
 from __future__ import annotations
 
 import math
 from functools import cached_property
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
 
-Name = str
-# Work bounds of one system (the planner walks every path): far above any real inference graph.
-MAX_TASKS = 256
-MAX_EDGES = 1024
-MAX_PATHS = 1024
+from tessera.planner.catalog import CATALOG
+
+DNS_1035_LABEL = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
+Name = Annotated[str, StringConstraints(min_length=1, max_length=63, pattern=DNS_1035_LABEL)]
+"""A DNS-1035 label: lower-case letters, digits and '-', starting with a letter, at most 63 characters."""
+GpuProductName = Literal[tuple(CATALOG)]
+MIG_PROFILE_NAME = r"^[1-7]g\.[0-9]+gb$"
+C_IDENTIFIER = r"^[A-Za-z_][A-Za-z0-9_]*$"
+
+MAX_TASKS = 64
+MAX_VARIANTS = 32
+MAX_EDGES = 256
+MAX_PROFILES = 2048
+MAX_ARGS = 64
+MAX_ENV = 64
+MAX_LATENCY_MS = 3_600_000.0  # an hour: beyond any interactive SLO
+MAX_RATE_RPS = 10_000_000.0
+MAX_BATCH = 1024
+MAX_MPS_DEGREE = 48  # MPS clients per GPU (Volta and later)
+MAX_PATHS = 1024  # source-to-sink paths: the planner constrains each; layered diamonds make them exponential
 
 
-class _Spec(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+def list_map(*keys: str) -> dict:
+    """Schema extras making a list a Kubernetes list-map: items unique on `keys`, merged by them."""
+    return {"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": list(keys)}
 
 
-class Variant(_Spec):
-    """One model that can perform a task."""
+def cel(rule: str, message: str, field_path: str | None = None) -> dict:
+    """One CEL validation rule for the API server (x-kubernetes-validations)."""
+    return {"rule": rule, "message": message, **({"fieldPath": field_path} if field_path else {})}
 
-    name: Name = Field(min_length=1, description="Variant name, unique within its task.")
-    accuracy: float = Field(gt=0, description="Accuracy on the task's metric; normalised to the task's best variant.")
-    memory_gb: float = Field(gt=0, description="GPU memory one server process of this variant needs at its largest batch.")
-    gflops: float | None = Field(default=None, gt=0, description="Forward-pass GFLOPs per request (used by the estimator).")
-    params_millions: float | None = Field(default=None, gt=0, description="Parameters in millions (used by the estimator).")
-    layers: int | None = Field(
-        default=None, ge=1,
-        description="Weight layers (convolutions, linear layers) run per request; sets the estimator's per-batch launch overhead.",
+
+class Spec(BaseModel):
+    """Base of every API model: unknown fields rejected, numbers finite, camelCase on the wire."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, serialize_by_alias=True, allow_inf_nan=False)
+
+
+
+class EnvVar(Spec):
+    name: str = Field(min_length=1, max_length=256, pattern=C_IDENTIFIER, description="Environment variable name.")
+    value: str = Field(default="", max_length=4096, description="Its value.")
+
+
+class PrometheusQuery(Spec):
+    """Where the operator reads a demand: an instant PromQL query."""
+
+    query: str = Field(
+        min_length=1, max_length=4096,
+        description="PromQL expression giving requests/s. An error, an empty result or NaN reads as Unknown, never as 0.",
     )
-    source: str | None = Field(default=None, description="Where the accuracy, FLOPs and parameter figures come from.")
-    image: str | None = Field(default=None, description="Container image of the model server.")
-    args: list[str] = Field(default_factory=list, description="Arguments of the model server.")
 
 
-class Task(_Spec):
-    name: Name = Field(min_length=1)
-    variants: list[Variant] = Field(description="At least one variant.")
+class Variant(Spec):
+    """One model that can perform a task, and how to run its server."""
+
+    name: Name = Field(description="Variant name, a DNS-1035 label unique within its task.")
+    accuracy: float = Field(
+        gt=0, le=1, description="Accuracy on the task's metric as a fraction in (0, 1]; the planner normalises it to the task's best variant.",
+    )
+    memory_gb: float = Field(
+        alias="gpuMemoryGigabytes", gt=0, le=1024,
+        description="GPU memory one server process of this variant needs at its largest batch, in GB, in (0, 1024].",
+    )
+    gflops: float | None = Field(
+        default=None, alias="gigaflopsPerRequest", gt=0, le=1_000_000,
+        description="Forward-pass GFLOPs per request, in (0, 1e6] (used by the estimator).",
+    )
+    params_millions: float | None = Field(
+        default=None, alias="parametersMillions", gt=0, le=10_000_000,
+        description="Parameters in millions, in (0, 1e7] (used by the estimator).",
+    )
+    layers: int | None = Field(
+        default=None, ge=1, le=100_000,
+        description="Weight layers (convolutions, linear layers) run per request, 1-100000; sets the estimator's per-batch launch overhead.",
+    )
+    source: str | None = Field(
+        default=None, max_length=1024, description="Where the accuracy, FLOPs and parameter figures come from.",
+    )
+    image: str | None = Field(default=None, min_length=1, max_length=512, description="Container image of the model server.")
+    args: list[Annotated[str, StringConstraints(max_length=4096)]] = Field(
+        default_factory=list, max_length=MAX_ARGS, description="Arguments of the model server.",
+    )
+    env: list[EnvVar] = Field(
+        default_factory=list, max_length=MAX_ENV, json_schema_extra=list_map("name"),
+        description="Environment variables of the model server, besides those tessera sets (batch size, downstream URLs).",
+    )
+    port: int = Field(default=8000, ge=1, le=65535, description="Port the model server listens on (Open Inference Protocol over HTTP).")
+    cpu_millicores: int = Field(
+        default=1000, alias="cpuRequestMillicores", ge=1, le=512_000,
+        description="CPU request of one server process, in millicores (1000 = one core).",
+    )
+    memory_mib: int = Field(
+        default=4096, alias="memoryRequestMebibytes", ge=1, le=4_194_304,
+        description="Host memory request of one server process, in MiB.",
+    )
+    max_batch: int | None = Field(
+        default=None, alias="maxBatchSize", ge=1, le=MAX_BATCH,
+        description="Largest batch the model server accepts, 1-1024; the planner chooses no larger batch.",
+    )
+
+
+class Task(Spec):
+    """One step of the graph, served by exactly one of its variants."""
+
+    name: Name = Field(description="Task name, a DNS-1035 label unique within the system.")
+    variants: list[Variant] = Field(
+        min_length=1, max_length=MAX_VARIANTS, json_schema_extra=list_map("name"),
+        description="The models that can perform this task; the planner picks one.",
+    )
 
     @field_validator("variants")
     @classmethod
-    def _variants_present_and_unique(cls, variants: list[Variant]) -> list[Variant]:
-        if not variants:
-            raise ValueError("a task needs at least one variant")
+    def _variants_unique(cls, variants: list[Variant]) -> list[Variant]:
         _reject_duplicates([v.name for v in variants], "variant")
         return variants
 
-    def variant(self, name: Name) -> Variant:
+    def variant(self, name: str) -> Variant:
         for variant in self.variants:
             if variant.name == name:
                 return variant
@@ -63,11 +146,14 @@ class Task(_Spec):
     def best_accuracy(self) -> float:
         return max(v.accuracy for v in self.variants)
 
-    def normalised_accuracy(self, variant: Name) -> float:
+    def normalised_accuracy(self, variant: str) -> float:
         return self.variant(variant).accuracy / self.best_accuracy
 
 
-class Edge(_Spec):
+Factor = Annotated[float, Field(gt=0, le=10_000)]
+
+
+class Edge(Spec):
     """Requests flow from `source` to `target`, multiplied by a factor.
 
     The factor may depend on the upstream variant (a better detector finds
@@ -75,66 +161,99 @@ class Edge(_Spec):
     names.
     """
 
-    source: Name
-    target: Name
-    factor: float = Field(default=1.0, gt=0, description="Requests on target per request on source.")
-    factor_by_variant: dict[Name, float] = Field(default_factory=dict)
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [
+        cel("self.source != self.target", "an edge must join two different tasks", ".target"),
+    ]})
 
-    @field_validator("factor_by_variant")
-    @classmethod
-    def _factors_positive(cls, factors: dict[Name, float]) -> dict[Name, float]:
-        for variant, factor in factors.items():
-            if not factor > 0:
-                raise ValueError(f"factor for upstream variant {variant!r} must be > 0, got {factor}")
-        return factors
+    source: Name = Field(description="The upstream task's name.")
+    target: Name = Field(description="The downstream task's name.")
+    factor: Factor = Field(default=1.0, description="Requests on target per request on source, in (0, 10000].")
+    factor_by_variant: dict[Name, Factor] = Field(
+        default_factory=dict, alias="factorByVariant", max_length=MAX_VARIANTS,
+        description="Per upstream variant name, a factor that overrides `factor`, in (0, 10000].",
+    )
 
-    def factor_for(self, upstream_variant: Name) -> float:
+    def factor_for(self, upstream_variant: str) -> float:
         return self.factor_by_variant.get(upstream_variant, self.factor)
 
 
-class Slo(_Spec):
-    latency_ms: float = Field(gt=0, description="End-to-end latency bound on every source-to-sink path.")
+class Slo(Spec):
+    """The service-level objective every source-to-sink path must meet."""
+
+    latency_ms: float = Field(
+        alias="latencyMilliseconds", gt=0, le=MAX_LATENCY_MS,
+        description="End-to-end latency bound on every source-to-sink path, in ms, in (0, 3600000].",
+    )
     accuracy: float = Field(
         default=1.0, gt=0, le=1,
-        description="Lower bound on every path's accuracy, as a fraction of the most accurate choice.",
+        description="Lower bound on every path's accuracy, as a fraction in (0, 1] of the most accurate choice.",
     )
     percentile: Literal["p99", "p50"] = Field(
         default="p99", description="Which latency percentile the bound holds for (profiles' p99 batch latency where measured).",
     )
 
 
-class ProfilePoint(_Spec):
+class ProfilePoint(Spec):
     """A profile given in the spec, for one (task, variant, segment type, batch)."""
 
-    task: Name
-    variant: Name
-    gpu: str
-    mig_profile: str
-    mps: int = Field(default=1, ge=1)
-    batch: int = Field(ge=1)
-    latency_ms: float = Field(gt=0, description="Latency of one batch of one process.")
-    throughput_rps: float = Field(gt=0, description="Requests/s of the whole segment (all MPS processes).")
+    task: Name = Field(description="The task's name.")
+    variant: Name = Field(description="The variant's name, within the task.")
+    gpu: GpuProductName = Field(alias="gpuProduct", description="GPU product the profile was measured on.")
+    mig_profile: str = Field(
+        alias="migProfile", max_length=16, pattern=MIG_PROFILE_NAME,
+        description="MIG profile of the segment, such as 1g.10gb (7g.80gb: the whole GPU).",
+    )
+    mps: int = Field(default=1, alias="mpsDegree", ge=1, le=MAX_MPS_DEGREE, description="Server processes sharing the MIG instance through MPS, 1-48.")
+    batch: int = Field(alias="batchSize", ge=1, le=MAX_BATCH, description="Batch size, 1-1024.")
+    latency_ms: float = Field(
+        alias="latencyMilliseconds", gt=0, le=MAX_LATENCY_MS,
+        description="Latency of one batch of one process, in ms, in (0, 3600000].",
+    )
+    throughput_rps: float = Field(
+        alias="throughputRequestsPerSecond", gt=0, le=MAX_RATE_RPS,
+        description="Requests/s of the whole segment (all MPS processes), in (0, 1e7].",
+    )
 
 
-class SystemSpec(_Spec):
+class SystemSpec(Spec):
     """A compound inference system: a DAG of tasks with SLOs and a demand."""
 
-    name: Name = Field(min_length=1)
-    tasks: list[Task]
-    edges: list[Edge] = Field(default_factory=list)
-    slo: Slo
-    demand_rps: float = Field(ge=0, description="Requests/s entering every source task.")
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [
+        cel("self.edges.all(e, self.tasks.exists(t, t.name == e.source))",
+            "every edge's source must name a task in spec.tasks", ".edges"),
+        cel("self.edges.all(e, self.tasks.exists(t, t.name == e.target))",
+            "every edge's target must name a task in spec.tasks", ".edges"),
+    ]})
+
+    name: Name = Field(description="The system's name (metadata.name in Kubernetes).")
+    tasks: list[Task] = Field(
+        min_length=1, max_length=MAX_TASKS, json_schema_extra=list_map("name"),
+        description="The tasks of the graph, at most 64.",
+    )
+    edges: list[Edge] = Field(
+        default_factory=list, max_length=MAX_EDGES, json_schema_extra=list_map("source", "target"),
+        description="Directed edges between tasks; they must form a DAG (a cycle is reported in status).",
+    )
+    slo: Slo = Field(description="Latency and accuracy bounds on every path.")
+    demand_rps: float = Field(
+        alias="demandRequestsPerSecond", ge=0, le=MAX_RATE_RPS,
+        description="Requests/s entering every source task, in [0, 1e7]; with demandSource, the rate planned for until a measurement arrives.",
+    )
+    demand_source: PrometheusQuery | None = Field(
+        default=None, alias="demandSource",
+        description="Optional Prometheus query for the requests/s entering every source task; re-planned with hysteresis.",
+    )
     priority: Literal["cost", "accuracy"] = Field(
         default="cost", description="cost: fewest GPUs first, then accuracy; accuracy: the reverse.",
     )
-    profiles: list[ProfilePoint] = Field(default_factory=list)
+    profiles: list[ProfilePoint] = Field(
+        default_factory=list, max_length=MAX_PROFILES,
+        description="Profiles measured elsewhere, trusted above the built-in estimate and below the profiler's own.",
+    )
 
     @model_validator(mode="after")
     def _graph_is_bounded(self) -> "SystemSpec":
-        """Bounded work before any graph walk: tasks, edges, and source-to-sink paths (counted, not listed)."""
-        for what, items, limit in (("tasks", self.tasks, MAX_TASKS), ("edges", self.edges, MAX_EDGES)):
-            if len(items) > limit:
-                raise ValueError(f"{what}: {len(items)} {what}, over the limit of {limit}")
+        """Bounded work before any graph walk: source-to-sink paths, counted, not listed."""
         paths = _count_paths({t.name for t in self.tasks}, [(e.source, e.target) for e in self.edges])
         if paths > MAX_PATHS:
             raise ValueError(f"edges: the task graph has more than {MAX_PATHS} source-to-sink paths "
@@ -143,8 +262,6 @@ class SystemSpec(_Spec):
 
     @model_validator(mode="after")
     def _graph_is_a_dag(self) -> "SystemSpec":
-        if not self.tasks:
-            raise ValueError("tasks: a system needs at least one task")
         _reject_duplicates([t.name for t in self.tasks], "task")
         names = {t.name for t in self.tasks}
         for i, edge in enumerate(self.edges):
@@ -156,7 +273,7 @@ class SystemSpec(_Spec):
             upstream = self.task(edge.source)
             for variant in edge.factor_by_variant:
                 if variant not in {v.name for v in upstream.variants}:
-                    raise ValueError(f"edges[{i}].factor_by_variant: {edge.source!r} has no variant {variant!r}")
+                    raise ValueError(f"edges[{i}].factorByVariant: {edge.source!r} has no variant {variant!r}")
         _reject_duplicates([f"{e.source}->{e.target}" for e in self.edges], "edge")
         cycle = _find_cycle(names, [(e.source, e.target) for e in self.edges])
         if cycle:
@@ -168,7 +285,7 @@ class SystemSpec(_Spec):
                 raise ValueError(f"profiles[{i}].variant: task {point.task!r} has no variant {point.variant!r}")
         return self
 
-    def task(self, name: Name) -> Task:
+    def task(self, name: str) -> Task:
         for task in self.tasks:
             if task.name == name:
                 return task
@@ -237,7 +354,7 @@ class SystemSpec(_Spec):
         return math.prod(self.task(t).normalised_accuracy(variants[t]) for t in path)
 
 
-class Pool(_Spec):
+class Pool(Spec):
     """The GPUs a plan may use: one product, a count."""
 
     gpu: str = Field(default="H100-80GB", description="GPU product, a name from the catalog.")

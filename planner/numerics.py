@@ -48,14 +48,14 @@ def _check_system(system, data) -> None:
     from tessera.planner.milp import demand_bound
 
     where = f"system {shorten(system.name)}"
-    _finite_in(system.demand_rps, 0, MAX_TASK_DEMAND_RPS, f"{where}: demand_rps", "req/s")
+    _finite_in(system.demand_rps, 0, MAX_TASK_DEMAND_RPS, f"{where}: demandRequestsPerSecond", "req/s")
     if 0 < system.demand_rps < MIN_POSITIVE_DEMAND_RPS:
-        raise InputError(f"{where}: demand_rps {system.demand_rps:g} is below {MIN_POSITIVE_DEMAND_RPS:g} "
+        raise InputError(f"{where}: demandRequestsPerSecond {system.demand_rps:g} is below {MIN_POSITIVE_DEMAND_RPS:g} "
                          "req/s; expected 0 or at least that")
-    _finite_in(system.slo.latency_ms, MIN_LATENCY_MS, MAX_LATENCY_MS, f"{where}: slo.latency_ms", "ms")
+    _finite_in(system.slo.latency_ms, MIN_LATENCY_MS, MAX_LATENCY_MS, f"{where}: slo.latencyMilliseconds", "ms")
     for i, edge in enumerate(system.edges):
         for variant, factor in [(None, edge.factor), *edge.factor_by_variant.items()]:
-            field = f"edges[{i}].factor" + (f"_by_variant.{shorten(variant)}" if variant else "")
+            field = f"edges[{i}].factor" + (f"ByVariant.{shorten(variant)}" if variant else "")
             _finite_in(factor, 0, MAX_TASK_DEMAND_RPS, f"{where}: {field}", "")
     for task in system.tasks:
         for j, variant in enumerate(task.variants):
@@ -63,17 +63,17 @@ def _check_system(system, data) -> None:
     for task, bound in demand_bound(system, data.variants).items():
         if not bound <= MAX_TASK_DEMAND_RPS:
             raise InputError(
-                f"{where}: task {shorten(task)} may see {bound:.3g} req/s (demand_rps x the edge factors on its "
+                f"{where}: task {shorten(task)} may see {bound:.3g} req/s (demandRequestsPerSecond x the edge factors on its "
                 f"paths), over the limit of {MAX_TASK_DEMAND_RPS:g} req/s that keeps the MILP's numbers "
-                "meaningful: lower demand_rps or the edges' factors")
+                "meaningful: lower demandRequestsPerSecond or the edges' factors")
     for c in data.candidates:
         # A profile too slow for the SLO never enters the model: it is no input error to have one.
         if c.system != system.name or (math.isfinite(c.latency_ms) and 2 * c.latency_ms > system.slo.latency_ms):
             continue
         where = (f"system {shorten(c.system)}: task {shorten(c.task)}: variant {shorten(c.variant)} on "
                  f"{c.segment}, batch {c.batch} (a given, measured or estimated profile)")
-        _finite_in(c.throughput_rps, MIN_THROUGHPUT_RPS, MAX_THROUGHPUT_RPS, f"{where}: throughput_rps", "req/s")
-        _finite_in(c.latency_ms, MIN_LATENCY_MS, MAX_LATENCY_MS, f"{where}: latency_ms", "ms")
+        _finite_in(c.throughput_rps, MIN_THROUGHPUT_RPS, MAX_THROUGHPUT_RPS, f"{where}: throughputRequestsPerSecond", "req/s")
+        _finite_in(c.latency_ms, MIN_LATENCY_MS, MAX_LATENCY_MS, f"{where}: latencyMilliseconds", "ms")
 
 
 def _finite_in(value: float, low: float, high: float, what: str, unit: str) -> None:

@@ -6,9 +6,11 @@ object
     apiVersion: tessera.ai/v1alpha1
     kind: CompoundInferenceSystem
     metadata: {name: traffic-analysis}
-    spec: {tasks: ..., edges: ..., slo: ..., demand_rps: ..., priority: ...}
+    spec: {tasks: ..., edges: ..., slo: ..., demandRequestsPerSecond: ..., priority: ...}
 
-or a bare SystemSpec mapping with a `name`. Errors name the file and the
+or a bare SystemSpec mapping with a `name`. Files use the camelCase wire
+names only (`latencyMilliseconds`), as the API server does; a snake_case
+attribute name is an unknown field there. Errors name the file and the
 document (1-based) they come from.
 """
 
@@ -54,7 +56,8 @@ def system_from_object(document: dict, where: str = "document") -> SystemSpec:
         fields = document
         name = document.get("name", "?")
         prefix = ""
-    return validate(SystemSpec, fields, f"{where} ({shorten(name)})", prefix, SpecFileError)
+    return validate(SystemSpec, fields, f"{where} ({shorten(name)})", prefix, SpecFileError,
+                    by_alias=True, by_name=False)
 
 
 def load_systems(path: str | Path) -> list[SystemSpec]:

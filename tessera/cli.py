@@ -213,9 +213,11 @@ def capacity_markdown(table: CapacityTable) -> str:
 
 
 @main.command("crds")
-@click.option("--write", is_flag=True, help="Write them into crds/ instead of printing.")
+@click.option("--write", is_flag=True,
+              help="Write them into crds/, and their field reference into docs/api-reference.md, instead of printing.")
 def crds_command(write: bool) -> None:
     """The CustomResourceDefinitions, generated from the data models."""
+    from tessera.operator.api_reference import reference_file
     from tessera.operator.crds import rendered
 
     for path, text in rendered().items():
@@ -225,6 +227,10 @@ def crds_command(write: bool) -> None:
             click.echo(f"wrote {path}")
         else:
             click.echo("---\n" + text)
+    if write:
+        path, text = reference_file()
+        path.write_text(text)
+        click.echo(f"wrote {path}")
 
 
 from tessera.simulate_cli import simulate  # noqa: E402  (it reuses the options defined above)

@@ -21,8 +21,8 @@ FAST = ["--gpu", GPU, "--time-limit", "20", "--levels", "4"]
 def system_document(name="tiny", demand=100, latency_ms=100, edges=None, tasks=("detect", "classify")):
     """A CompoundInferenceSystem with given batch-1 profiles: 100 req/s per compute slice, 10 ms."""
     profiles = [
-        {"task": t, "variant": f"{t}-v", "gpu": GPU, "mig_profile": p.name, "batch": 1,
-         "latency_ms": 10, "throughput_rps": 100 * p.compute_slices}
+        {"task": t, "variant": f"{t}-v", "gpuProduct": GPU, "migProfile": p.name, "batchSize": 1,
+         "latencyMilliseconds": 10, "throughputRequestsPerSecond": 100 * p.compute_slices}
         for t in tasks for p in gpu_product(GPU).profiles
     ]
     return {
@@ -30,9 +30,9 @@ def system_document(name="tiny", demand=100, latency_ms=100, edges=None, tasks=(
         "kind": "CompoundInferenceSystem",
         "metadata": {"name": name},
         "spec": {
-            "slo": {"latency_ms": latency_ms},
-            "demand_rps": demand,
-            "tasks": [{"name": t, "variants": [{"name": f"{t}-v", "accuracy": 1.0, "memory_gb": 2}]} for t in tasks],
+            "slo": {"latencyMilliseconds": latency_ms},
+            "demandRequestsPerSecond": demand,
+            "tasks": [{"name": t, "variants": [{"name": f"{t}-v", "accuracy": 1.0, "gpuMemoryGigabytes": 2}]} for t in tasks],
             "edges": edges if edges is not None else [{"source": tasks[0], "target": tasks[1]}],
             "profiles": profiles,
         },
@@ -110,7 +110,7 @@ def test_a_negative_latency_slo_exits_non_zero_naming_the_file_and_field(write):
     result = invoke("plan", path, *FAST, "--gpus", 1)
     assert result.exit_code == BAD_INPUT
     assert str(path) in result.output
-    assert "slo.latency_ms" in result.output
+    assert "slo.latencyMilliseconds" in result.output
     assert "Traceback" not in result.output
 
 

@@ -124,3 +124,14 @@ def prometheus(tmp_path_factory, demand_exporter) -> Prometheus:
         yield prom
     finally:
         prom.stop()
+
+
+@pytest.fixture(scope="session")
+def tessera_crds(kubectl) -> list[str]:
+    """tessera's CRDs (crds/, as checked in) applied to the cluster and Established; their names."""
+    crds_dir = HERE.parents[1] / "crds"
+    kubectl("apply", "--server-side", "--field-manager=tessera-tests", "-f", str(crds_dir))
+    names = [path.name.removesuffix(".yaml") for path in sorted(crds_dir.glob("*.yaml"))]
+    for name in names:
+        kubectl("wait", "--for=condition=Established", f"crd/{name}", "--timeout=60s")
+    return names

@@ -64,18 +64,18 @@ def systems(draw):
             throughput = draw(log_uniform(1e-3, 1e6))
             latency = draw(log_uniform(1e-3, 1e4))
             for mig in gpu_product(GPU).profiles:
-                profiles.append({"task": t, "variant": v, "gpu": GPU, "mig_profile": mig.name, "batch": 1,
-                                 "latency_ms": latency, "throughput_rps": float(f"{throughput * mig.compute_slices:.6g}")})
+                profiles.append({"task": t, "variant": v, "gpuProduct": GPU, "migProfile": mig.name, "batchSize": 1,
+                                 "latencyMilliseconds": latency, "throughputRequestsPerSecond": float(f"{throughput * mig.compute_slices:.6g}")})
     return {
         "apiVersion": "tessera.ai/v1alpha1",
         "kind": "CompoundInferenceSystem",
         "metadata": {"name": "extreme"},
         "spec": {
-            "slo": {"latency_ms": draw(log_uniform(1, 3.6e6)), "accuracy": draw(log_uniform(1e-3, 1))},
-            "demand_rps": demand,
+            "slo": {"latencyMilliseconds": draw(log_uniform(1, 3.6e6)), "accuracy": draw(log_uniform(1e-3, 1))},
+            "demandRequestsPerSecond": demand,
             "priority": draw(st.sampled_from(["cost", "accuracy"])),
             "tasks": [{"name": t, "variants": [{"name": v, "accuracy": draw(log_uniform(1e-6, 1)),
-                                                  "memory_gb": draw(log_uniform(1e-3, 10))}
+                                                  "gpuMemoryGigabytes": draw(log_uniform(1e-3, 10))}
                                                  for v in variants[t]]} for t in names],
             "edges": edges,
             "profiles": profiles,
@@ -111,13 +111,13 @@ def test_every_printed_plan_passes_the_checker_and_covers_the_demand_it_claims(t
 
 def test_a_fast_segment_serving_little_demand_gets_a_replica(tmp_path):
     """Found by the property test: a 1e5 req/s segment serving 0.6 req/s got its load but no replica."""
-    profiles = [{"task": task, "variant": f"{task}-v0", "gpu": GPU, "mig_profile": mig.name, "batch": 1,
-                 "latency_ms": 1.0, "throughput_rps": per_slice * mig.compute_slices}
+    profiles = [{"task": task, "variant": f"{task}-v0", "gpuProduct": GPU, "migProfile": mig.name, "batchSize": 1,
+                 "latencyMilliseconds": 1.0, "throughputRequestsPerSecond": per_slice * mig.compute_slices}
                 for task, per_slice in (("task-0", 1e5), ("task-1", 1.0)) for mig in gpu_product(GPU).profiles]
     document = {
         "apiVersion": "tessera.ai/v1alpha1", "kind": "CompoundInferenceSystem", "metadata": {"name": "extreme"},
-        "spec": {"slo": {"latency_ms": 10.0, "accuracy": 1.0}, "demand_rps": 1.0,
-                 "tasks": [{"name": t, "variants": [{"name": f"{t}-v0", "accuracy": 1.0, "memory_gb": 1.0}]}
+        "spec": {"slo": {"latencyMilliseconds": 10.0, "accuracy": 1.0}, "demandRequestsPerSecond": 1.0,
+                 "tasks": [{"name": t, "variants": [{"name": f"{t}-v0", "accuracy": 1.0, "gpuMemoryGigabytes": 1.0}]}
                            for t in ("task-0", "task-1")],
                  "edges": [{"source": "task-0", "target": "task-1", "factor": 10.0}], "profiles": profiles},
     }

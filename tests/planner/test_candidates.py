@@ -58,6 +58,15 @@ def test_every_candidate_fits_in_memory():
         assert c.segment.mps * spec.task("t").variant(c.variant).memory_gb <= GPU.profile(c.segment.mig_profile).memory_gb
 
 
+def test_no_candidate_batch_exceeds_the_variants_largest_accepted_batch():
+    spec = system(tasks=[{"name": "t", "variants": [
+        {"name": "small", "accuracy": 0.8, "gpuMemoryGigabytes": 2.0, "maxBatchSize": 2},
+        {"name": "big", "accuracy": 1.0, "gpuMemoryGigabytes": 15.0}]}])
+    batches = {(c.variant, c.batch) for c in enumerate_candidates(spec, GPU, full_store(), Features())}
+    assert {b for v, b in batches if v == "small"} == {1}
+    assert {b for v, b in batches if v == "big"} == {1, 4}
+
+
 def test_a_configuration_without_a_profile_is_no_candidate():
     store = ProfileStore()
     segment = SegmentType(gpu=GPU.name, mig_profile="2g.20gb", mps=1)

@@ -52,12 +52,12 @@ def test_every_example_gets_a_complete_store_on_every_catalog_gpu(path, gpu):
 
 def test_detector_variant_sets_the_demand_on_car_classification():
     [traffic] = load_systems(EXAMPLES / "traffic-analysis.yaml")
-    small = traffic.demand({"object_detection": "yolov5n", "car_classification": "efficientnet-b0",
-                            "facial_recognition": "gendernet"})
-    large = traffic.demand({"object_detection": "yolov5x", "car_classification": "efficientnet-b0",
-                            "facial_recognition": "gendernet"})
-    assert small["car_classification"] == pytest.approx(50 * 2.584 * 0.768, rel=1e-3)
-    assert large["car_classification"] == pytest.approx(50 * 18.894 * 0.943, rel=1e-3)
+    small = traffic.demand({"object-detection": "yolov5n", "car-classification": "efficientnet-b0",
+                            "facial-recognition": "gendernet"})
+    large = traffic.demand({"object-detection": "yolov5x", "car-classification": "efficientnet-b0",
+                            "facial-recognition": "gendernet"})
+    assert small["car-classification"] == pytest.approx(50 * 2.584 * 0.768, rel=1e-3)
+    assert large["car-classification"] == pytest.approx(50 * 18.894 * 0.943, rel=1e-3)
 
 
 def test_all_examples_load_together_from_one_multi_document_file(tmp_path):
@@ -68,8 +68,8 @@ def test_all_examples_load_together_from_one_multi_document_file(tmp_path):
 
 def test_a_bare_system_spec_with_a_name_loads(tmp_path):
     bare = tmp_path / "bare.yaml"
-    bare.write_text("name: tiny\nslo: {latency_ms: 100}\ndemand_rps: 5\n"
-                    "tasks: [{name: t, variants: [{name: v, accuracy: 1, memory_gb: 1, gflops: 1, params_millions: 1}]}]\n")
+    bare.write_text("name: tiny\nslo: {latencyMilliseconds: 100}\ndemandRequestsPerSecond: 5\n"
+                    "tasks: [{name: t, variants: [{name: v, accuracy: 1, gpuMemoryGigabytes: 1, gigaflopsPerRequest: 1, parametersMillions: 1}]}]\n")
     assert load_systems(bare)[0].name == "tiny"
 
 
@@ -77,6 +77,6 @@ def test_spec_file_errors_name_the_file_and_the_document(tmp_path):
     broken = tmp_path / "broken.yaml"
     good = (EXAMPLES / "single-model.yaml").read_text()
     broken.write_text(good + "\n---\n" + good.replace("name: single-model", "name: other").replace(
-        "latency_ms: 250", "latency_ms: -1"))
-    with pytest.raises(SpecFileError, match=r"broken.yaml, document 2 \(other\).*latency_ms"):
+        "latencyMilliseconds: 250", "latencyMilliseconds: -1"))
+    with pytest.raises(SpecFileError, match=r"broken.yaml, document 2 \(other\).*latencyMilliseconds"):
         load_systems(broken)

@@ -7,7 +7,7 @@ from tessera.planner.model import Pool, SystemSpec
 
 
 def variant(name, accuracy=1.0, memory_gb=1.0):
-    return {"name": name, "accuracy": accuracy, "memory_gb": memory_gb}
+    return {"name": name, "accuracy": accuracy, "gpuMemoryGigabytes": memory_gb}
 
 
 def task(name, *variants):
@@ -19,8 +19,8 @@ def spec(tasks=None, edges=(), **overrides):
         "name": "s",
         "tasks": tasks if tasks is not None else [task("a"), task("b")],
         "edges": list(edges),
-        "slo": {"latency_ms": 100},
-        "demand_rps": 10,
+        "slo": {"latencyMilliseconds": 100},
+        "demandRequestsPerSecond": 10,
     }
     fields.update(overrides)
     return fields
@@ -76,11 +76,11 @@ def test_a_cycle_is_rejected_and_the_message_lists_it():
 def test_a_task_without_variants_is_rejected():
     message = error_of(spec(tasks=[{"name": "a", "variants": []}]))
     assert "tasks.0.variants" in message
-    assert "at least one variant" in message
+    assert "at least 1 item" in message
 
 
 def test_a_system_without_tasks_is_rejected():
-    assert "at least one task" in error_of(spec(tasks=[]))
+    assert "at least 1 item" in error_of(spec(tasks=[]))
 
 
 @pytest.mark.parametrize("factor", [0, -1.5])
@@ -92,36 +92,36 @@ def test_an_edge_factor_must_be_positive(factor):
 
 @pytest.mark.parametrize("factor", [0, -2])
 def test_a_factor_by_variant_must_be_positive_and_names_the_variant(factor):
-    edge = {"source": "a", "target": "b", "factor_by_variant": {"a-v": factor}}
+    edge = {"source": "a", "target": "b", "factorByVariant": {"a-v": factor}}
     message = error_of(spec(edges=[edge]))
-    assert "edges.0.factor_by_variant" in message
-    assert "upstream variant 'a-v' must be > 0" in message
+    assert "edges.0.factorByVariant.a-v" in message
+    assert "greater than 0" in message
 
 
 def test_a_factor_by_variant_for_an_unknown_upstream_variant_is_rejected():
-    edge = {"source": "a", "target": "b", "factor_by_variant": {"nope": 2.0}}
-    assert "edges[0].factor_by_variant: 'a' has no variant 'nope'" in error_of(spec(edges=[edge]))
+    edge = {"source": "a", "target": "b", "factorByVariant": {"nope": 2.0}}
+    assert "edges[0].factorByVariant: 'a' has no variant 'nope'" in error_of(spec(edges=[edge]))
 
 
 @pytest.mark.parametrize("latency", [0, -1])
 def test_the_latency_slo_must_be_positive(latency):
-    message = error_of(spec(slo={"latency_ms": latency}))
-    assert "slo.latency_ms" in message
+    message = error_of(spec(slo={"latencyMilliseconds": latency}))
+    assert "slo.latencyMilliseconds" in message
     assert "greater than 0" in message
 
 
 @pytest.mark.parametrize("accuracy", [0, -0.1, 1.01])
 def test_the_accuracy_slo_must_lie_in_zero_to_one(accuracy):
-    assert "slo.accuracy" in error_of(spec(slo={"latency_ms": 100, "accuracy": accuracy}))
+    assert "slo.accuracy" in error_of(spec(slo={"latencyMilliseconds": 100, "accuracy": accuracy}))
 
 
 def test_an_accuracy_slo_of_exactly_one_is_allowed():
-    assert SystemSpec.model_validate(spec(slo={"latency_ms": 100, "accuracy": 1})).slo.accuracy == 1
+    assert SystemSpec.model_validate(spec(slo={"latencyMilliseconds": 100, "accuracy": 1})).slo.accuracy == 1
 
 
 def test_negative_demand_is_rejected_but_zero_is_allowed():
-    assert "demand_rps" in error_of(spec(demand_rps=-1))
-    assert SystemSpec.model_validate(spec(demand_rps=0)).demand_rps == 0
+    assert "demandRequestsPerSecond" in error_of(spec(demandRequestsPerSecond=-1))
+    assert SystemSpec.model_validate(spec(demandRequestsPerSecond=0)).demand_rps == 0
 
 
 @pytest.mark.parametrize("where", ["top", "slo", "task", "variant", "edge"])
@@ -136,8 +136,8 @@ def test_extra_fields_are_forbidden_everywhere(where):
 
 
 def profile_point(**overrides):
-    point = {"task": "a", "variant": "a-v", "gpu": "H100-80GB", "mig_profile": "1g.10gb", "batch": 1,
-             "latency_ms": 5, "throughput_rps": 100}
+    point = {"task": "a", "variant": "a-v", "gpuProduct": "H100-80GB", "migProfile": "1g.10gb", "batchSize": 1,
+             "latencyMilliseconds": 5, "throughputRequestsPerSecond": 100}
     point.update(overrides)
     return point
 
@@ -181,7 +181,7 @@ def test_demand_multiplies_along_edges_and_sums_over_parents():
 
 def test_demand_uses_the_factor_of_the_chosen_upstream_variant():
     tasks = [task("a", variant("small", 0.5), variant("big", 1.0)), task("b")]
-    edge = {"source": "a", "target": "b", "factor": 2, "factor_by_variant": {"big": 5}}
+    edge = {"source": "a", "target": "b", "factor": 2, "factorByVariant": {"big": 5}}
     system = SystemSpec.model_validate(spec(tasks=tasks, edges=[edge]))
     assert system.demand({"a": "small", "b": "b-v"})["b"] == pytest.approx(20)
     assert system.demand({"a": "big", "b": "b-v"})["b"] == pytest.approx(50)
