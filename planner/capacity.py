@@ -39,7 +39,7 @@ class CapacityTable(BaseModel):
 
 def _row(systems, servable, pool, store, features, options) -> CapacityRow:
     scale, report = max_common_scale(servable, pool, store, features, options)
-    scale = max(scale, 0.0)
+    scale = scale if scale > 0 else 0.0  # max(-0.0, 0.0) is -0.0, which printed as a capacity
     demand = {s.name: (scale * s.demand_rps if s in servable else 0.0) for s in systems}
     return CapacityRow(features=features.label, scale=scale, max_demand_rps=demand, total_rps=sum(demand.values()),
                        unservable=[s.name for s in systems if s not in servable], solver=report)
@@ -57,9 +57,11 @@ def _capacity_row(systems, pool, store, features, options) -> CapacityRow:
     """The common scale of all systems; when that is zero, of those that can be served at all."""
     try:
         row = _row(systems, systems, pool, store, features, options)
-        if row.scale > 1e-9 or len(systems) == 1:
+        if row.scale > 1e-9:
             return row
-        servable = [s for s in systems if _servable_alone(s, pool, store, features, options)]
+        # One system that serves nothing is out of reach: say so rather than print 0 as its capacity.
+        servable = [] if len(systems) == 1 else [
+            s for s in systems if _servable_alone(s, pool, store, features, options)]
         return _row(systems, servable, pool, store, features, options) if servable else row.model_copy(
             update={"unservable": [s.name for s in systems]})
     except NoPlanError as error:

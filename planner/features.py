@@ -13,6 +13,8 @@ from itertools import combinations
 
 from pydantic import BaseModel, ConfigDict
 
+from tessera.planner.input_files import quote
+
 LETTERS = {"A": "accuracy_scaling", "S": "spatial_partitioning", "T": "task_budgeting"}
 
 
@@ -32,7 +34,7 @@ class Features(BaseModel):
         letters = [part.strip() for part in cleaned.replace(",", "+").split("+")]
         unknown = [letter for letter in letters if letter not in LETTERS]
         if unknown:
-            raise ValueError(f"unknown feature {unknown[0]!r} in {text!r}: use A, S, T joined by '+', or 'unopt'")
+            raise ValueError(f"unknown feature {quote(unknown[0])} in {quote(text)}: use A, S, T joined by '+', or 'unopt'")
         return cls(**{field: letter in letters for letter, field in LETTERS.items()})
 
     @property

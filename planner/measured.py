@@ -15,15 +15,31 @@ Columns: `Mig instance,Batch size,Workload Number,Throughput,Latency`.
 
 from __future__ import annotations
 
-import csv
 from dataclasses import dataclass
 from pathlib import Path
 
+from pydantic import BaseModel, ConfigDict, Field
+
 from tessera.planner.catalog import GpuProduct, MigProfile, gpu_product
+from tessera.planner.input_files import InputError, csv_records, validate
 from tessera.planner.profiles import Profile, ProfileSource, ProfileStore, SegmentType
 
 PARVAGPU_GPU = "A100-80GB"
 PARVAGPU_COLUMNS = ("Mig instance", "Batch size", "Workload Number", "Throughput", "Latency")
+MAX_MEASURED_FILES = 256
+
+
+class ParvaGpuRow(BaseModel):
+    """One row of a ParvaGPU CSV, as written; zeros in Throughput and Latency mean "not run"."""
+
+    model_config = ConfigDict(populate_by_name=True, allow_inf_nan=False)
+
+    compute_slices: int = Field(alias="Mig instance", ge=1, le=7, description="Compute slices of the instance, 1..7.")
+    batch: int = Field(alias="Batch size", ge=1, le=4096, description="Batch size, 1..4096.")
+    processes: int = Field(alias="Workload Number", ge=1, le=64, description="MPS processes, 1..64.")
+    throughput_rps: float = Field(alias="Throughput", ge=0, le=1e7,
+                                  description="Requests/s of one process, 0 (not run) or up to 1e7.")
+    latency_s: float = Field(alias="Latency", ge=0, le=3600, description="Seconds per batch, 0 (not run) or up to 3600.")
 
 
 @dataclass(frozen=True)
@@ -47,38 +63,27 @@ def mig_profile_for_slices(gpu: GpuProduct, compute_slices: int) -> MigProfile:
 
 
 def read_parvagpu_csv(path: str | Path, variant: str, gpu: str = PARVAGPU_GPU) -> list[MeasuredRow]:
-    """The measured rows of one CSV; zero rows (missing) are skipped. Errors name the file and line."""
+    """The measured rows of one CSV; zero rows (missing) are skipped. Errors name the file, line and column."""
     path = Path(path)
     product = gpu_product(gpu)
     rows: list[MeasuredRow] = []
-    with path.open(newline="") as handle:
-        reader = csv.reader(handle)
-        header = next(reader, None)
-        if header is None or tuple(h.strip() for h in header) != PARVAGPU_COLUMNS:
-            raise ValueError(f"{path}: header must be {','.join(PARVAGPU_COLUMNS)}, got {header}")
-        for line, record in enumerate(reader, start=2):
-            if not record or all(not cell.strip() for cell in record):
-                continue
-            try:
-                slices, batch, processes = (int(float(record[i])) for i in range(3))
-                throughput, latency = float(record[3]), float(record[4])
-            except (ValueError, IndexError) as error:
-                raise ValueError(f"{path}:{line}: cannot read row {record}: {error}") from None
-            if throughput <= 0 or latency <= 0:
-                continue  # not run or out of memory
-            if batch < 1 or processes < 1:
-                raise ValueError(f"{path}:{line}: batch and workload number must be >= 1, got {record}")
-            try:
-                mig = mig_profile_for_slices(product, slices)
-            except ValueError as error:
-                raise ValueError(f"{path}:{line}: {error}") from None
-            rows.append(MeasuredRow(
-                variant=variant,
-                segment=SegmentType(gpu=product.name, mig_profile=mig.name, mps=processes),
-                batch=batch,
-                latency_ms=1000.0 * batch / throughput,
-                throughput_rps=throughput * processes,
-            ))
+    for line, record in csv_records(path, PARVAGPU_COLUMNS, exact=True):
+        if all(not (cell or "").strip() for cell in record.values()):
+            continue
+        row = validate(ParvaGpuRow, {k: (v or "").strip() for k, v in record.items()}, f"{path}:{line}")
+        if row.throughput_rps <= 0 or row.latency_s <= 0:
+            continue  # not run or out of memory
+        try:
+            mig = mig_profile_for_slices(product, row.compute_slices)
+        except ValueError as error:
+            raise InputError(f"{path}:{line}: Mig instance: {error}") from None
+        rows.append(MeasuredRow(
+            variant=variant,
+            segment=SegmentType(gpu=product.name, mig_profile=mig.name, mps=row.processes),
+            batch=row.batch,
+            latency_ms=1000.0 * row.batch / row.throughput_rps,
+            throughput_rps=row.throughput_rps * row.processes,
+        ))
     return rows
 
 
@@ -101,7 +106,9 @@ def read_parvagpu_dir(path: str | Path, gpu: str = PARVAGPU_GPU) -> list[Measure
     path = Path(path)
     files = sorted(path.glob("*.csv"))
     if not files:
-        raise ValueError(f"{path}: no *.csv files")
+        raise InputError(f"{path}: no *.csv files; expected one ParvaGPU CSV per variant")
+    if len(files) > MAX_MEASURED_FILES:
+        raise InputError(f"{path}: {len(files)} CSV files, over the limit of {MAX_MEASURED_FILES}")
     return [row for file in files for row in read_parvagpu_csv(file, file.stem, gpu)]
 
 

@@ -272,7 +272,11 @@ class CompoundMilp:
         for o, option in enumerate(self.options):
             c = self.candidate(o)
             bound = self.replica_bound[o]
-            m.cons.add(m.x[o] <= c.throughput_rps * d.utilisation * m.n[o])
+            # No option carries more than its task's demand bound, so capping the coefficient there admits
+            # the same integer plans; uncapped, a 1e5 req/s segment serving 1 req/s let load leak past
+            # n = 0 within HiGHS's tolerances, and the plan claimed demand no replica served.
+            capacity = min(c.throughput_rps * d.utilisation, self.demand_bound[(c.system, c.task)])
+            m.cons.add(m.x[o] <= capacity * m.n[o])
             if option.min_load_rps > 0:
                 m.cons.add(m.x[o] >= option.min_load_rps * m.n[o])
             m.cons.add(m.n[o] <= bound * m.y[c.system, c.task, c.variant])

@@ -38,6 +38,7 @@ MAX_LATENCY_MS = 3_600_000.0  # an hour: beyond any interactive SLO
 MAX_RATE_RPS = 10_000_000.0
 MAX_BATCH = 1024
 MAX_MPS_DEGREE = 48  # MPS clients per GPU (Volta and later)
+MAX_PATHS = 1024  # source-to-sink paths: the planner constrains each; layered diamonds make them exponential
 
 
 def list_map(*keys: str) -> dict:
@@ -251,6 +252,15 @@ class SystemSpec(Spec):
     )
 
     @model_validator(mode="after")
+    def _graph_is_bounded(self) -> "SystemSpec":
+        """Bounded work before any graph walk: source-to-sink paths, counted, not listed."""
+        paths = _count_paths({t.name for t in self.tasks}, [(e.source, e.target) for e in self.edges])
+        if paths > MAX_PATHS:
+            raise ValueError(f"edges: the task graph has more than {MAX_PATHS} source-to-sink paths "
+                             f"(the planner constrains each); limit is {MAX_PATHS}")
+        return self
+
+    @model_validator(mode="after")
     def _graph_is_a_dag(self) -> "SystemSpec":
         _reject_duplicates([t.name for t in self.tasks], "task")
         names = {t.name for t in self.tasks}
@@ -360,6 +370,28 @@ class Pool(Spec):
         except KeyError as error:
             raise ValueError(error.args[0]) from None
         return gpu
+
+
+def _count_paths(nodes: set[Name], edges: list[tuple[Name, Name]]) -> int:
+    """Source-to-sink paths of the DAG part of a graph, by dynamic programming (Kahn's order, no recursion)."""
+    successors: dict[Name, list[Name]] = {n: [] for n in nodes}
+    indegree = dict.fromkeys(nodes, 0)
+    for source, target in edges:
+        if source in nodes and target in nodes:
+            successors[source].append(target)
+            indegree[target] += 1
+    paths = {n: 1 for n in nodes if indegree[n] == 0}
+    ready, total = list(paths), 0
+    while ready:
+        node = ready.pop()
+        if not successors[node]:
+            total += paths[node]
+        for nxt in successors[node]:
+            paths[nxt] = paths.get(nxt, 0) + paths[node]
+            indegree[nxt] -= 1
+            if indegree[nxt] == 0:
+                ready.append(nxt)
+    return total
 
 
 def _reject_duplicates(names: list[str], what: str) -> None:

@@ -21,6 +21,7 @@ from tessera.planner.candidates import mps_degrees
 from tessera.planner.catalog import GpuProduct, gpu_product
 from tessera.planner.correction import MIN_POINTS, MeasuredPoint, correct
 from tessera.planner.estimator import Coefficients, calibrated, estimate
+from tessera.planner.input_files import InputError, quote
 from tessera.planner.model import SystemSpec, Variant
 from tessera.planner.profiles import DEFAULT_BATCHES, Profile, ProfileSource, ProfileStore, SegmentType
 
@@ -30,7 +31,7 @@ def build_profile_store(systems: list[SystemSpec], gpu: str, measured: ProfileSt
                         coefficients: Coefficients | None = None, max_mps: int | None = None) -> ProfileStore:
     """Profiles of every variant of `systems` on `gpu`, the most trusted source per key.
 
-    Raises ValueError naming system, task and variant when a variant has
+    Raises InputError naming system, task and variant when a variant has
     neither the figures the estimator needs (gflops, params_millions) nor any
     given or measured profile on this GPU.
     """
@@ -51,11 +52,11 @@ def build_profile_store(systems: list[SystemSpec], gpu: str, measured: ProfileSt
                 ]
                 can_estimate = variant.gflops is not None and variant.params_millions is not None
                 if not (can_estimate or has_given or measured_here):
-                    raise ValueError(
-                        f"system {system.name!r}, task {task.name!r}, variant {variant.name!r}: no profiles on "
+                    raise InputError(
+                        f"system {quote(system.name)}, task {quote(task.name)}, variant {quote(variant.name)}: "
+                        f"no profiles on "
                         f"{product.name} and no figures to estimate them; give the variant gflops and "
-                        f"params_millions, or profiles for it in the spec, or measure it"
-                    )
+                        f"params_millions, or profiles for it in the spec, or measure it", system=system.name)
                 if can_estimate:
                     estimator = estimator_for(variant, product, measured, coefficients)
                     for mig in product.profiles:
@@ -69,8 +70,9 @@ def build_profile_store(systems: list[SystemSpec], gpu: str, measured: ProfileSt
                     store.add(variant.name, segment, batch, profile)
         for point in given:
             if point.mig_profile not in {p.name for p in product.profiles}:
-                raise ValueError(f"system {system.name!r}, given profile of task {point.task!r}, variant "
-                                 f"{point.variant!r}: {product.name} has no MIG profile {point.mig_profile!r}")
+                raise InputError(f"system {quote(system.name)}, profiles: given profile of task "
+                                 f"{quote(point.task)}, variant {quote(point.variant)}: {product.name} has no "
+                                 f"MIG profile {quote(point.mig_profile)}", system=system.name)
             store.add(point.variant, SegmentType(gpu=point.gpu, mig_profile=point.mig_profile, mps=point.mps),
                       point.batch, Profile(latency_ms=point.latency_ms, throughput_rps=point.throughput_rps,
                                            source=ProfileSource.GIVEN))

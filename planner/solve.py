@@ -35,6 +35,7 @@ from tessera.planner.highs_driver import HighsModel
 from tessera.planner.milp import CompoundMilp, MilpInput
 from tessera.planner.model import Pool, SystemSpec
 from tessera.planner.nodes import NodePool, PoolGpus, pool_gpus
+from tessera.planner.numerics import check_capacity_covers_demand, check_milp_input
 from tessera.planner.plan import CostProof, Plan, SolverReport
 from tessera.planner.plan_extraction import extract_plan
 from tessera.planner.profiles import DEFAULT_BATCHES, ProfileStore
@@ -231,6 +232,7 @@ def plan(
     placed = assign_gpus(result.tasks, gpus, milp.layout_counts(), milp.fixed_counts(), current)
     report = _solver_report(solver, milp, build_s, options)
     plan_ = result.finish(placed, report)
+    check_capacity_covers_demand(plan_, systems)
     plan_.diagnosis = diagnose(plan_, systems, data.candidates, data.levels)
     errors = check_plan(plan_, systems, pool, store, features, options)
     if errors:
@@ -319,7 +321,7 @@ def _milp_input(systems, pool: PoolGpus, store, features, options, current) -> M
     layouts = list(valid_layouts(gpu.name))
     if not features.spatial_partitioning:
         layouts = [((gpu.whole_gpu_profile.name, 1),)]
-    return MilpInput(
+    data = MilpInput(
         systems=systems, gpu=gpu, pool_gpus=len(pool.gpus), candidates=candidates,
         levels={s.name: budget_levels(s, features, options.budget_levels) for s in systems},
         layouts=layouts, utilisation=options.utilisation,
@@ -330,6 +332,8 @@ def _milp_input(systems, pool: PoolGpus, store, features, options, current) -> M
         current_replicas=current_replica_counts(current) if current else {},
         free_gpus=len(pool.free), fixed_groups=pool.fixed_groups(),
     )
+    check_milp_input(data)
+    return data
 
 
 def _scale_upper_bound(data: MilpInput) -> float:

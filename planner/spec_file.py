@@ -19,16 +19,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import yaml
-from pydantic import ValidationError
-
+from tessera.planner.input_files import InputError, load_yaml_documents, quote, shorten, validate
 from tessera.planner.model import SystemSpec
 
 API_VERSION = "tessera.ai/v1alpha1"
 KIND = "CompoundInferenceSystem"
 
 
-class SpecFileError(ValueError):
+MAX_SYSTEMS_PER_FILE = 64
+
+
+class SpecFileError(InputError):
     """A spec file that cannot be read as systems; the message names file and document."""
 
 
@@ -38,41 +39,37 @@ def system_from_object(document: dict[str, Any], where: str = "document") -> Sys
         raise SpecFileError(f"{where}: expected a mapping, got {type(document).__name__}")
     if "kind" in document or "apiVersion" in document:
         if document.get("kind") != KIND:
-            raise SpecFileError(f"{where}: kind must be {KIND}, got {document.get('kind')!r}")
+            raise SpecFileError(f"{where}: kind must be {KIND}, got {quote(document.get('kind'))}")
         if document.get("apiVersion") != API_VERSION:
-            raise SpecFileError(f"{where}: apiVersion must be {API_VERSION}, got {document.get('apiVersion')!r}")
-        name = (document.get("metadata") or {}).get("name")
-        if not name:
-            raise SpecFileError(f"{where}: metadata.name is missing")
+            raise SpecFileError(f"{where}: apiVersion must be {API_VERSION}, got {quote(document.get('apiVersion'))}")
+        metadata = document.get("metadata")
+        name = metadata.get("name") if isinstance(metadata, dict) else None
+        if not name or not isinstance(name, str):
+            raise SpecFileError(f"{where}: metadata.name: expected a name (a string), got {quote(name)}")
         spec = document.get("spec")
         if not isinstance(spec, dict):
-            raise SpecFileError(f"{where} ({name}): spec is missing or not a mapping")
+            raise SpecFileError(f"{where} ({shorten(name)}): spec: expected a mapping, got {type(spec).__name__}")
         if "name" in spec and spec["name"] != name:
-            raise SpecFileError(f"{where} ({name}): spec.name {spec['name']!r} differs from metadata.name")
+            raise SpecFileError(f"{where} ({shorten(name)}): spec.name {quote(spec['name'])} differs from metadata.name")
         fields = {**spec, "name": name}
+        prefix = "spec"
     else:
         fields = document
         name = document.get("name", "?")
-    try:
-        return SystemSpec.model_validate(fields, by_alias=True, by_name=False)
-    except ValidationError as error:
-        raise SpecFileError(f"{where} ({name}): {_describe(error)}") from None
-
-
-def _describe(error: ValidationError) -> str:
-    """Pydantic's errors on one line each: `slo.latencyMilliseconds: Input should be greater than 0`."""
-    return "; ".join(
-        f"{'.'.join(str(part) for part in e['loc']) or 'spec'}: {e['msg']}" for e in error.errors()
-    )
+        prefix = ""
+    return validate(SystemSpec, fields, f"{where} ({shorten(name)})", prefix, SpecFileError,
+                    by_alias=True, by_name=False)
 
 
 def load_systems(path: str | Path) -> list[SystemSpec]:
     """Every system in a (multi-document) YAML file; empty documents are skipped."""
     path = Path(path)
     try:
-        documents = list(yaml.safe_load_all(path.read_text()))
-    except yaml.YAMLError as error:
-        raise SpecFileError(f"{path}: not valid YAML: {error}") from None
+        documents = load_yaml_documents(path)
+    except InputError as error:
+        raise SpecFileError(str(error)) from None
+    if len(documents) > MAX_SYSTEMS_PER_FILE:
+        raise SpecFileError(f"{path}: {len(documents)} YAML documents, over the limit of {MAX_SYSTEMS_PER_FILE}")
     systems = [
         system_from_object(document, f"{path}, document {index}")
         for index, document in enumerate(documents, start=1)
@@ -83,5 +80,5 @@ def load_systems(path: str | Path) -> list[SystemSpec]:
     names = [s.name for s in systems]
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
-        raise SpecFileError(f"{path}: duplicate system names {duplicates}")
+        raise SpecFileError(f"{path}: duplicate system names {quote(duplicates)}")
     return systems

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 import click
@@ -12,23 +13,48 @@ from rich.console import Console
 from rich.progress import Progress
 
 from tessera import __version__
+from tessera.exit_codes import BAD_INPUT, INFEASIBLE, OK, PLANNER_FAILED, TIME_LIMIT
 from tessera.logs import configure_logging
+from tessera.options import BoundedInt, FiniteFloat
 from tessera.planner.capacity import capacity
-from tessera.planner.catalog import CATALOG
+from tessera.planner.catalog import CATALOG, COMPUTE_SLICES
+from tessera.planner.contract import Infeasible, TimeLimit, plan_outcome
 from tessera.planner.features import Features, all_feature_sets
+from tessera.planner.input_files import InputError, quote, shorten
 from tessera.planner.measured import load_parvagpu_dir
 from tessera.planner.model import Pool, SystemSpec
 from tessera.planner.profile_sources import build_profile_store
-from tessera.exit_codes import BAD_INPUT, INFEASIBLE, OK, PLANNER_FAILED, TIME_LIMIT
-from tessera.planner.contract import Infeasible, TimeLimit, plan_outcome
 from tessera.planner.solve import PlannerOptions
-from tessera.planner.spec_file import SpecFileError, load_systems
+from tessera.planner.spec_file import load_systems
 from tessera.render import capacity_markdown, capacity_rich, render_plan
 from tessera.shipped import default_example_systems
 from tessera.twin_cli import twin
 
+MAX_POOL_GPUS = 10_000
+MAX_BUDGET_LEVELS = 100
+MAX_HEADROOM = 10.0
+MAX_TIME_LIMIT_S = 86_400.0
+MAX_SPEC_FILES = 64
+MAX_BATCH_SIZE = 4096
+MAX_BATCH_SIZES = 32
+MAX_TIER_RATIO = 100.0
 
-@click.group()
+
+class BadInput(click.ClickException):
+    exit_code = BAD_INPUT
+
+
+class _Main(click.Group):
+    """Every command's refused input (InputError, from any file it reads) exits BAD_INPUT with its message."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except InputError as error:
+            raise BadInput(str(error)) from None
+
+
+@click.group(cls=_Main)
 @click.version_option(__version__, prog_name="tessera")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="warning",
               show_default=True, help="Messages of tessera's modules at this level and above go to stderr.")
@@ -44,29 +70,30 @@ def _pool_options(command):
     options = [
         click.option("--gpu", type=click.Choice(sorted(CATALOG)), default="H100-80GB", show_default=True,
                      help="GPU product of the pool."),
-        click.option("--gpus", type=click.IntRange(min=1), default=8, show_default=True, help="GPUs in the pool."),
+        click.option("--gpus", type=BoundedInt(1, MAX_POOL_GPUS), default=8, show_default=True,
+                     help="GPUs in the pool."),
         click.option("--measured", type=click.Path(exists=True, file_okay=False, path_type=Path),
                      help="Folder of measured profiles in the ParvaGPU CSV format (A100-80GB)."),
-        click.option("--levels", type=click.IntRange(min=1), default=PlannerOptions().budget_levels,
+        click.option("--levels", type=BoundedInt(1, MAX_BUDGET_LEVELS), default=PlannerOptions().budget_levels,
                      show_default=True, help="Latency budget levels per task."),
-        click.option("--headroom", type=click.FloatRange(min=0), default=PlannerOptions().headroom,
+        click.option("--headroom", type=FiniteFloat(0, MAX_HEADROOM), default=PlannerOptions().headroom,
                      show_default=True, help="Capacity kept above demand, as a fraction."),
-        click.option("--time-limit", type=click.FloatRange(min=1), default=PlannerOptions().time_limit_s,
+        click.option("--time-limit", type=FiniteFloat(1, MAX_TIME_LIMIT_S), default=PlannerOptions().time_limit_s,
                      show_default=True, help="Seconds the solver may spend per plan."),
         click.option("--batches", type=BATCHES, default=",".join(map(str, PlannerOptions().batches)),
                      show_default=True, help="Batch sizes to profile and plan, comma-separated (e.g. up to 128)."),
-        click.option("--max-batch", type=click.IntRange(min=1), default=None,
+        click.option("--max-batch", type=BoundedInt(1, MAX_BATCH_SIZE), default=None,
                      help="The largest batch a model server accepts (default: the largest of --batches)."),
         click.option("--max-mps", type=click.IntRange(min=1, max=48), default=PlannerOptions().max_mps,
                      show_default=True, help="Most server processes sharing one MIG instance (MPS)."),
-        click.option("--tier-ratio", type=click.FloatRange(min=1), default=PlannerOptions().tier_ratio,
+        click.option("--tier-ratio", type=FiniteFloat(1, MAX_TIER_RATIO), default=PlannerOptions().tier_ratio,
                      show_default=True, help="Option tiers on pools above --exact-up-to GPUs; 1 is exact."),
-        click.option("--busy-instances", type=click.IntRange(min=0), default=PlannerOptions().busy_instances,
+        click.option("--busy-instances", type=BoundedInt(0, MAX_POOL_GPUS), default=PlannerOptions().busy_instances,
                      show_default=True, help="Busy-task pruning on pools above --exact-up-to GPUs; 0 is exact."),
-        click.option("--exact-up-to", "exact_up_to_gpus", type=click.IntRange(min=0),
+        click.option("--exact-up-to", "exact_up_to_gpus", type=BoundedInt(0, MAX_POOL_GPUS),
                      default=PlannerOptions().exact_up_to_gpus, show_default=True,
                      help="Pools of at most this many GPUs ignore --tier-ratio and --busy-instances (exact)."),
-        click.option("--slice-tolerance", type=click.FloatRange(min=0, min_open=True),
+        click.option("--slice-tolerance", type=FiniteFloat(0, COMPUTE_SLICES * MAX_POOL_GPUS, min_open=True),
                      default=PlannerOptions().slice_tolerance, show_default=True,
                      help="Slices the cost may stay above its proven bound (1: the fewest)."),
         click.argument("files", nargs=-1, type=click.Path(exists=True, dir_okay=False, path_type=Path)),
@@ -82,12 +109,15 @@ class _Batches(click.ParamType):
     def convert(self, value, param, ctx):
         if isinstance(value, tuple):
             return value
+        if len(str(value)) > 512:
+            self.fail("the list of batch sizes is longer than 512 characters", param, ctx)
         try:
             sizes = tuple(sorted({int(part) for part in str(value).split(",") if part.strip()}))
         except ValueError:
-            self.fail(f"{value!r} is not a comma-separated list of batch sizes", param, ctx)
-        if not sizes or sizes[0] < 1:
-            self.fail(f"{value!r}: batch sizes must be integers >= 1", param, ctx)
+            self.fail(f"{shorten(str(value))} is not a comma-separated list of batch sizes", param, ctx)
+        if not sizes or sizes[0] < 1 or sizes[-1] > MAX_BATCH_SIZE or len(sizes) > MAX_BATCH_SIZES:
+            self.fail(f"{shorten(str(value))}: expected at most {MAX_BATCH_SIZES} batch sizes, "
+                      f"each an integer in [1, {MAX_BATCH_SIZE}]", param, ctx)
         return sizes
 
 
@@ -104,18 +134,32 @@ def _console(to_stderr: bool) -> Console:
     return console if console.is_terminal else Console(stderr=to_stderr, width=160)
 
 
-def _load(files: tuple[Path, ...]) -> list[SystemSpec]:
+def _load(files: tuple[Path, ...]) -> tuple[list[SystemSpec], dict[str, Path]]:
+    """The systems of every file, and the file each came from."""
     paths = files or default_example_systems()
+    if len(paths) > MAX_SPEC_FILES:
+        raise BadInput(f"FILES: {len(paths)} files, over the limit of {MAX_SPEC_FILES}")
     systems: list[SystemSpec] = []
-    try:
-        for path in paths:
-            systems += load_systems(path)
-    except (SpecFileError, FileNotFoundError) as error:
-        raise click.ClickException(str(error)) from None
+    origins: dict[str, Path] = {}
+    for path in paths:
+        loaded = load_systems(path)
+        systems += loaded
+        origins.update((s.name, path) for s in loaded)
     names = [s.name for s in systems]
-    if len(set(names)) != len(names):
-        raise click.ClickException(f"system names repeat across files: {names}")
-    return systems
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise BadInput(f"FILES: system names repeat across files: {quote(repeated)}")
+    return systems, origins
+
+
+@contextmanager
+def _naming_files(origins: dict[str, Path]):
+    """An input error the planner finds names the system; say which file it came from."""
+    try:
+        yield
+    except InputError as error:
+        origin = origins.get(error.system) if error.system else None
+        raise BadInput(f"{origin}: {error}" if origin else str(error)) from None
 
 
 def _store(systems, gpu: str, measured: Path | None, options: PlannerOptions):
@@ -138,14 +182,15 @@ def plan_command(files, gpu, gpus, measured, features, output, **planner) -> Non
     plan is printed when there is one), 4 time limit without a plan,
     5 planner failure.
     """
-    systems = _load(files)
+    systems, origins = _load(files)
     try:
         chosen = Features.parse(features)
     except ValueError as error:
         raise click.BadParameter(str(error), param_hint="--features") from None
     options = _options(**planner)
     console = _console(output != "table")
-    with console.status(f"Solving the MILP for {len(systems)} system(s) on {gpus} x {gpu}..."):
+    with _naming_files(origins), console.status(
+            f"Solving the MILP for {len(systems)} system(s) on {gpus} x {gpu}..."):
         outcome = plan_outcome(systems, Pool(gpu=gpu, gpus=gpus), _measured(measured), chosen, options)
     result = getattr(outcome, "plan", None)
     if result is None:
@@ -189,16 +234,16 @@ def _measured(measured: Path | None):
 @click.option("--output", type=click.Choice(["table", "json", "markdown"]), default="table", show_default=True)
 def capacity_command(files, gpu, gpus, measured, feature_list, output, **planner) -> None:
     """The most demand the pool serves with each feature subset, and ratios to Unopt and A+T."""
-    systems = _load(files)
+    systems, origins = _load(files)
     try:
         feature_sets = (all_feature_sets() if feature_list == "all"
-                        else [Features.parse(f) for f in feature_list.split(",")])
+                        else list({f.label: f for f in map(Features.parse, feature_list.split(","))}.values()))
     except ValueError as error:
         raise click.BadParameter(str(error), param_hint="--features") from None
     options = _options(**planner)
-    store = _store(systems, gpu, measured, options)
     console = _console(output != "table")
-    with Progress(console=console, transient=True) as progress:
+    with _naming_files(origins), Progress(console=console, transient=True) as progress:
+        store = _store(systems, gpu, measured, options)
         bar = progress.add_task("Solving feature subsets", total=len(feature_sets))
         table = capacity(systems, Pool(gpu=gpu, gpus=gpus), store, feature_sets, options,
                          progress=lambda _: progress.advance(bar))

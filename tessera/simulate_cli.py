@@ -10,7 +10,9 @@ from rich.progress import Progress
 from rich.table import Table
 
 from tessera import exit_codes
-from tessera.cli import _console, _load, _pool_options, _store
+from tessera.cli import _console, _load, _naming_files, _pool_options, _store
+from tessera.options import BoundedInt, FiniteFloat, OutputFile
+from tessera.planner.input_files import InputError
 from tessera.planner.features import Features
 from tessera.planner.model import Pool
 from tessera.planner.simulation.experiments import PlanOutcome, plan_and_simulate, stage_count
@@ -18,6 +20,10 @@ from tessera.planner.simulation.plot import write_png
 from tessera.planner.simulation.policies import Balancing, Batcher, Policies
 from tessera.planner.simulation.workloads import BUILT_IN, RateTrace, built_in, replay_csv
 from tessera.planner.solve import NoPlanError, PlannerOptions
+
+
+MAX_DURATION_S = 86_400.0
+MAX_SOURCE_REQUESTS = 20_000_000
 
 
 def _trace(value: str, duration_s: float) -> RateTrace:
@@ -31,7 +37,7 @@ def _trace(value: str, duration_s: float) -> RateTrace:
 @_pool_options
 @click.option("--trace", "trace_name", default="mmpp", show_default=True,
               help=f"A built-in trace ({', '.join(sorted(BUILT_IN))}) or a CSV file time_s,rate (replayed).")
-@click.option("--duration", type=click.FloatRange(min=1), default=600, show_default=True,
+@click.option("--duration", type=FiniteFloat(1, MAX_DURATION_S), default=600, show_default=True,
               help="Seconds of a built-in trace.")
 @click.option("--features", default="A+S+T", show_default=True, help="Feature switches the plan uses.")
 @click.option("--plan-for", type=click.Choice(["mean", "p95"]), default="mean", show_default=True,
@@ -40,29 +46,34 @@ def _trace(value: str, duration_s: float) -> RateTrace:
               show_default=True, help="per-connection: kube-proxy; random: per request (the optimistic bound).")
 @click.option("--batcher", type=click.Choice([b.value for b in Batcher]), default=Policies().batcher.value,
               show_default=True, help="when-free: Triton's dynamic batcher; timer: MLServer's adaptive batching.")
-@click.option("--connections", type=click.IntRange(min=1), default=Policies().connections, show_default=True,
+@click.option("--connections", type=BoundedInt(1, 10_000), default=Policies().connections, show_default=True,
               help="Client connections to each task's Service (per-connection balancing).")
-@click.option("--spread", type=click.FloatRange(min=1), default=Policies().p99_over_p50, show_default=True,
+@click.option("--spread", type=FiniteFloat(1, 100), default=Policies().p99_over_p50, show_default=True,
               help="Batch latency p99/p50 (lognormal).")
-@click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--png", type=click.Path(dir_okay=False, path_type=Path), default=Path("simulation.png"),
+@click.option("--seed", type=BoundedInt(0, 2**32 - 1), default=0, show_default=True)
+@click.option("--png", type=OutputFile(), default=Path("simulation.png"),
               show_default=True, help="Where to write the plot.")
 def simulate(files, gpu, gpus, measured, levels, headroom, time_limit, trace_name, duration, features, plan_for,
              balancing, batcher, connections, spread, seed, png) -> None:
     """Plan systems (YAML FILES; the built-in examples when none), then simulate the plan under a trace."""
-    systems = _load(files)
+    systems, origins = _load(files)
     try:
         chosen = Features.parse(features)
     except ValueError as error:
         raise click.BadParameter(str(error), param_hint="--features") from None
     trace = _trace(trace_name, duration)
-    store = _store(systems, gpu, measured)
+    expected = sum(s.demand_rps for s in systems) * trace.duration_s
+    if expected > MAX_SOURCE_REQUESTS:
+        raise InputError(f"--duration/--trace: {trace.duration_s:g} s at the systems' demand is {expected:.3g} source "
+                         f"requests, over the limit of {MAX_SOURCE_REQUESTS:g}: shorten the trace")
+    with _naming_files(origins):
+        store = _store(systems, gpu, measured)
     options = PlannerOptions(budget_levels=levels, headroom=headroom, time_limit_s=time_limit)
     policies = Policies(balancing=Balancing(balancing), batcher=Batcher(batcher), connections=connections,
                         p99_over_p50=spread, seed=seed)
     console = _console(False)
     try:
-        with Progress(console=console, transient=True) as progress:
+        with _naming_files(origins), Progress(console=console, transient=True) as progress:
             bar = progress.add_task(f"Planning on {gpus} x {gpu}, then simulating {trace.duration_s:.0f} s of "
                                     f"{trace.name}", total=2 * stage_count(systems))
             outcome = plan_and_simulate(systems, Pool(gpu=gpu, gpus=gpus), store, trace, chosen, options, policies,

@@ -15,10 +15,13 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
+from tessera.options import BoundedInt, FiniteFloat, OutputFile
+from tessera.planner.input_files import InputError
 from tessera.planner.twin.engine import KernelUnavailable
 from tessera.planner.twin.sim import OUTSTANDING_REQUEST_CAP, STARVATION_RATIO
-from tessera.planner.twin.workload_file import load_workload_file
 
+SEED = BoundedInt(0, 2**32 - 1)
+WORKERS = BoundedInt(1, 64)
 console = Console(width=None if sys.stdout.isatty() else 150)
 
 
@@ -53,19 +56,31 @@ def twin() -> None:
     """Digital twin of a multi-LoRA vLLM server (adapter pools)."""
 
 
+def _profile_of(spec, file: Path):
+    """The workload's model profile; a profile that cannot be loaded names the workload file too."""
+    from tessera.planner.twin.profile import load_profile
+
+    try:
+        return load_profile(spec.model)
+    except InputError as error:
+        raise InputError(f"{file}: model: {error}") from None
+
+
 @twin.command("run")
-@click.argument("file", type=click.Path(exists=True, path_type=Path))
-@click.option("--seed", default=0, show_default=True)
-@click.option("--png", type=click.Path(path_type=Path), default=None, help="write a timeline PNG here")
-@click.option("--json-out", type=click.Path(path_type=Path), default=None, help="write the summary as JSON")
+@click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--seed", type=SEED, default=0, show_default=True)
+@click.option("--png", type=OutputFile(), default=None, help="write a timeline PNG here")
+@click.option("--json-out", type=OutputFile(), default=None, help="write the summary as JSON")
 def run_cmd(file: Path, seed: int, png: Path | None, json_out: Path | None) -> None:
     """Simulate the workload in FILE (YAML) and print a summary table."""
-    from tessera.planner.twin.profile import load_profile
-    from tessera.planner.twin.sim import simulate
+    from tessera.planner.twin.files import load_workload_file
+    from tessera.planner.twin.sim import ServerConfig, simulate
 
-    loaded = load_workload_file(file)
-    w, cfg = loaded.workload, loaded.server
-    prof = load_profile(loaded.model)
+    spec = load_workload_file(file)
+    w = spec.workload()
+    prof = _profile_of(spec, file)
+    cfg = ServerConfig(max_loras=spec.max_loras, max_rank=spec.max_rank, outstanding_cap=spec.outstanding_cap,
+                       max_num_seqs=spec.max_num_seqs, max_num_batched_tokens=spec.max_num_batched_tokens)
     with _progress() as prog:
         # the bar counts simulated seconds, updated while the kernel runs
         task = prog.add_task(f"simulating {w.duration_s:.0f} s", total=round(w.duration_s))
@@ -110,20 +125,23 @@ def _pct(x: float) -> str:
 
 
 @twin.command("predict")
-@click.argument("file", type=click.Path(exists=True, path_type=Path))
+@click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--twin", "with_twin", is_flag=True, help="also simulate the workload (one hour) and show both")
 def predict_cmd(file: Path, with_twin: bool) -> None:
     """Predict the workload in FILE with the compiled predictors (microseconds; what placement uses)."""
     from tessera.planner.predictors.workload_features import TOKENS_PER_REQUEST
     from tessera.planner.predictors.predict import predict
-    from tessera.planner.twin.profile import load_profile
-    from tessera.planner.twin.sweep import simulate_as_swept
+    from tessera.planner.twin.files import load_workload_file
+    from tessera.planner.twin.sweep import SWEEP_DURATION, simulate_as_swept
 
-    loaded = load_workload_file(file)
-    w = loaded.workload
-    prof = load_profile(loaded.model)
-    a_max = loaded.server.max_loras
-    max_rank = loaded.max_rank
+    spec = load_workload_file(file)
+    problem = spec.arrivals_over_limit(SWEEP_DURATION) if with_twin else None
+    if problem:
+        raise InputError(f"{file}: adapters: --twin simulates one hour: {problem}")
+    w = spec.workload()
+    prof = _profile_of(spec, file)
+    a_max = spec.max_loras
+    max_rank = spec.max_rank or w.max_rank
     table = Table(title=f"{prof.model}: {w.n_adapters} adapters, A_max={a_max}, max rank {max_rank}")
     table.add_column("")
     table.add_column("predictors", justify="right")
@@ -149,12 +167,13 @@ def predict_cmd(file: Path, with_twin: bool) -> None:
 
 
 @twin.command("validate")
-@click.option("--seeds", default=5, show_default=True, help="pairings of rank and rate averaged per run")
-@click.option("--workers", default=2, show_default=True)
+@click.option("--seeds", type=BoundedInt(1, 100), default=5, show_default=True,
+              help="pairings of rank and rate averaged per run")
+@click.option("--workers", type=WORKERS, default=2, show_default=True)
 @click.option("--runs-csv", type=click.Path(exists=True, path_type=Path), default=None)
-@click.option("--out", type=click.Path(path_type=Path), default=None, help="write per-run rows as JSON")
-@click.option("--limit", type=int, default=None, help="only the first N runs of each half (quick check)")
-@click.option("--png", type=click.Path(path_type=Path), default=None, help="write real-vs-twin plots here")
+@click.option("--out", type=OutputFile(), default=None, help="write per-run rows as JSON")
+@click.option("--limit", type=BoundedInt(1, 10_000), default=None, help="only the first N runs of each half (quick check)")
+@click.option("--png", type=OutputFile(), default=None, help="write real-vs-twin plots here")
 def validate_cmd(seeds: int, workers: int, runs_csv: Path | None, out: Path | None, limit: int | None,
                  png: Path | None) -> None:
     """Replay every real Qwen run: calibrate on one max-rank half, judge on the other."""
@@ -232,8 +251,8 @@ def fit_memory_cmd(kv_csv: Path, model: str) -> None:
 
 @twin.command("calibrate")
 @click.option("--model", default="qwen", show_default=True)
-@click.option("--max-rank", type=int, default=None, help="fit on the runs of this max rank only")
-@click.option("--out", type=click.Path(path_type=Path), required=True, help="profile YAML to write")
+@click.option("--max-rank", type=BoundedInt(1, 512), default=None, help="fit on the runs of this max rank only")
+@click.option("--out", type=OutputFile(), required=True, help="profile YAML to write")
 def calibrate_cmd(model: str, max_rank: int | None, out: Path) -> None:
     """Fit the step-time coefficients and length model of a profile from qwen_runs.csv."""
     from tessera.planner.twin import validate
@@ -246,10 +265,10 @@ def calibrate_cmd(model: str, max_rank: int | None, out: Path) -> None:
 
 
 @twin.command("sweep")
-@click.option("--out-dir", type=click.Path(path_type=Path), default=Path("bench/results/sweep"), show_default=True)
-@click.option("--configs", "n_configs", default=3000, show_default=True)
-@click.option("--workers", default=min(2, os.cpu_count() or 1), show_default=True)
-@click.option("--merge-to", type=click.Path(path_type=Path), default=None, help="join the parts into this parquet file")
+@click.option("--out-dir", type=click.Path(file_okay=False, path_type=Path), default=Path("bench/results/sweep"), show_default=True)
+@click.option("--configs", "n_configs", type=BoundedInt(1, 100_000), default=3000, show_default=True)
+@click.option("--workers", type=WORKERS, default=min(2, os.cpu_count() or 1), show_default=True)
+@click.option("--merge-to", type=OutputFile(), default=None, help="join the parts into this parquet file")
 def sweep_cmd(out_dir: Path, n_configs: int, workers: int, merge_to: Path | None) -> None:
     """Generate the predictors' training set (resumable; parts under OUT_DIR)."""
     from tessera.planner.twin.sweep import merge, run_sweep
@@ -266,10 +285,10 @@ def sweep_cmd(out_dir: Path, n_configs: int, workers: int, merge_to: Path | None
 
 
 @twin.command("reseed")
-@click.option("--extra", default=2, show_default=True, help="more seeds per workload")
-@click.option("--band", default=0.05, show_default=True,
-              help="re-run workloads whose ratio lies within this of the starvation ratio")
-@click.option("--workers", default=min(2, os.cpu_count() or 1), show_default=True)
+@click.option("--extra", type=BoundedInt(1, 20), default=2, show_default=True, help="more seeds per workload")
+@click.option("--band", type=FiniteFloat(0, 1), default=0.05, show_default=True,
+              help="re-run workloads with |ratio - 0.9| below this")
+@click.option("--workers", type=WORKERS, default=min(2, os.cpu_count() or 1), show_default=True)
 def reseed_cmd(extra: int, band: float, workers: int) -> None:
     """Re-simulate the sweep's near-threshold workloads with more seeds (denoised labels; resumable)."""
     from tessera.planner.predictors import train
@@ -284,7 +303,7 @@ def reseed_cmd(extra: int, band: float, workers: int) -> None:
 
 @twin.command("train")
 @click.option("--data", type=click.Path(exists=True, path_type=Path), default=None)
-@click.option("--out", type=click.Path(path_type=Path), default=Path("bench/results/predictors.json"), show_default=True)
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=Path("bench/results/predictors.json"), show_default=True)
 @click.option("--no-compile", is_flag=True, help="only report metrics; leave _compiled.py as it is")
 def train_cmd(data: Path | None, out: Path, no_compile: bool) -> None:
     """Train the predictors on the sweep, report held-out and real-run metrics, compile the trees."""
@@ -315,9 +334,9 @@ def train_cmd(data: Path | None, out: Path, no_compile: bool) -> None:
 
 @twin.command("predict-runs")
 @click.option("--model", default="llama", show_default=True)
-@click.option("--seeds", default=2, show_default=True)
-@click.option("--workers", default=2, show_default=True)
-@click.option("--out", type=click.Path(path_type=Path), default=None)
+@click.option("--seeds", type=BoundedInt(1, 100), default=2, show_default=True)
+@click.option("--workers", type=WORKERS, default=2, show_default=True)
+@click.option("--out", type=OutputFile(), default=None)
 def predict_runs_cmd(model: str, seeds: int, workers: int, out: Path | None) -> None:
     """Predict the real runs' configurations for another model (no measurements: its profile alone)."""
     from tessera.planner.twin import validate

@@ -8,6 +8,7 @@ import yaml
 from click.testing import CliRunner
 
 from tessera.cli import main
+from tessera.exit_codes import BAD_INPUT
 from tessera.planner.capacity import CapacityTable
 from tessera.planner.catalog import gpu_product
 from tessera.planner.plan import Plan
@@ -99,7 +100,7 @@ def test_a_file_with_a_cycle_exits_non_zero_naming_the_file_and_field(write):
                                       {"source": "classify", "target": "detect"}])
     path = write(document, "cyclic.yaml")
     result = invoke("plan", path, *FAST, "--gpus", 1)
-    assert result.exit_code == 1
+    assert result.exit_code == BAD_INPUT
     assert str(path) in result.output
     assert "edges" in result.output and "cycle" in result.output
 
@@ -107,7 +108,7 @@ def test_a_file_with_a_cycle_exits_non_zero_naming_the_file_and_field(write):
 def test_a_negative_latency_slo_exits_non_zero_naming_the_file_and_field(write):
     path = write(system_document(latency_ms=-1), "negative.yaml")
     result = invoke("plan", path, *FAST, "--gpus", 1)
-    assert result.exit_code == 1
+    assert result.exit_code == BAD_INPUT
     assert str(path) in result.output
     assert "slo.latencyMilliseconds" in result.output
     assert "Traceback" not in result.output
@@ -118,7 +119,7 @@ def test_a_profile_naming_an_unknown_variant_exits_non_zero_naming_the_file(writ
     document["spec"]["profiles"][0]["variant"] = "ghost"
     path = write(document, "ghost.yaml")
     result = invoke("plan", path, *FAST, "--gpus", 1)
-    assert result.exit_code == 1
+    assert result.exit_code == BAD_INPUT
     assert str(path) in result.output and "ghost" in result.output
 
 
@@ -126,7 +127,7 @@ def test_systems_named_alike_in_two_files_are_rejected(write):
     first = write(system_document(), "one.yaml")
     second = write(system_document(), "two.yaml")
     result = invoke("plan", first, second, *FAST, "--gpus", 1)
-    assert result.exit_code == 1
+    assert result.exit_code == BAD_INPUT
     assert "system names repeat" in result.output
 
 

@@ -7,9 +7,9 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402  (after choosing the file-only backend)
+import matplotlib.pyplot as plt
 
-from tessera.planner.simulation.metrics import Series  # noqa: E402
+from tessera.planner.simulation.metrics import Series
 
 
 def write_png(series: list[Series], dropping: list[Series], slo_ms: dict[str, float], path: str | Path,

@@ -32,7 +32,7 @@ from __future__ import annotations
 from enum import Enum
 
 import numpy as np
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 Z99 = 2.3263478740408408  # the standard normal's 99th percentile
 
@@ -57,6 +57,8 @@ class Dispatch(str, Enum):
 
 
 class Policies(BaseModel):
+    model_config = ConfigDict(frozen=True)  # safe as a default argument
+
     balancing: Balancing = Balancing.PER_CONNECTION
     connections: int = Field(default=16, ge=1, description="Client connections to each task's Service.")
     batcher: Batcher = Batcher.WHEN_FREE

@@ -21,10 +21,13 @@ computed from them (docs/serving-simulation.md lists the parameters):
 from __future__ import annotations
 
 import csv
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+from tessera.planner.input_files import MAX_CSV_BYTES, quote
 
 BIN_S = 1.0
 
@@ -113,10 +116,16 @@ def constant(duration_s: float, bin_s: float = BIN_S) -> RateTrace:
     return RateTrace("constant", np.ones(_bin_count(duration_s, bin_s)), bin_s)
 
 
+MAX_REPLAY_S = 86_400.0
+MAX_REPLAY_SAMPLES = 100_000
+
+
 def replay_csv(path: str | Path, bin_s: float = BIN_S) -> RateTrace:
     """A recorded series (`time_s,rate` with a header), held between samples, scaled to mean 1."""
     path = Path(path)
     times, rates = [], []
+    if path.stat().st_size > MAX_CSV_BYTES:
+        raise ValueError(f"{path}: over the limit of {MAX_CSV_BYTES} bytes")
     with path.open(newline="") as handle:
         reader = csv.reader(handle)
         header = [cell.strip() for cell in next(reader, [])]
@@ -129,8 +138,11 @@ def replay_csv(path: str | Path, bin_s: float = BIN_S) -> RateTrace:
                 time_s, rate = float(record[0]), float(record[1])
             except (ValueError, IndexError):
                 raise ValueError(f"{path}:{line}: expected two numbers, got {record}") from None
-            if rate < 0 or (times and time_s <= times[-1]):
-                raise ValueError(f"{path}:{line}: rates must be >= 0 and times increasing, got {record}")
+            if not (math.isfinite(time_s) and math.isfinite(rate)) or rate < 0 or (times and time_s <= times[-1]):
+                raise ValueError(f"{path}:{line}: rates must be finite and >= 0, times finite and increasing, "
+                                 f"got {quote(record)}")
+            if time_s - (times[0] if times else time_s) > MAX_REPLAY_S or len(times) >= MAX_REPLAY_SAMPLES:
+                raise ValueError(f"{path}:{line}: over the limit of {MAX_REPLAY_S:g} s or {MAX_REPLAY_SAMPLES} samples")
             times.append(time_s)
             rates.append(rate)
     if len(times) < 2:

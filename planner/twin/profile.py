@@ -11,7 +11,6 @@ per-slot term (extra-vocabulary buffers; visible on Llama-3.1-8B).
 from __future__ import annotations
 
 import copy
-import csv
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -19,6 +18,10 @@ from typing import Any
 
 import numpy as np
 import yaml
+
+from tessera.planner.input_files import InputError, parse_yaml_documents, quote
+
+from .files import ProfileFile, load_profile_file, read_kv_rows, validate_profile
 
 ALIASES = {
     "qwen": "qwen2.5-7b-instruct",
@@ -81,41 +84,34 @@ class ServerProfile:
         Path(path).write_text(yaml.safe_dump(self.to_dict(), sort_keys=False))
 
 
-def _from_dict(d: dict[str, Any]) -> ServerProfile:
+def _from_file(f: ProfileFile) -> ServerProfile:
     return ServerProfile(
-        model=d["model"], gpu=d.get("gpu", "unknown"), max_model_len=int(d["max_model_len"]),
-        block_size=int(d.get("block_size", 16)), prealloc_blocks=int(d.get("prealloc_blocks", 0)),
-        step={k: float(v) for k, v in d["step"].items()},
-        overhead={k: float(v) for k, v in d.get("overhead", {}).items()},
-        load_ms={int(k): float(v) for k, v in d["load_ms"].items()},
-        memory={k: float(v) for k, v in d["memory"].items()},
-        lengths={k: float(v) for k, v in (d.get("lengths") or {}).items()},
+        model=f.model, gpu=f.gpu, max_model_len=f.max_model_len, block_size=f.block_size,
+        prealloc_blocks=f.prealloc_blocks, step=f.step.model_dump(), overhead=f.overhead.model_dump(),
+        load_ms=dict(f.load_ms), memory=f.memory.model_dump(), lengths=f.lengths.model_dump(),
     )
 
 
 def load_profile(name_or_path: str | Path) -> ServerProfile:
-    """Load a shipped profile by model name (``qwen``, ``llama``...) or a YAML path."""
+    """Load a shipped profile by model name (``qwen``, ``llama``...) or a YAML path (validated)."""
     p = Path(str(name_or_path))
-    if p.suffix in (".yaml", ".yml") and p.exists():
-        return _from_dict(yaml.safe_load(p.read_text()))
+    if p.suffix in (".yaml", ".yml"):
+        return _from_file(load_profile_file(p))
     key = ALIASES.get(str(name_or_path).lower())
     if key is None:
-        raise KeyError(f"unknown profile {name_or_path!r}; shipped: {sorted(set(ALIASES.values()))}")
+        raise InputError(f"unknown profile {quote(str(name_or_path))}; expected a shipped one "
+                         f"({', '.join(sorted(ALIASES))}) or a profile .yaml path")
     text = resources.files("tessera.planner.twin").joinpath(f"profiles/{key}.yaml").read_text()
-    return _from_dict(yaml.safe_load(text))
+    where = f"shipped profile {key}"
+    (data,) = parse_yaml_documents(text, where)
+    return _from_file(validate_profile(data, where))
 
 
 def read_kv_capacity(path: str | Path, model: str) -> list[tuple[int, int, float | None]]:
     """(max_loras, max_rank, kv tokens or None when the engine refused) rows of one model."""
     want = ALIASES.get(model.lower(), model.lower())
-    out = []
-    with open(path) as f:
-        for r in csv.DictReader(f):
-            if ALIASES.get(r["model"].lower(), r["model"].lower()) != want:
-                continue
-            v = r["gpu_kv_cache_tokens"].strip()
-            out.append((int(r["max_loras"]), int(r["max_lora_rank"]), float(v) if v else None))
-    return out
+    return [(r.max_loras, r.max_lora_rank, r.gpu_kv_cache_tokens) for r in read_kv_rows(path)
+            if ALIASES.get(r.model.lower(), r.model.lower()) == want]
 
 
 def fit_memory_model(rows: list[tuple[int, int, float | None]]) -> dict[str, float]:

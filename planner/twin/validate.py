@@ -17,13 +17,15 @@ then the reverse. What calibration fits (``calibrate``):
 
 from __future__ import annotations
 
-import csv
+import math
 import os
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+from tessera.planner.input_files import InputError, csv_records, shorten
 
 from .profile import ServerProfile
 from .sim import OUTSTANDING_REQUEST_CAP, STARVATION_RATIO, ServerConfig, simulate
@@ -84,30 +86,63 @@ def _f(x, default=float("nan")):
         return default
 
 
+RUN_COLUMNS = ("status", "throughput_tok_s", "rate_counts", "served_adapters", "adapter_ranks", "max_loras",
+               "max_lora_rank", "total_prompts_sent", "duration_s")
+
+
 def load_runs(path: str | Path | None = None) -> list[RealRun]:
+    """The complete runs of a qwen_runs.csv; a cell that cannot be read is an InputError naming line and column."""
     path = Path(path) if path else find_data_dir() / "qwen_runs.csv"
     runs = []
-    with open(path) as f:
-        for i, r in enumerate(csv.DictReader(f)):
-            if r["status"] != "ok" or not r["throughput_tok_s"]:
-                continue
-            mult = []
-            for part in r["rate_counts"].split():
-                v, c = part.split("x")
-                mult += [float(v)] * int(c)
-            runs.append(RealRun(
-                idx=i, n_adapters=int(r["served_adapters"]), ranks=[int(x) for x in r["adapter_ranks"].split()],
-                rate_multiset=mult, max_loras=int(r["max_loras"]), max_rank=int(r["max_lora_rank"]),
-                arrivals=int(r["total_prompts_sent"]), duration=_f(r["duration_s"]),
-                mean_in=_f(r["pool_mean_input_tokens"]), mean_out=_f(r["pool_mean_output_tokens"]),
-                throughput=_f(r["throughput_tok_s"]), ideal=_f(r["ideal_tok_s"]),
-                starved=r["starvation"] == "1", itl_ms=_f(r["itl_ms"]), mean_running=_f(r["mean_running"]),
-                mean_waiting=_f(r["mean_waiting"]), prompt_tok_s=_f(r["prompt_tok_s"]),
-                finished=int(_f(r["finished_requests"], 0)), out_tokens=_f(r["total_output_tokens"]),
-                dt_throughput=_f(r["dt_throughput_tok_s"]), dt_starved=r["dt_starvation"] == "1",
-                rate_label=r["adapter_rates"], kv_usage=_f(r["mean_kv_usage"]),
-                kv_cache_tokens=_f(r["kv_cache_tokens_est"])))
+    for i, (line, r) in enumerate(csv_records(path, RUN_COLUMNS)):
+        if r["status"] != "ok" or not r["throughput_tok_s"]:
+            continue
+        try:
+            runs.append(_run_from_record(i, r))
+        except (ValueError, KeyError, TypeError) as error:
+            raise InputError(f"{path}:{line}: {str(error)[:200]}") from None
     return runs
+
+
+def _counted(column: str, text: str, parse, low: float, high: float) -> list:
+    values = []
+    for part in text.split():
+        value = parse(part)
+        if not (math.isfinite(value) and low <= value <= high):
+            raise ValueError(f"{column}: {shorten(part)} is outside [{low:g}, {high:g}]")
+        values.append(value)
+    if len(values) > 4096:
+        raise ValueError(f"{column}: more than 4096 values")
+    return values
+
+
+def _run_from_record(i: int, r: dict) -> RealRun:
+    mult = []
+    for part in r["rate_counts"].split():
+        if part.count("x") != 1:
+            raise ValueError(f"rate_counts: {shorten(part)}: expected RATExCOUNT, as 0.1x4")
+        v, c = part.split("x")
+        rate, count = float(v), int(c)
+        if not (math.isfinite(rate) and 0 <= rate <= 1000 and 0 <= count <= 4096 - len(mult)):
+            raise ValueError(f"rate_counts: {shorten(part)}: expected RATExCOUNT, rate 0..1000, at most 4096 in all")
+        mult += [rate] * count
+    arrivals = int(r["total_prompts_sent"])
+    if not 0 <= arrivals <= 2_000_000:
+        raise ValueError(f"total_prompts_sent: {arrivals} is outside [0, 2000000]")
+    return RealRun(
+        idx=i, n_adapters=int(_counted("served_adapters", r["served_adapters"], int, 1, 4096)[0]),
+        ranks=_counted("adapter_ranks", r["adapter_ranks"], int, 1, 512), rate_multiset=mult,
+        max_loras=int(_counted("max_loras", r["max_loras"], int, 1, 4096)[0]),
+        max_rank=int(_counted("max_lora_rank", r["max_lora_rank"], int, 1, 512)[0]),
+        arrivals=arrivals, duration=_f(r["duration_s"]),
+        mean_in=_counted("pool_mean_input_tokens", r.get("pool_mean_input_tokens") or "222.8", float, 4, 1024)[0],
+        mean_out=_counted("pool_mean_output_tokens", r.get("pool_mean_output_tokens") or "199.9", float, 1, 2044)[0],
+        throughput=_f(r["throughput_tok_s"]), ideal=_f(r.get("ideal_tok_s")),
+        starved=r.get("starvation") == "1", itl_ms=_f(r.get("itl_ms")), mean_running=_f(r.get("mean_running")),
+        mean_waiting=_f(r.get("mean_waiting")), prompt_tok_s=_f(r.get("prompt_tok_s")),
+        finished=int(_f(r.get("finished_requests"), 0)), out_tokens=_f(r.get("total_output_tokens")),
+        dt_throughput=_f(r.get("dt_throughput_tok_s")), dt_starved=r.get("dt_starvation") == "1",
+        rate_label=r.get("adapter_rates", ""))
 
 
 def workload_for(run: RealRun, seed: int) -> Workload:

@@ -61,7 +61,7 @@ def _poisson_times(rate_rps: float, count: int, seed: int) -> np.ndarray:
     return np.cumsum(rng.exponential(1 / rate_rps, count))
 
 
-def test_simulated_p50_and_p99_are_within_15_percent_of_a_real_mlserver(mlserver_sleep):  # noqa: F811
+def test_simulated_p50_and_p99_are_within_15_percent_of_a_real_mlserver(mlserver_sleep):
     server = mlserver_sleep(a_ms=A_MS, b_ms=B_MS, workers=1, max_batch_size=MAX_BATCH,
                             max_batch_time_s=MAX_BATCH_TIME_S)
     send_at(server.infer_url, np.linspace(0, 1, 10))  # warm up: connections, the worker's first batch
@@ -80,5 +80,5 @@ def test_simulated_p50_and_p99_are_within_15_percent_of_a_real_mlserver(mlserver
     table += "\n".join(f"load {load:.2f} p{q}: measured {real:.1f} ms, simulated {sim:.1f} ms ({sim / real - 1:+.1%})"
                       for load, q, real, sim in rows)
     print(table)
-    for load, q, real, sim in rows:
+    for _load, _q, real, sim in rows:
         assert sim == pytest.approx(real, rel=TOLERANCE), table

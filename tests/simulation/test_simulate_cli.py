@@ -13,12 +13,12 @@ FAST = ["--gpu", "H100-80GB", "--gpus", "2", "--time-limit", "20", "--levels", "
 
 def tiny_system(tmp_path: Path) -> Path:
     """Two tasks with given batch-1 profiles (10 ms, 100 req/s per compute slice), a fan-out of 2."""
-    profiles = [{"task": t, "variant": f"{t}-v", "gpu": "H100-80GB", "mig_profile": "1g.10gb", "batch": 1,
-                 "latency_ms": 10, "throughput_rps": 100} for t in ("detect", "classify")]
+    profiles = [{"task": t, "variant": f"{t}-v", "gpuProduct": "H100-80GB", "migProfile": "1g.10gb",
+                 "batchSize": 1, "latencyMilliseconds": 10, "throughputRequestsPerSecond": 100} for t in ("detect", "classify")]
     document = {
         "apiVersion": "tessera.ai/v1alpha1", "kind": "CompoundInferenceSystem", "metadata": {"name": "tiny"},
-        "spec": {"slo": {"latency_ms": 100}, "demand_rps": 50,
-                 "tasks": [{"name": t, "variants": [{"name": f"{t}-v", "accuracy": 1.0, "memory_gb": 2}]}
+        "spec": {"slo": {"latencyMilliseconds": 100}, "demandRequestsPerSecond": 50,
+                 "tasks": [{"name": t, "variants": [{"name": f"{t}-v", "accuracy": 1.0, "gpuMemoryGigabytes": 2}]}
                            for t in ("detect", "classify")],
                  "edges": [{"source": "detect", "target": "classify", "factor": 2.0}], "profiles": profiles},
     }

@@ -1,0 +1,51 @@
+"""Bounded command-line option types: every number finite and inside a stated range.
+
+click's FloatRange lets `nan` through (every comparison with it is false) and
+accepts `inf` when no maximum is given; these types refuse both and always
+state the range, so that no option can ask for unbounded work.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import click
+
+from tessera.planner.input_files import shorten
+
+
+class FiniteFloat(click.FloatRange):
+    """A finite float in [min, max]."""
+
+    name = "finite float"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, str) and len(value) > 64:
+            self.fail(f"{shorten(value)} is not a number", param, ctx)
+        number = click.FLOAT.convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{number} is not a finite number; expected {self._describe_range()}", param, ctx)
+        return super().convert(number, param, ctx)
+
+
+class BoundedInt(click.IntRange):
+    """An integer in [min, max], refused before Python parses a thousand-digit number."""
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, str) and len(value) > 24:
+            self.fail(f"{shorten(value)} is not an integer in {self._describe_range()}", param, ctx)
+        return super().convert(value, param, ctx)
+
+
+class OutputFile(click.Path):
+    """A file to write: refused before any work when its folder does not exist or it is a folder."""
+
+    def __init__(self) -> None:
+        super().__init__(dir_okay=False, writable=True, path_type=Path)
+
+    def convert(self, value, param, ctx):
+        path = super().convert(value, param, ctx)
+        if not path.parent.is_dir():
+            self.fail(f"{shorten(str(path))}: its folder {shorten(str(path.parent))} does not exist", param, ctx)
+        return path
