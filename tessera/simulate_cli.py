@@ -4,22 +4,24 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 from rich.progress import Progress
 from rich.table import Table
 
 from tessera import exit_codes
-from tessera.cli import _console, _load, _naming_files, _pool_options, _store
+from tessera.cli import _console, _load, _naming_files, _options, _pool_options, _store
 from tessera.options import BoundedInt, FiniteFloat, OutputFile
 from tessera.planner.input_files import InputError
 from tessera.planner.features import Features
 from tessera.planner.model import Pool
-from tessera.planner.simulation.experiments import PlanOutcome, plan_and_simulate, stage_count
-from tessera.planner.simulation.plot import write_png
 from tessera.planner.simulation.policies import Balancing, Batcher, Policies
 from tessera.planner.simulation.workloads import BUILT_IN, RateTrace, built_in, replay_csv
-from tessera.planner.solve import NoPlanError, PlannerOptions
+from tessera.planner.solve import NoPlanError
+
+if TYPE_CHECKING:
+    from tessera.planner.simulation.experiments import PlanOutcome
 
 
 MAX_DURATION_S = 86_400.0
@@ -53,9 +55,17 @@ def _trace(value: str, duration_s: float) -> RateTrace:
 @click.option("--seed", type=BoundedInt(0, 2**32 - 1), default=0, show_default=True)
 @click.option("--png", type=OutputFile(), default=Path("simulation.png"),
               show_default=True, help="Where to write the plot.")
-def simulate(files, gpu, gpus, measured, levels, headroom, time_limit, trace_name, duration, features, plan_for,
-             balancing, batcher, connections, spread, seed, png) -> None:
-    """Plan systems (YAML FILES; the built-in examples when none), then simulate the plan under a trace."""
+def simulate(files, gpu, gpus, measured, trace_name, duration, features, plan_for, balancing, batcher, connections,
+             spread, seed, png, **planner) -> None:
+    """Plan systems (YAML FILES; the built-in examples when none), then simulate the plan under a trace.
+
+    Needs the numba and offline extras (the compiled replica loop, the plot).
+    """
+    try:
+        from tessera.planner.simulation.experiments import plan_and_simulate, stage_count
+        from tessera.planner.simulation.plot import write_png
+    except ModuleNotFoundError as error:
+        raise click.ClickException(f"tessera simulate needs {error.name}: pip install 'tessera[numba,offline]'") from None
     systems, origins = _load(files)
     try:
         chosen = Features.parse(features)
@@ -66,9 +76,9 @@ def simulate(files, gpu, gpus, measured, levels, headroom, time_limit, trace_nam
     if expected > MAX_SOURCE_REQUESTS:
         raise InputError(f"--duration/--trace: {trace.duration_s:g} s at the systems' demand is {expected:.3g} source "
                          f"requests, over the limit of {MAX_SOURCE_REQUESTS:g}: shorten the trace")
+    options = _options(**planner)
     with _naming_files(origins):
-        store = _store(systems, gpu, measured)
-    options = PlannerOptions(budget_levels=levels, headroom=headroom, time_limit_s=time_limit)
+        store = _store(systems, gpu, measured, options)
     policies = Policies(balancing=Balancing(balancing), batcher=Batcher(batcher), connections=connections,
                         p99_over_p50=spread, seed=seed)
     console = _console(False)
