@@ -1,0 +1,34 @@
+"""The twin check judges every adapter of a server, not only the server's total."""
+
+import numpy as np
+
+from tessera.planner.placement import AdapterDemand, Placement, PlacementProblem, ServerModel, ServiceBound
+from tessera.planner.placement.packing import describe
+from tessera.planner.placement.server import ServerLoad
+from tessera.planner.placement.twin_check import check_placement
+
+
+def _zipf_adapters(n=60, total=20.0):
+    weights = 1.0 / np.arange(1, n + 1)
+    return tuple(AdapterDemand(f"a{i:02d}", 16, float(total * w / weights.sum())) for i, w in enumerate(weights))
+
+
+def test_a_server_unstarved_by_the_09_rule_can_leave_cold_adapters_under_their_bound_and_the_guard_refuses_it():
+    adapters = _zipf_adapters()
+    problem = PlacementProblem(adapters, "qwen", bound=ServiceBound(min_served_fraction=0.9))
+    model = ServerModel(problem)
+    placement = Placement("hand", model.profile.model, (describe(model, 0, adapters, 8, 16),))
+    checked = check_placement(placement, adapters, model.profile, problem.bound).servers[0]
+    assert checked.twin.starts and not checked.twin.starved
+    assert checked.twin.adapters_under_bound and not checked.twin.passed
+    assert not model.guard_ok(ServerLoad.of(adapters), 8)
+    assert not checked.predicted_ok and not checked.disagrees
+
+
+def test_a_server_the_memory_model_refuses_fails_the_check_without_simulating():
+    adapters = tuple(AdapterDemand(f"a{i}", 32, 0.01) for i in range(249))
+    problem = PlacementProblem(adapters, "qwen")
+    model = ServerModel(problem)
+    placement = Placement("hand", model.profile.model, (describe(model, 0, adapters, 249, 32),))
+    checked = check_placement(placement, adapters, model.profile, problem.bound).servers[0]
+    assert not checked.twin.starts and not checked.twin.passed and checked.twin.wall_s < 0.5
