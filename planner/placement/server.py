@@ -137,11 +137,11 @@ class ServerModel:
         return [s for s in levels if s <= cap] or [cap]
 
     def healthy(self, load: ServerLoad, max_loras: int, max_lora_rank: int) -> Prediction | None:
-        """The prediction when this server starts, passes the guard and is not starved."""
+        """The prediction when this server starts, passes the guard and keeps up (so is not starved)."""
         if not self.guard_ok(load, max_loras) or not self.starts(max_loras, max_lora_rank):
             return None
         prediction = self.predict(load, max_loras, max_lora_rank)
-        return None if prediction.starved else prediction
+        return prediction if prediction.keeps_up else None
 
     def fewest_slots(self, load: ServerLoad, max_lora_rank: int, at_least: int = 0) -> SlotChoice | None:
         """The fewest slots (from ``at_least``) with which the server is healthy: slots cost KV cache."""
