@@ -14,9 +14,8 @@ predictors, per-adapter guard), so strategies differ only where they mean to.
   predicted throughput still rises. Each server then keeps the slot count with
   the highest predicted throughput.
 - ``random``: the same fill rule on a random order (what the order buys).
-- ``maxbase``: as many adapters per server as slots fit in memory beside the
-  base weights, A_max = that count: memory alone, blind to rates and to the KV
-  cache a server needs to start.
+- ``maxbase``: as many adapters per server as slots the memory model lets a
+  server start with, A_max = that count: memory alone, blind to rates.
 - ``maxbase*``: one adapter count k per server for the whole pool, every
   adapter in its own slot (A_max = k), k the largest for which no server is
   predicted starved (or cannot start): a starvation-safe A_max.
@@ -184,9 +183,9 @@ def maxpack(model: ServerModel, order: Sequence[AdapterDemand]) -> Servers:
 
 def maxbase(model: ServerModel, order: Sequence[AdapterDemand]) -> Servers:
     out = Servers()
-    for chunk in _chunks_by(order, lambda first: model.most_slots_by_weights(first.rank)):
+    for chunk in _chunks_by(order, lambda first: model.most_startable_slots(first.rank)):
         rank = max(a.rank for a in chunk)
-        out.contents.append(Filled(chunk, model.most_slots_by_weights(rank), rank))
+        out.contents.append(Filled(chunk, model.most_startable_slots(rank), rank))
     return out
 
 

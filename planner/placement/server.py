@@ -22,7 +22,7 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
-from tessera.planner.predictors.features import MODEL_IDS, TOKENS_PER_REQUEST, feature_vector
+from tessera.planner.predictors.features import FEATURES, MODEL_IDS, TOKENS_PER_REQUEST, feature_vector
 from tessera.planner.predictors.predict import predict_features
 from tessera.planner.twin.profile import load_profile
 
@@ -32,6 +32,7 @@ BUSY_WINDOW_S = 8.0  # the predictors' active8 window: about one request's time 
 BUSY_PER_SLOT_LIMIT = 1.0
 # Slot counts the predictors were trained on (the sweep's A_max levels); a server may also
 # give every adapter its own slot (A_max = its adapter count).
+OVERLOAD = FEATURES.index("overload")
 SLOT_LEVELS = (4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 320, 384, 512)
 
 
@@ -104,14 +105,10 @@ class ServerModel:
             self._start_cache[key] = not self.profile.refuses_to_start(max_loras, max_lora_rank)
         return self._start_cache[key]
 
-    def most_slots_by_weights(self, max_lora_rank: int) -> int:
-        """Most slots whose LoRA buffers fit beside the base weights, ignoring that the KV cache
-        must still hold one max-length sequence: memory alone, as MaxBase packs."""
-        memory = self.profile.memory
-        return max(1, int(memory["c0"] // (memory["per_rank_slot"] * max_lora_rank + memory["per_slot"])))
-
     def most_startable_slots(self, max_lora_rank: int) -> int:
-        low, high = 0, self.most_slots_by_weights(max_lora_rank)
+        """Most slots a server with this --max-lora-rank starts with (the memory model)."""
+        memory = self.profile.memory
+        low, high = 0, max(1, int(memory["c0"] // (memory["per_rank_slot"] * max_lora_rank + memory["per_slot"])))
         while low < high:
             mid = (low + high + 1) // 2
             low, high = (mid, high) if self.starts(mid, max_lora_rank) else (low, mid - 1)
@@ -125,7 +122,7 @@ class ServerModel:
                                   load.busy30)
         ratio, starved = predict_features(features)
         return Prediction(ratio=ratio, starved=starved, offered_tok_s=load.rate_sum * TOKENS_PER_REQUEST,
-                          busy_per_slot=load.busy8 / max_loras)
+                          busy_per_slot=load.busy8 / max_loras, overload=features[OVERLOAD])
 
     @staticmethod
     def guard_ok(load: ServerLoad, max_loras: int) -> bool:

@@ -9,7 +9,7 @@ from click.testing import CliRunner
 from tessera import exit_codes
 from tessera.cli import main
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "adapter-pool.yaml"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "adapter-pools" / "support-bots.yaml"
 
 
 def test_place_prints_every_adapter_on_one_server_with_flags_and_the_baselines_as_json():

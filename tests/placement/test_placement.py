@@ -57,14 +57,14 @@ def test_tessera_uses_no_more_servers_than_the_baselines_whose_servers_the_predi
             assert tessera <= baseline.servers_used, strategy
 
 
-def test_maxbase_packs_by_memory_alone_and_its_full_rank_32_servers_cannot_start():
-    problem = PlacementProblem(tuple(AdapterDemand(f"a{i}", 32, 0.01) for i in range(600)), "qwen")
+def test_maxbase_fills_servers_to_the_most_slots_memory_starts_and_is_blind_to_rates():
+    problem = PlacementProblem(tuple(AdapterDemand(f"a{i}", 32, 0.2) for i in range(600)), "qwen")
     model = ServerModel(problem)
-    placement = place(problem, "maxbase", model)
-    full = placement.servers[0]
-    assert full.max_loras == len(full.adapters) == model.most_slots_by_weights(32)
-    assert not full.starts and full.predicted is None
-    assert not place(problem, "tessera", model).count(lambda s: not s.starts)
+    full = place(problem, "maxbase", model).servers[0]
+    assert full.max_loras == len(full.adapters) == model.most_startable_slots(32)
+    assert full.starts and not model.starts(full.max_loras + 1, 32)
+    assert not full.predicted_ok  # 47 req/s on one server
+    assert place(problem, "tessera", model).predicted_ok
 
 
 def test_slot_limit_and_adapters_per_server_limit_are_respected():
