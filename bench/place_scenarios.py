@@ -33,7 +33,8 @@ def summarize(report) -> dict:
             "twin_s": round(p.twin_s or 0.0, 1),
             "cannot_start": p.count(lambda s: not s.starts),
             "twin_starved": sum(1 for s in checked if s.twin.starts and s.twin.starved),
-            "servers_with_adapters_under_bound": sum(1 for s in checked if s.twin.adapters_under_bound),
+            "servers_with_adapters_under_bound": sum(1 for s in checked
+                                                     if s.twin.adapters_under_bound or s.twin.adapters_over_ttft),
             "twin_pass": p.twin_ok, "predicted_ok": p.predicted_ok,
             "disagree": [s.index for s in p.servers if s.disagrees],
             "twin_s_per_server": round(sum(s.twin.wall_s for s in checked) / max(1, len(checked)), 2),

@@ -20,6 +20,9 @@ KEEPS_UP_RATIO = 0.96
 # its offered rate 0.99 of what its largest batch serves (the predictors' ``overload`` feature). So a
 # server also keeps 10% headroom there, as compound-system plans keep 10% over demand.
 MOST_OVERLOAD = 1.0 / 1.1
+# The per-adapter guard's limits (the reasons are in server.py's docstring).
+MOST_BUSY_PER_SLOT = 1.0
+MOST_CYCLE_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -37,7 +40,7 @@ class ServiceBound:
 
     ``min_served_fraction``: of each adapter's requests that arrived before the last
     ``SERVED_GRACE_S`` of the simulated hour, the share finished within the hour.
-    ``p99_ttft_ms``: the server's p99 time to first token over all its requests."""
+    ``p99_ttft_ms``: each adapter's p99 time to first token over the same requests."""
 
     min_served_fraction: float | None = DEFAULT_MIN_SERVED_FRACTION
     p99_ttft_ms: float | None = None
@@ -73,7 +76,9 @@ class Prediction:
     starved: bool  # ratio < 0.9 by the starvation classifier
     offered_tok_s: float
     busy_per_slot: float  # adapters with a request within the busy window, per slot (the per-adapter guard)
-    overload: float = 0.0  # offered req/s over what the largest batch serves (the step-time model)
+    overload: float  # offered req/s over what the largest batch serves (the step-time model)
+    cycle_s: float  # the adapter rule's polling cycle: adapters x request latency / slots
+    slot_per_adapter: bool  # every adapter has its own slot: the adapter rule never makes one wait
 
     @property
     def throughput_tok_s(self) -> float:
@@ -82,6 +87,15 @@ class Prediction:
     @property
     def keeps_up(self) -> bool:
         return not self.starved and self.ratio >= KEEPS_UP_RATIO and self.overload <= MOST_OVERLOAD
+
+    @property
+    def guard_ok(self) -> bool:
+        """Every adapter's own service, as far as the predictors' features show it (see server.py)."""
+        return self.slot_per_adapter or (self.busy_per_slot <= MOST_BUSY_PER_SLOT and self.cycle_s <= MOST_CYCLE_S)
+
+    @property
+    def healthy(self) -> bool:
+        return self.keeps_up and self.guard_ok
 
 
 @dataclass(frozen=True)
@@ -94,14 +108,14 @@ class TwinCheck:
     throughput_tok_s: float = 0.0
     offered_tok_s: float = 0.0
     min_served_fraction: float = 0.0  # the worst adapter's, over requests before the grace window
-    adapters_under_bound: tuple[str, ...] = ()
-    ttft_p99_ms: float = float("nan")
-    ttft_over_bound: bool = False
+    adapters_under_bound: tuple[str, ...] = ()  # served below the bound's fraction
+    ttft_p99_ms: float = float("nan")  # the worst adapter's p99 time to first token
+    adapters_over_ttft: tuple[str, ...] = ()  # p99 time to first token above the bound
     wall_s: float = 0.0
 
     @property
     def passed(self) -> bool:
-        return self.starts and not self.starved and not self.adapters_under_bound and not self.ttft_over_bound
+        return self.starts and not self.starved and not self.adapters_under_bound and not self.adapters_over_ttft
 
 
 @dataclass(frozen=True)
@@ -115,12 +129,11 @@ class ServerPlacement:
     rate_rps: float
     starts: bool  # by the memory model
     predicted: Prediction | None  # None where the server cannot start
-    guard_ok: bool  # every adapter's bound, as the predictors' guard sees it
     twin: TwinCheck | None = None
 
     @property
     def predicted_ok(self) -> bool:
-        return self.starts and self.predicted is not None and self.predicted.keeps_up and self.guard_ok
+        return self.starts and self.predicted is not None and self.predicted.healthy
 
     @property
     def disagrees(self) -> bool:

@@ -135,8 +135,7 @@ def describe(model: ServerModel, index: int, adapters: Sequence[AdapterDemand], 
     starts = model.starts(max_loras, max_lora_rank)
     return ServerPlacement(
         index=index, adapters=tuple(a.name for a in adapters), max_loras=max_loras, max_lora_rank=max_lora_rank,
-        rate_rps=load.rate_sum, starts=starts, predicted=model.predict(load, max_loras, max_lora_rank) if starts else None,
-        guard_ok=model.guard_ok(load, max_loras))
+        rate_rps=load.rate_sum, starts=starts, predicted=model.predict(load, max_loras, max_lora_rank) if starts else None)
 
 
 @dataclass(frozen=True)

@@ -61,8 +61,8 @@ def plan_placement(problem: PlacementProblem, twin_check: bool = True, baselines
 def _notes(problem: PlacementProblem, model: ServerModel) -> tuple[str, ...]:
     notes = []
     if problem.bound.p99_ttft_ms is not None:
-        notes.append("the p99 time-to-first-token bound is judged by the twin check only (per server, over all "
-                     "its requests); the predictors do not predict latency")
+        notes.append("the p99 time-to-first-token bound is judged by the twin check only; the predictors do not "
+                     "predict latency, so placement does not pack against it")
     if problem.gpu and problem.gpu.lower() != model.profile.gpu.lower():
         notes.append(f"the twin profile {model.profile.model} was measured on {model.profile.gpu}, the pool runs "
                      f"{problem.gpu}: predictions assume that GPU's speed and memory")

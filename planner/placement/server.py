@@ -10,10 +10,15 @@ the adapters already in the batch fill ``--max-loras``; when the adapters with
 a request in the server outnumber the slots, hot adapters keep the slots and a
 cold adapter's requests wait (twin, 60 Zipf-rated rank-16 adapters at 20 req/s,
 A_max 8: throughput 0.944 of offered, not starved, yet 14 adapters served below
-0.9, the worst 0.84). The guard keeps the expected number of adapters with a
-request arriving within ``BUSY_WINDOW_S`` (about one request's time in the
-server) at or below the slots, or gives every adapter its own slot; the twin
-check then judges every adapter's served fraction itself.
+0.9, the worst 0.84). The guard gives every adapter its own slot, or keeps
+both the expected number of adapters with a request arriving within
+``BUSY_WINDOW_S`` (about one request's time in the server) at or below the
+slots, and the adapter rule's polling cycle (adapters x request latency /
+slots: how long a cold adapter's request can wait for a slot) within 60 s. The
+cycle limit came from the twin: 338 Zipf-rated Llama adapters at 24.2 req/s on
+64 slots kept up (0.971 of offered) with busy adapters at 0.79 per slot, but a
+94 s cycle left two adapters of 13 requests an hour with a request unserved.
+The twin check then judges every adapter's served fraction itself.
 """
 
 from __future__ import annotations
@@ -29,10 +34,10 @@ from tessera.planner.twin.profile import load_profile
 from .model import AdapterDemand, PlacementProblem, Prediction
 
 BUSY_WINDOW_S = 8.0  # the predictors' active8 window: about one request's time in a loaded server
-BUSY_PER_SLOT_LIMIT = 1.0
 # Slot counts the predictors were trained on (the sweep's A_max levels); a server may also
 # give every adapter its own slot (A_max = its adapter count).
 OVERLOAD = FEATURES.index("overload")
+CYCLE = FEATURES.index("cycle8")
 SLOT_LEVELS = (4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 320, 384, 512)
 
 
@@ -122,11 +127,8 @@ class ServerModel:
                                   load.busy30)
         ratio, starved = predict_features(features)
         return Prediction(ratio=ratio, starved=starved, offered_tok_s=load.rate_sum * TOKENS_PER_REQUEST,
-                          busy_per_slot=load.busy8 / max_loras, overload=features[OVERLOAD])
-
-    @staticmethod
-    def guard_ok(load: ServerLoad, max_loras: int) -> bool:
-        return max_loras >= load.n or load.busy8 <= BUSY_PER_SLOT_LIMIT * max_loras
+                          busy_per_slot=load.busy8 / max_loras, overload=features[OVERLOAD],
+                          cycle_s=features[CYCLE], slot_per_adapter=max_loras >= load.n)
 
     def slot_candidates(self, load: ServerLoad) -> list[int]:
         cap = self.limits.max_lora_slots or load.n
@@ -134,11 +136,11 @@ class ServerModel:
         return [s for s in levels if s <= cap] or [cap]
 
     def healthy(self, load: ServerLoad, max_loras: int, max_lora_rank: int) -> Prediction | None:
-        """The prediction when this server starts, passes the guard and keeps up (so is not starved)."""
-        if not self.guard_ok(load, max_loras) or not self.starts(max_loras, max_lora_rank):
+        """The prediction when this server starts, keeps up (so is not starved) and passes the guard."""
+        if not self.starts(max_loras, max_lora_rank):
             return None
         prediction = self.predict(load, max_loras, max_lora_rank)
-        return prediction if prediction.keeps_up else None
+        return prediction if prediction.healthy else None
 
     def fewest_slots(self, load: ServerLoad, max_lora_rank: int, at_least: int = 0) -> SlotChoice | None:
         """The fewest slots (from ``at_least``) with which the server is healthy: slots cost KV cache."""

@@ -21,7 +21,7 @@ def test_a_server_unstarved_by_the_09_rule_can_leave_cold_adapters_under_their_b
     checked = check_placement(placement, adapters, model.profile, problem.bound).servers[0]
     assert checked.twin.starts and not checked.twin.starved
     assert checked.twin.adapters_under_bound and not checked.twin.passed
-    assert not model.guard_ok(ServerLoad.of(adapters), 8)
+    assert not model.predict(ServerLoad.of(adapters), 8, 16).guard_ok
     assert not checked.predicted_ok and not checked.disagrees
 
 
@@ -32,3 +32,14 @@ def test_a_server_the_memory_model_refuses_fails_the_check_without_simulating():
     placement = Placement("hand", model.profile.model, (describe(model, 0, adapters, 249, 32),))
     checked = check_placement(placement, adapters, model.profile, problem.bound).servers[0]
     assert not checked.twin.starts and not checked.twin.passed and checked.twin.wall_s < 0.5
+
+
+def test_each_adapters_p99_time_to_first_token_is_judged_against_the_bound():
+    adapters = tuple(AdapterDemand(f"a{i}", 8, 0.2) for i in range(5))
+    model = ServerModel(PlacementProblem(adapters, "qwen"))
+    placement = Placement("hand", model.profile.model, (describe(model, 0, adapters, 5, 8),))
+    loose = check_placement(placement, adapters, model.profile, ServiceBound(0.9, p99_ttft_ms=60_000.0)).servers[0]
+    tight = check_placement(placement, adapters, model.profile, ServiceBound(0.9, p99_ttft_ms=1.0)).servers[0]
+    assert loose.twin.passed and not loose.twin.adapters_over_ttft
+    assert set(tight.twin.adapters_over_ttft) == {a.name for a in adapters} and not tight.twin.passed
+    assert 1.0 < tight.twin.ttft_p99_ms < 60_000.0
