@@ -244,6 +244,10 @@ def dlora(model: ServerModel, adapters: Sequence[AdapterDemand], start: int, mos
 def run_strategy(strategy: str, model: ServerModel, problem: PlacementProblem, lower_bound: int,
                  seed: int = 0) -> Servers:
     adapters = problem.adapters
+    if strategy not in STRATEGIES:
+        raise ValueError(f"unknown strategy {strategy!r} (known: {', '.join(STRATEGIES)})")
+    if not adapters:
+        return Servers()
     if strategy == "tessera":
         return maxpack(model, zigzag_order(adapters))
     if strategy == "random":

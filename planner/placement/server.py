@@ -125,7 +125,8 @@ class ServerModel:
         features = feature_vector(load.n, max_loras, max_lora_rank, load.rank_sum / load.n, load.rate_sum,
                                   load.max_rate, load.rate_cv, kv, self.model_id, load.busy2, load.busy8,
                                   load.busy30)
-        ratio, starved = predict_features(features)
+        # an idle server (every rate 0) serves all of nothing; the capacity tree divides by the rate
+        ratio, starved = predict_features(features) if load.rate_sum > 0 else (1.0, False)
         return Prediction(ratio=ratio, starved=starved, offered_tok_s=load.rate_sum * TOKENS_PER_REQUEST,
                           busy_per_slot=load.busy8 / max_loras, overload=features[OVERLOAD],
                           cycle_s=features[CYCLE], slot_per_adapter=max_loras >= load.n)

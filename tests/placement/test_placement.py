@@ -101,3 +101,11 @@ def test_the_twin_finishes_no_more_requests_than_the_lower_bounds_server_capacit
     result = simulate(Workload(ranks=np.array([8]), rates=np.array([2 * capacity]), duration_s=duration),
                       load_profile("qwen"), ServerConfig(max_loras=1, outstanding_cap=26000), seed=0)
     assert result.finished / duration <= 0.9 * capacity
+
+
+def test_idle_adapters_are_placed_and_an_empty_pool_needs_no_server():
+    idle = PlacementProblem(tuple(AdapterDemand(f"a{i}", 16, 0.0) for i in range(30)), "llama")
+    placement = place(idle, "tessera")
+    assert placement.servers_used == 1 and placement.predicted_ok
+    empty = PlacementProblem((), "qwen")
+    assert all(place(empty, s).servers_used == 0 for s in ("tessera", "maxbase", "maxbase*", "dlora", "random"))
