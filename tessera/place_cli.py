@@ -67,7 +67,7 @@ def place(file: Path, output: str, no_twin: bool, workers: int, baselines: str, 
         sys.exit(exit_codes.INFEASIBLE)
 
 
-def _adapters_cell(server: ServerPlacement, shown: int = 3) -> str:
+def _adapters_cell(server: ServerPlacement, shown: int = 2) -> str:
     names = list(server.adapters)
     return ", ".join(names[:shown]) + (f" +{len(names) - shown}" if len(names) > shown else "")
 
@@ -85,11 +85,12 @@ def _twin_cells(server: ServerPlacement) -> list[str]:
 
 
 def servers_table(placement: Placement) -> Table:
-    table = Table(title=f"Placement ({placement.strategy}): {placement.servers_used} servers, {placement.model}",
-                  title_justify="left")
-    for column in ("server", "--max-loras", "--max-lora-rank", "adapters", "req/s", "predicted ratio",
-                   "busy/slot", "twin ratio", "worst adapter served", "twin", "adapter names"):
-        table.add_column(column, justify="left" if column in ("twin", "adapter names") else "right")
+    table = Table(title=f"Placement ({placement.strategy}): {placement.servers_used} servers, {placement.model} "
+                        f"(predicted and twin: throughput / offered over one hour)", title_justify="left")
+    for column in ("server", "--max-loras", "--max-lora-rank", "adapters", "req/s", "predicted", "busy/slot",
+                   "twin", "worst served", "twin check"):
+        table.add_column(column, justify="left" if column == "twin check" else "right")
+    table.add_column("adapter names", no_wrap=True, overflow="ellipsis", max_width=40)
     for server in placement.servers:
         predicted = server.predicted
         table.add_row(
@@ -122,7 +123,7 @@ def comparison_table(report: PlacementReport) -> Table:
     table = Table(title=f"{report.adapters} adapters, {report.rate_rps:.1f} req/s: servers against the baselines "
                         f"and the lower bound ({bound.servers})", title_justify="left")
     for column in ("strategy", "servers", "vs bound", "cannot start", "predicted unhealthy", "twin starved",
-                   "adapters failing bound", "disagree", "twin check", "place ms", "twin s"):
+                   "adapters failing", "disagree", "twin check", "place ms", "twin s"):
         table.add_column(column, justify="left" if column in ("strategy", "twin check") else "right")
     for placement in (report.placement, *report.baselines):
         table.add_row(*_comparison_row(placement, bound.servers))
