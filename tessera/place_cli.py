@@ -16,8 +16,9 @@ from rich.table import Table
 from rich.text import Text
 
 from tessera import exit_codes
-from tessera.planner.placement import BASELINES, Placement, PlacementReport, ServerPlacement, plan_placement
-from tessera.planner.placement.pool_file import PoolFileError, load_problem
+from tessera.planner.placement import (BASELINES, Placement, PlacementReport, Replacement, ServerPlacement,
+                                       plan_placement)
+from tessera.planner.placement.pool_file import PoolFileError, load_previous_placement, load_problem
 
 
 @click.command("place")
@@ -29,13 +30,18 @@ from tessera.planner.placement.pool_file import PoolFileError, load_problem
 @click.option("--baselines", default=",".join(BASELINES), show_default=True,
               help="Comma-separated baselines placed and checked beside tessera ('' for none).")
 @click.option("--seed", default=0, show_default=True, help="Seed of the twin's request streams and the random baseline.")
-def place(file: Path, output: str, no_twin: bool, workers: int, baselines: str, seed: int) -> None:
+@click.option("--previous", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="An earlier `tessera place --output json|yaml`: re-place against it, moving as few adapters as possible.")
+def place(file: Path, output: str, no_twin: bool, workers: int, baselines: str, seed: int,
+          previous: Path | None) -> None:
     """Place the adapters of the AdapterPool in FILE: servers with --max-loras, --max-lora-rank and adapters,
     predicted and twin-checked health, and servers used against each baseline and the lower bound."""
     try:
         problem = load_problem(file)
+        earlier = load_previous_placement(previous) if previous else None
     except PoolFileError as error:
-        click.echo(f"Error: {file}: {error}", err=True)
+        click.echo(f"Error: {error}" if previous and str(previous) in str(error) else f"Error: {file}: {error}",
+                   err=True)
         sys.exit(exit_codes.BAD_INPUT)
     chosen = tuple(b for b in baselines.split(",") if b)
     unknown = set(chosen) - set(BASELINES)
@@ -49,7 +55,7 @@ def place(file: Path, output: str, no_twin: bool, workers: int, baselines: str, 
                   console=Console(stderr=True), transient=True, disable=no_twin) as progress:
         bar = progress.add_task("twin check", total=None)
         report = plan_placement(problem, twin_check=not no_twin, baselines=chosen, workers=workers, seed=seed,
-                                progress=lambda strategy, done, total: progress.update(
+                                previous=earlier, progress=lambda strategy, done, total: progress.update(
                                     bar, completed=done, total=total, description=f"twin check ({strategy})"))
     if output == "table":
         console.print(Group(servers_table(report.placement), comparison_table(report)))
@@ -58,6 +64,8 @@ def place(file: Path, output: str, no_twin: bool, workers: int, baselines: str, 
             if disagree:
                 console.print(Text(f"{placement.strategy}: twin and predictors disagree on server(s) "
                                    f"{', '.join(disagree)}", style="yellow"))
+        if report.replacement:
+            console.print(replacement_line(report.replacement, len(problem.adapters)))
         for note in report.notes:
             console.print(Text(f"note: {note}", style="yellow"))
     else:
@@ -132,6 +140,13 @@ def comparison_table(report: PlacementReport) -> Table:
     return table
 
 
+def replacement_line(replacement: Replacement, adapters: int) -> Text:
+    restarted = f", {len(replacement.restarted)} server(s) restarted ({', '.join(map(str, replacement.restarted))})" \
+        if replacement.restarted else ""
+    return Text(f"re-placed: {replacement.moves} of {adapters} adapters move ({100 * replacement.moves / max(adapters, 1):.1f}%)"
+                f"{restarted}; {len(replacement.added)} added, {len(replacement.removed)} removed")
+
+
 def _clean(value):
     """JSON-safe: NaN becomes null, tuples lists."""
     if isinstance(value, float) and math.isnan(value):
@@ -157,4 +172,8 @@ def report_dict(report: PlacementReport) -> dict:
         "rateRps": report.rate_rps, "lowerBound": dataclasses.asdict(report.lower_bound),
         "placement": _placement_dict(report.placement),
         "baselines": [_placement_dict(p) for p in report.baselines], "notes": list(report.notes),
+        "replacement": None if report.replacement is None else {
+            "moves": report.replacement.moves, "moved": list(report.replacement.moved),
+            "restarted": list(report.replacement.restarted), "added": list(report.replacement.added),
+            "removed": list(report.replacement.removed)},
     })

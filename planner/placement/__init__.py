@@ -6,10 +6,10 @@ Pure library: plain data in (``PlacementProblem``), plain data out
 
 from .bound import lower_bound
 from .model import (AdapterDemand, LowerBound, Placement, PlacementProblem, PlacementReport, PoolLimits,
-                    Prediction, ServerPlacement, ServiceBound, TwinCheck)
+                    Prediction, Replacement, ServerPlacement, ServiceBound, TwinCheck)
 from .packing import STRATEGIES, zigzag_order
 from .placing import BASELINES, place, plan_placement
-from .replace import Replacement, replace_adapters
+from .replace import replace_adapters
 from .server import ServerModel
 from .twin_check import check_placement
 

@@ -186,6 +186,21 @@ class LowerBound:
 
 
 @dataclass(frozen=True)
+class Replacement:
+    """A re-placement and what it costs the running servers."""
+
+    placement: Placement
+    moved: tuple[str, ...]  # adapters now on another server or on a restarted one
+    restarted: tuple[int, ...]  # previous server indices whose flags changed
+    added: tuple[str, ...]
+    removed: tuple[str, ...]
+
+    @property
+    def moves(self) -> int:
+        return len(self.moved)
+
+
+@dataclass(frozen=True)
 class PlacementReport:
     """tessera's placement beside the baselines and the lower bound."""
 
@@ -197,3 +212,4 @@ class PlacementReport:
     baselines: tuple[Placement, ...]
     lower_bound: LowerBound
     notes: tuple[str, ...] = ()
+    replacement: Replacement | None = None  # when placed against a previous placement

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Sequence
 
 from .bound import lower_bound
 from .model import Placement, PlacementProblem, PlacementReport
 from .packing import STRATEGIES, run_strategy
+from .replace import replace_adapters
 from .server import ServerModel
 from .twin_check import check_placement
 
@@ -31,13 +33,16 @@ def place(problem: PlacementProblem, strategy: str = "tessera", model: ServerMod
 
 
 def plan_placement(problem: PlacementProblem, twin_check: bool = True, baselines: Sequence[str] = BASELINES,
-                   workers: int = 1, seed: int = 0,
+                   workers: int = 1, seed: int = 0, previous: Placement | None = None,
                    progress: Callable[[str, int, int], None] | None = None) -> PlacementReport:
-    """tessera's placement, each baseline's in the same code path, the lower bound, and (unless
-    ``twin_check`` is off) one simulated hour of every server of every placement.
-    ``progress(strategy, servers_done, servers_total)`` is called as twin checks finish."""
+    """tessera's placement (a re-placement of ``previous`` when given), each baseline's in the same
+    code path, the lower bound, and (unless ``twin_check`` is off) one simulated hour of every server
+    of every placement. ``progress(strategy, servers_done, servers_total)`` is called as twin checks
+    finish."""
     model = ServerModel(problem)
-    placements = [place(problem, strategy, model, seed) for strategy in ("tessera", *baselines)]
+    replacement = replace_adapters(problem, previous, model) if previous is not None else None
+    tessera = replacement.placement if replacement else place(problem, "tessera", model, seed)
+    placements = [tessera, *(place(problem, strategy, model, seed) for strategy in baselines)]
     if twin_check:
         total = sum(p.servers_used for p in placements)
         done = 0
@@ -55,7 +60,8 @@ def plan_placement(problem: PlacementProblem, twin_check: bool = True, baselines
     return PlacementReport(
         problem_name=problem.name, model=model.profile.model, adapters=len(problem.adapters),
         rate_rps=sum(a.rate_rps for a in problem.adapters), placement=placements[0],
-        baselines=tuple(placements[1:]), lower_bound=lower_bound(problem, model), notes=_notes(problem, model))
+        baselines=tuple(placements[1:]), lower_bound=lower_bound(problem, model), notes=_notes(problem, model),
+        replacement=dataclasses.replace(replacement, placement=placements[0]) if replacement else None)
 
 
 def _notes(problem: PlacementProblem, model: ServerModel) -> tuple[str, ...]:

@@ -15,7 +15,7 @@ import yaml
 
 from tessera.planner.twin.profile import ALIASES
 
-from .model import AdapterDemand, PlacementProblem, PoolLimits, ServiceBound
+from .model import AdapterDemand, Placement, PlacementProblem, PoolLimits, ServerPlacement, ServiceBound
 
 
 class PoolFileError(ValueError):
@@ -86,3 +86,17 @@ def load_problem(path: str | Path) -> PlacementProblem:
     except yaml.YAMLError as error:
         raise PoolFileError(f"{path}: not YAML: {error}") from None
     return problem_from_object(obj)
+
+
+def load_previous_placement(path: str | Path) -> Placement:
+    """The servers of an earlier `tessera place --output json|yaml` (its tessera placement): what
+    re-placement needs of them is each server's index, adapters and two flags."""
+    try:
+        data = yaml.safe_load(Path(path).read_text())  # JSON is YAML
+        servers = data["placement"]["servers"]
+        return Placement(strategy=data["placement"]["strategy"], model=data["model"], servers=tuple(
+            ServerPlacement(index=int(s["index"]), adapters=tuple(s["adapters"]), max_loras=int(s["max_loras"]),
+                            max_lora_rank=int(s["max_lora_rank"]), rate_rps=float(s["rate_rps"]), starts=True,
+                            predicted=None) for s in servers))
+    except (yaml.YAMLError, KeyError, TypeError, ValueError) as error:
+        raise PoolFileError(f"{path}: not the output of `tessera place --output json|yaml`: {error!r}") from None

@@ -16,24 +16,10 @@ which is a different trade.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 
-from .model import AdapterDemand, Placement, PlacementProblem
+from .model import AdapterDemand, Placement, PlacementProblem, Replacement
 from .packing import OpenServer, best_slots_of, first_fit, maxpack_fill, throughput_rises, zigzag_order
 from .server import ServerLoad, ServerModel, SlotChoice
-
-
-@dataclass(frozen=True)
-class Replacement:
-    placement: Placement
-    moved: tuple[str, ...]  # adapters now on another server or on a restarted one
-    restarted: tuple[int, ...]  # previous server indices whose flags changed
-    added: tuple[str, ...]
-    removed: tuple[str, ...]
-
-    @property
-    def moves(self) -> int:
-        return len(self.moved)
 
 
 def _shed_until_healthy(model: ServerModel, adapters: list[AdapterDemand], slots: int, rank: int

@@ -48,3 +48,20 @@ def test_adapters_beyond_max_servers_make_the_placement_infeasible(tmp_path):
     result = CliRunner().invoke(main, ["place", str(path), "--no-twin", "--output", "yaml"])
     assert result.exit_code == exit_codes.INFEASIBLE
     assert yaml.safe_load(result.stdout)["placement"]["unplaced"]
+
+
+def test_place_against_a_previous_placement_reports_how_many_adapters_move(tmp_path):
+    first = CliRunner().invoke(main, ["place", str(EXAMPLE), "--no-twin", "--output", "json", "--baselines", ""])
+    previous = tmp_path / "previous.json"
+    previous.write_text(first.stdout)
+    pool = yaml.safe_load(EXAMPLE.read_text())
+    for adapter in pool["spec"]["adapters"]:
+        adapter["expectedRequestsPerSecond"] *= 1.1
+    path = tmp_path / "pool.yaml"
+    path.write_text(yaml.safe_dump(pool))
+    result = CliRunner().invoke(main, ["place", str(path), "--no-twin", "--previous", str(previous)])
+    assert result.exit_code == exit_codes.OK, result.output
+    assert "re-placed:" in result.output and "adapters move" in result.output
+    as_json = CliRunner().invoke(main, ["place", str(path), "--no-twin", "--previous", str(previous),
+                                        "--output", "json", "--baselines", ""])
+    assert json.loads(as_json.stdout)["replacement"]["moves"] <= 0.05 * len(pool["spec"]["adapters"])
