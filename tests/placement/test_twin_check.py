@@ -43,3 +43,13 @@ def test_each_adapters_p99_time_to_first_token_is_judged_against_the_bound():
     assert loose.twin.passed and not loose.twin.adapters_over_ttft
     assert set(tight.twin.adapters_over_ttft) == {a.name for a in adapters} and not tight.twin.passed
     assert 1.0 < tight.twin.ttft_p99_ms < 60_000.0
+
+
+def test_tessera_placement_of_a_skewed_200_adapter_pool_passes_the_twin_check_with_every_adapter_served():
+    from tessera.planner.placement import plan_placement
+    from tessera.planner.placement.scenarios import Scenario, problem_of
+
+    report = plan_placement(problem_of(Scenario(200, 30.0, "llama", 1.2)), baselines=())
+    placement = report.placement
+    assert placement.twin_ok and not [s.index for s in placement.servers if s.disagrees]
+    assert all(s.twin.min_served_fraction >= 0.9 for s in placement.servers)
