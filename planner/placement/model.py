@@ -172,9 +172,6 @@ class Placement:
     def count(self, flag) -> int:
         return sum(1 for s in self.servers if flag(s))
 
-    def server_of(self) -> dict[str, int]:
-        return {name: s.index for s in self.servers for name in s.adapters}
-
 
 @dataclass(frozen=True)
 class LowerBound:

@@ -28,7 +28,7 @@ from tessera.planner.twin.profile import Profile
 from tessera.planner.twin.sim import ServerConfig, simulate
 from tessera.planner.twin.workload import Workload, generate_requests
 
-from .model import AdapterDemand, Placement, ServiceBound, ServerPlacement, TwinCheck
+from .model import AdapterDemand, Placement, ServiceBound, TwinCheck
 
 CHECK_HOUR_S = 3600.0
 SERVED_GRACE_S = 60.0
@@ -111,7 +111,3 @@ def check_placement(placement: Placement, adapters: Sequence[AdapterDemand], pro
             pool.shutdown()
     servers = tuple(replace(s, twin=c) for s, c in zip(placement.servers, checks))
     return replace(placement, servers=servers, twin_s=time.perf_counter() - started)
-
-
-def disagreeing(placement: Placement) -> list[ServerPlacement]:
-    return [s for s in placement.servers if s.disagrees]
