@@ -22,18 +22,19 @@ from __future__ import annotations
 
 import math
 
-from tessera.planner.predictors.features import (BUDGET_BATCH, KV_TOKENS_PER_RUNNING, OUTPUT_TOKENS, STEP,
+from tessera.planner.predictors.features import (KV_TOKENS_PER_RUNNING, OUTPUT_TOKENS, PROMPT_TOKENS,
                                                  TOKENS_PER_REQUEST)
-from tessera.planner.twin.sim import STARVATION_RATIO
+from tessera.planner.twin.sim import STARVATION_RATIO, ServerConfig
 
 from .model import LowerBound, PlacementProblem
 from .server import ServerModel
 
 
 def server_capacity_rps(model: ServerModel, smallest_rank: int) -> float:
-    a_ms, b_ms, lora_c0, lora_c1, run_ms, _ = STEP[model.model_id]
-    batch = min(model.profile.kv_tokens(1, smallest_rank) / KV_TOKENS_PER_RUNNING, BUDGET_BATCH)
-    step_ms = (a_ms + b_ms * batch) * (lora_c0 + lora_c1) + run_ms * batch
+    step, run_ms = model.profile.step, model.profile.overhead.get("run_ms", 0.0)
+    budget_batch = ServerConfig(max_loras=1).max_num_batched_tokens / (1.0 + PROMPT_TOKENS / OUTPUT_TOKENS)
+    batch = min(model.profile.kv_tokens(1, smallest_rank) / KV_TOKENS_PER_RUNNING, budget_batch)
+    step_ms = (step["a_ms"] + step["b_ms"] * batch) * (step["lora_c0"] + step["lora_c1"]) + run_ms * batch
     finished_rps = batch * 1000.0 / (OUTPUT_TOKENS * step_ms)
     return finished_rps / STARVATION_RATIO
 
