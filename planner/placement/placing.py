@@ -18,12 +18,14 @@ BASELINES = tuple(s for s in STRATEGIES if s != "tessera")
 
 def place(problem: PlacementProblem, strategy: str = "tessera", model: ServerModel | None = None,
           seed: int = 0) -> Placement:
-    """One strategy's placement, described by the predictors (no twin check)."""
+    """One strategy's placement, described by the predictors (no twin check). The pool's server limit
+    binds tessera's placement (adapters beyond it are reported unplaced); baselines show how many
+    servers they would use."""
     started = time.perf_counter()
     model = model or ServerModel(problem)
     bound = lower_bound(problem, model).servers
     servers = run_strategy(strategy, model, problem, bound, seed).described(model)
-    limit = problem.limits.max_servers
+    limit = problem.limits.max_servers if strategy == "tessera" else None
     unplaced: tuple[str, ...] = ()
     if limit is not None and len(servers) > limit:
         unplaced = tuple(name for s in servers[limit:] for name in s.adapters)
