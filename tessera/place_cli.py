@@ -38,11 +38,12 @@ def place(file: Path, output: str, no_twin: bool, workers: int, baselines: str, 
     predicted and twin-checked health, and servers used against each baseline and the lower bound."""
     try:
         problem = load_problem(file)
+    except PoolFileError as error:
+        _bad_input(f"{file}: {error}")
+    try:
         earlier = load_previous_placement(previous) if previous else None
     except PoolFileError as error:
-        click.echo(f"Error: {error}" if previous and str(previous) in str(error) else f"Error: {file}: {error}",
-                   err=True)
-        sys.exit(exit_codes.BAD_INPUT)
+        _bad_input(str(error))
     chosen = tuple(b for b in baselines.split(",") if b)
     unknown = set(chosen) - set(BASELINES)
     if unknown:
@@ -73,6 +74,11 @@ def place(file: Path, output: str, no_twin: bool, workers: int, baselines: str, 
         click.echo(json.dumps(data, indent=2) if output == "json" else yaml.safe_dump(data, sort_keys=False))
     if report.placement.unplaced or not report.placement.predicted_ok:
         sys.exit(exit_codes.INFEASIBLE)
+
+
+def _bad_input(message: str) -> None:
+    click.echo(f"Error: {message}", err=True)
+    sys.exit(exit_codes.BAD_INPUT)
 
 
 def _adapters_cell(server: ServerPlacement, shown: int = 2) -> str:
