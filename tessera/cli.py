@@ -191,3 +191,8 @@ def crds_command(write: bool) -> None:
             click.echo(f"wrote {path}")
         else:
             click.echo("---\n" + text)
+
+
+from tessera.simulate_cli import simulate  # noqa: E402  (it reuses the options defined above)
+
+main.add_command(simulate)
