@@ -1,20 +1,30 @@
-"""Maps the design's top-level folders onto one import package.
+"""Maps the design's top-level folders onto one import package, and builds the twin's C kernel.
 
 planner/, operator/ and profiler-job/ stay at the top of the repository (the
 design card fixes them) but import as tessera.planner, tessera.operator and
 tessera.profiler, so no module shadows the standard library's `operator`.
-Subpackages are found per folder, so new ones need no change here; data
-folders (planner/data, twin/profiles, ...) count as namespace packages, which
-is how setuptools wants package data listed.
+examples/ and crds/ travel in the wheel as tessera.examples and tessera.crds,
+so `tessera plan` and `tessera crds` find them from any folder. Subpackages are
+found per folder, so new ones need no change here; data folders
+(planner/data, twin/profiles, ...) count as namespace packages, which is how
+setuptools wants package data listed.
+
+The twin's event loop (planner/twin/_kernel.c) is a plain C library loaded
+with ctypes, not a Python extension; it is compiled here where a C compiler
+exists. Without one the build goes on (the extension is optional) and the twin
+reports at run time that it falls back to numba (the `numba` extra), or that it
+needs one of the two.
 """
 
-from setuptools import find_namespace_packages, setup
+from setuptools import Extension, find_namespace_packages, setup
 
 FOLDERS = {
     "tessera": "tessera",
     "tessera.planner": "planner",
     "tessera.operator": "operator",
     "tessera.profiler": "profiler-job",
+    "tessera.examples": "examples",
+    "tessera.crds": "crds",
 }
 
 packages = []
@@ -22,4 +32,7 @@ for package, folder in FOLDERS.items():
     packages.append(package)
     packages += [f"{package}.{sub}" for sub in find_namespace_packages(folder, exclude=["*__pycache__*"])]
 
-setup(packages=packages, package_dir=FOLDERS, include_package_data=True)
+twin_kernel = Extension("tessera.planner.twin._kernel", ["planner/twin/_kernel.c"], libraries=["m"],
+                        extra_compile_args=["-O2"], optional=True)
+
+setup(packages=packages, package_dir=FOLDERS, include_package_data=True, ext_modules=[twin_kernel])

@@ -15,7 +15,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import Progress
 
-from tessera.cli import capacity_markdown, capacity_rich
+from tessera.render import capacity_markdown, capacity_rich
 from tessera.planner.capacity import capacity
 from tessera.planner.model import Pool
 from tessera.planner.profile_sources import build_profile_store

@@ -15,12 +15,12 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))  # scripts run with -P: the sibling benchmark's helpers
-from planner_scale import GPU, TARGETS, load, scaled  # noqa: E402
+from planner_scale import GPU, TARGETS, load, scaled
 
-from tessera.planner import highs_driver  # noqa: E402
-from tessera.planner.model import Pool  # noqa: E402
-from tessera.planner.profile_sources import build_profile_store  # noqa: E402
-from tessera.planner.solve import PlannerOptions, plan  # noqa: E402
+from tessera.planner import highs_driver
+from tessera.planner.model import Pool
+from tessera.planner.profile_sources import build_profile_store
+from tessera.planner.solve import PlannerOptions, plan
 
 OUT = Path(__file__).parent / "results"
 # demand factors of bench/results/planner_scale.md (80% of the most A+S+T serves)

@@ -94,7 +94,7 @@ def enumerate_candidates(
 
 
 def prune_dominated(candidates: list[Candidate]) -> list[Candidate]:
-    groups: dict[tuple, list[Candidate]] = {}
+    groups: dict[tuple[str, str, str, str], list[Candidate]] = {}
     for candidate in candidates:
         key = (candidate.system, candidate.task, candidate.variant, candidate.segment.mig_profile)
         groups.setdefault(key, []).append(candidate)

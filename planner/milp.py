@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 import pyomo.environ as pyo
 
 from tessera.planner.candidates import Candidate
-from tessera.planner.catalog import GpuProduct, Layout, layout_compute_slices
+from tessera.planner.catalog import COMPUTE_SLICES, GpuProduct, Layout, layout_compute_slices
 from tessera.planner.latency import min_segment_load_rps
 from tessera.planner.model import SystemSpec
 
@@ -303,7 +303,7 @@ class CompoundMilp:
         # Totals as integer variables of their own: branching on them closes the
         # gap far faster than branching on single layout counts.
         m.gpus_used = pyo.Var(domain=pyo.NonNegativeIntegers, bounds=(0, d.pool_gpus))
-        m.slices_used = pyo.Var(domain=pyo.NonNegativeIntegers, bounds=(0, 7 * d.pool_gpus))
+        m.slices_used = pyo.Var(domain=pyo.NonNegativeIntegers, bounds=(0, COMPUTE_SLICES * d.pool_gpus))
         m.cons.add(m.gpus_used == sum(m.g[j] for j in range(len(d.layouts))))
         m.cons.add(m.slices_used == sum(
             layout_compute_slices(d.gpu, layout) * m.g[j] for j, layout in enumerate(d.layouts)))
@@ -338,7 +338,7 @@ class CompoundMilp:
 
     def cost(self):
         """GPUs first, then slices: a GPU outweighs every slice the pool has."""
-        weight = 7 * self.data.pool_gpus + 1
+        weight = COMPUTE_SLICES * self.data.pool_gpus + 1
         return weight * self.m.gpus_used + self.m.slices_used
 
     def accuracy_score(self, systems: list[str] | None = None):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
+from typing import Any
 
 import pyomo.environ as pyo
 
@@ -37,7 +38,7 @@ class ExtractedPlan:
         )
 
 
-def _value(var) -> float:
+def _value(var: Any) -> float:
     """A variable's solution value; one that HiGHS never saw (in no constraint) is 0."""
     return pyo.value(var, exception=False) or 0.0
 

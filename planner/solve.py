@@ -19,11 +19,11 @@ import time
 from dataclasses import dataclass
 
 import pyomo.environ as pyo
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from tessera.planner.assignment import assign_gpus, current_layout_counts, current_replica_counts
 from tessera.planner.candidates import allowed_variants, budget_levels, enumerate_candidates
-from tessera.planner.catalog import gpu_product, valid_layouts
+from tessera.planner.catalog import COMPUTE_SLICES, gpu_product, valid_layouts
 from tessera.planner.diagnosis import diagnose
 from tessera.planner.features import Features
 from tessera.planner.highs_driver import HighsModel
@@ -36,6 +36,8 @@ from tessera.planner.profiles import DEFAULT_BATCHES, ProfileStore
 
 
 class PlannerOptions(BaseModel):
+    model_config = ConfigDict(frozen=True)  # safe as a default argument
+
     headroom: float = Field(default=0.1, ge=0, description="Segments run at most at 1/(1+headroom) of profiled throughput.")
     budget_levels: int = Field(default=10, ge=1, description="Latency budget levels per task (fractions of the SLO).")
     busy_instances: int = Field(
@@ -271,7 +273,7 @@ def _milp_input(systems, pool, store, features, options, current) -> MilpInput:
 
 def _scale_upper_bound(data: MilpInput) -> float:
     """No system can grow beyond what its source tasks' best candidates serve on the whole pool."""
-    slices = 7 * data.pool_gpus
+    slices = COMPUTE_SLICES * data.pool_gpus
     bound = math.inf
     for system in data.systems:
         if system.demand_rps <= 0:

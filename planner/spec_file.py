@@ -15,6 +15,7 @@ document (1-based) they come from.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import yaml
 from pydantic import ValidationError
@@ -29,7 +30,7 @@ class SpecFileError(ValueError):
     """A spec file that cannot be read as systems; the message names file and document."""
 
 
-def system_from_object(document: dict, where: str = "document") -> SystemSpec:
+def system_from_object(document: dict[str, Any], where: str = "document") -> SystemSpec:
     """One SystemSpec from a CompoundInferenceSystem object or a bare SystemSpec mapping."""
     if not isinstance(document, dict):
         raise SpecFileError(f"{where}: expected a mapping, got {type(document).__name__}")

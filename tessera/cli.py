@@ -10,10 +10,10 @@ import click
 import yaml
 from rich.console import Console
 from rich.progress import Progress
-from rich.table import Table
 
 from tessera import __version__
-from tessera.planner.capacity import CapacityTable, capacity
+from tessera.logs import configure_logging
+from tessera.planner.capacity import capacity
 from tessera.planner.catalog import CATALOG
 from tessera.planner.features import Features, all_feature_sets
 from tessera.planner.measured import load_parvagpu_dir
@@ -21,18 +21,19 @@ from tessera.planner.model import Pool, SystemSpec
 from tessera.planner.profile_sources import build_profile_store
 from tessera.planner.solve import NoPlanError, PlannerOptions, plan
 from tessera.planner.spec_file import SpecFileError, load_systems
-from tessera.render import render_plan
 from tessera.place_cli import place
+from tessera.render import capacity_markdown, capacity_rich, render_plan
+from tessera.shipped import default_example_systems
 from tessera.twin_cli import twin
-
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
-DEFAULT_EXAMPLES = ("traffic-analysis.yaml", "social-media.yaml", "ar-assistant.yaml")
 
 
 @click.group()
 @click.version_option(__version__, prog_name="tessera")
-def main() -> None:
+@click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="warning",
+              show_default=True, help="Messages of tessera's modules at this level and above go to stderr.")
+def main(log_level: str) -> None:
     """Serve GPU inference at the lowest GPU cost that meets its SLOs."""
+    configure_logging(log_level)
 
 
 main.add_command(twin)
@@ -66,7 +67,7 @@ def _console(to_stderr: bool) -> Console:
 
 
 def _load(files: tuple[Path, ...]) -> list[SystemSpec]:
-    paths = files or tuple(EXAMPLES / name for name in DEFAULT_EXAMPLES)
+    paths = files or default_example_systems()
     systems: list[SystemSpec] = []
     try:
         for path in paths:
@@ -142,40 +143,6 @@ def capacity_command(files, gpu, gpus, measured, levels, headroom, time_limit, f
         click.echo(capacity_markdown(table))
     else:
         console.print(capacity_rich(table))
-
-
-def _capacity_rows(table: CapacityTable) -> list[list[str]]:
-    systems = list(table.rows[0].max_demand_rps) if table.rows else []
-    rows = [["features", *[f"{s} max req/s" for s in systems], "total req/s", "x Unopt", "x A+T", "gap",
-             "solve s"]]
-    for row in table.rows:
-        ratios = [table.ratio(row.features, base) for base in ("Unopt", "A+T")]
-        rows.append([
-            row.features,
-            *[f"{row.max_demand_rps[s]:.1f}" if s not in row.unservable else "SLO unreachable" for s in systems],
-            f"{row.total_rps:.1f}",
-            *[f"{r:.2f}" if r is not None else "-" for r in ratios],
-            f"{100 * row.solver.mip_gap:.2f}%" if row.solver else "-",
-            f"{row.solver.solve_s:.1f}" if row.solver else (row.error or "-"),
-        ])
-    return rows
-
-
-def capacity_rich(table: CapacityTable) -> Table:
-    header, *rows = _capacity_rows(table)
-    rich_table = Table(title=f"Maximum demand served on {table.gpus} x {table.gpu}", title_justify="left")
-    for column in header:
-        rich_table.add_column(column, justify="left" if column == "features" else "right")
-    for row in rows:
-        rich_table.add_row(*row)
-    return rich_table
-
-
-def capacity_markdown(table: CapacityTable) -> str:
-    header, *rows = _capacity_rows(table)
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(row) + " |" for row in rows]
-    return "\n".join(lines)
 
 
 @main.command("crds")

@@ -6,7 +6,9 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from tessera.planner.plan import Plan
+from tessera.planner.capacity import CapacityTable
+from tessera.planner.catalog import COMPUTE_SLICES
+from tessera.planner.plan import ConfigPlan, Plan
 from tessera.planner.profiles import ProfileSource
 
 
@@ -22,7 +24,7 @@ def task_table(plan: Plan) -> Table:
                    "batch ms", "stage ms", "budget ms", "capacity/s", "profile"):
         table.add_column(column, justify="right" if column not in ("system", "task", "variant", "segment", "profile") else "left")
     for task in plan.tasks:
-        rows = task.configs or [None]
+        rows: list[ConfigPlan | None] = list(task.configs) or [None]
         for position, config in enumerate(rows):
             head = [task.system, task.task, task.variant, f"{task.normalised_accuracy:.3f}",
                     f"{task.demand_rps:.1f}"] if position == 0 else [""] * 5
@@ -70,7 +72,7 @@ def summary_table(plan: Plan) -> Table:
     table.add_column("what")
     table.add_column("value")
     table.add_row("GPUs used", f"{plan.gpus_used} of {plan.pool_gpus} {plan.gpu}")
-    table.add_row("compute slices used", f"{plan.slices_used} of {7 * plan.pool_gpus}")
+    table.add_row("compute slices used", f"{plan.slices_used} of {COMPUTE_SLICES * plan.pool_gpus}")
     for s in plan.systems:
         served = "all" if s.served_rps >= s.demand_rps * (1 - 1e-5) else f"{s.served_rps:.1f}"
         table.add_row(f"{s.system}: demand served", f"{served} of {s.demand_rps:.1f} req/s")
@@ -98,3 +100,37 @@ def render_plan(plan: Plan, console: Console) -> None:
     if "estimated" in plan.profile_sources:
         console.print(Text("Profiles marked 'estimate' come from the built-in analytical model, "
                            "not a measurement: run the profiler before trusting them.", style="yellow"))
+
+
+def _capacity_rows(table: CapacityTable) -> list[list[str]]:
+    systems = list(table.rows[0].max_demand_rps) if table.rows else []
+    rows = [["features", *[f"{s} max req/s" for s in systems], "total req/s", "x Unopt", "x A+T", "gap",
+             "solve s"]]
+    for row in table.rows:
+        ratios = [table.ratio(row.features, base) for base in ("Unopt", "A+T")]
+        rows.append([
+            row.features,
+            *[f"{row.max_demand_rps[s]:.1f}" if s not in row.unservable else "SLO unreachable" for s in systems],
+            f"{row.total_rps:.1f}",
+            *[f"{r:.2f}" if r is not None else "-" for r in ratios],
+            f"{100 * row.solver.mip_gap:.2f}%" if row.solver else "-",
+            f"{row.solver.solve_s:.1f}" if row.solver else (row.error or "-"),
+        ])
+    return rows
+
+
+def capacity_rich(table: CapacityTable) -> Table:
+    header, *rows = _capacity_rows(table)
+    rich_table = Table(title=f"Maximum demand served on {table.gpus} x {table.gpu}", title_justify="left")
+    for column in header:
+        rich_table.add_column(column, justify="left" if column == "features" else "right")
+    for row in rows:
+        rich_table.add_row(*row)
+    return rich_table
+
+
+def capacity_markdown(table: CapacityTable) -> str:
+    header, *rows = _capacity_rows(table)
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)

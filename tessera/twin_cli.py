@@ -15,6 +15,10 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
+from tessera.planner.twin.engine import KernelUnavailable
+from tessera.planner.twin.sim import OUTSTANDING_REQUEST_CAP, STARVATION_RATIO
+from tessera.planner.twin.workload_file import load_workload_file
+
 console = Console(width=None if sys.stdout.isatty() else 150)
 
 
@@ -23,29 +27,30 @@ def _progress() -> Progress:
                     TimeElapsedColumn(), TimeRemainingColumn(), console=console)
 
 
-@click.group()
+# What the offline extra installs; the runtime (operator, plan, twin run/predict) needs none.
+OFFLINE_PACKAGES = {"sklearn", "pyarrow", "matplotlib", "scipy"}
+
+
+class _TwinGroup(click.Group):
+    """Names the extra a command needs when it is missing: offline (training, validation, plots), numba
+    (the twin's kernel where no C build exists)."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except KernelUnavailable as error:
+            raise click.ClickException(str(error)) from None
+        except ModuleNotFoundError as error:
+            if (error.name or "").split(".")[0] not in OFFLINE_PACKAGES:
+                raise
+            raise click.ClickException(
+                f"this command needs {error.name}, part of tessera's offline tools: "
+                "pip install 'tessera[offline]'") from None
+
+
+@click.group(cls=_TwinGroup)
 def twin() -> None:
     """Digital twin of a multi-LoRA vLLM server (adapter pools)."""
-
-
-def _load_workload_file(path: Path):
-    """YAML/JSON: model, max_loras, max_rank?, duration_s?, n_arrivals?, outstanding_cap?, adapters:
-    either a list of {rank, rate} or {count, ranks: [...], rates: [...]} (cyclic)."""
-    from tessera.planner.twin.workload import Workload
-
-    spec = yaml.safe_load(path.read_text())
-    ad = spec["adapters"]
-    if isinstance(ad, dict):
-        n = int(ad["count"])
-        ranks = [ad["ranks"][i % len(ad["ranks"])] for i in range(n)]
-        rates = [ad["rates"][i % len(ad["rates"])] for i in range(n)]
-    else:
-        ranks = [a["rank"] for a in ad]
-        rates = [a["rate"] for a in ad]
-    w = Workload(ranks=np.array(ranks), rates=np.array(rates), duration_s=float(spec.get("duration_s", 3600)),
-                 n_arrivals=spec.get("n_arrivals"), mean_input=float(spec.get("mean_input", 222.8)),
-                 mean_output=float(spec.get("mean_output", 199.9)))
-    return spec, w
 
 
 @twin.command("run")
@@ -56,14 +61,11 @@ def _load_workload_file(path: Path):
 def run_cmd(file: Path, seed: int, png: Path | None, json_out: Path | None) -> None:
     """Simulate the workload in FILE (YAML) and print a summary table."""
     from tessera.planner.twin.profile import load_profile
-    from tessera.planner.twin.sim import ServerConfig, simulate
+    from tessera.planner.twin.sim import simulate
 
-    spec, w = _load_workload_file(file)
-    prof = load_profile(spec.get("model", "qwen"))
-    cfg = ServerConfig(max_loras=int(spec["max_loras"]), max_rank=spec.get("max_rank"),
-                       outstanding_cap=int(spec.get("outstanding_cap", 10**9)),
-                       max_num_seqs=int(spec.get("max_num_seqs", 2048)),
-                       max_num_batched_tokens=int(spec.get("max_num_batched_tokens", 2048)))
+    loaded = load_workload_file(file)
+    w, cfg = loaded.workload, loaded.server
+    prof = load_profile(loaded.model)
     with _progress() as prog:
         # the bar counts simulated seconds, updated while the kernel runs
         task = prog.add_task(f"simulating {w.duration_s:.0f} s", total=round(w.duration_s))
@@ -79,9 +81,10 @@ def run_cmd(file: Path, seed: int, png: Path | None, json_out: Path | None) -> N
         table.add_row("memory error", f"server refuses to start: KV {res.kv_tokens} tokens < max_model_len {prof.max_model_len}")
     else:
         rows = [("throughput tok/s", f"{res.throughput_tok_s:.1f}"), ("offered tok/s", f"{res.offered_tok_s:.1f}"),
-                ("throughput / offered", f"{res.ratio:.3f}"), ("starved (< 0.9)", str(res.starved)),
+                ("throughput / offered", f"{res.ratio:.3f}"), (f"starved (< {STARVATION_RATIO})", str(res.starved)),
                 ("min served fraction of an adapter", f"{res.min_served_fraction:.3f}"),
-                ("adapters served < 0.9", str(int(np.sum(res.served_fraction < 0.9)))),
+                (f"adapters served < {STARVATION_RATIO}",
+                 str(int(np.sum(res.served_fraction < STARVATION_RATIO)))),
                 ("arrivals / finished / dropped", f"{res.arrivals} / {res.finished} / {res.dropped}"),
                 ("TTFT mean / p99 ms", f"{res.ttft_mean_ms:.1f} / {res.ttft_p99_ms:.1f}"),
                 ("ITL mean / p99 ms", f"{res.itl_mean_ms:.1f} / {res.itl_p99_ms:.1f}"),
@@ -111,15 +114,16 @@ def _pct(x: float) -> str:
 @click.option("--twin", "with_twin", is_flag=True, help="also simulate the workload (one hour) and show both")
 def predict_cmd(file: Path, with_twin: bool) -> None:
     """Predict the workload in FILE with the compiled predictors (microseconds; what placement uses)."""
-    from tessera.planner.predictors.features import TOKENS_PER_REQUEST
+    from tessera.planner.predictors.workload_features import TOKENS_PER_REQUEST
     from tessera.planner.predictors.predict import predict
     from tessera.planner.twin.profile import load_profile
-    from tessera.planner.twin.sweep import SWEEP_CAP, simulate_as_swept
+    from tessera.planner.twin.sweep import simulate_as_swept
 
-    spec, w = _load_workload_file(file)
-    prof = load_profile(spec.get("model", "qwen"))
-    a_max = int(spec["max_loras"])
-    max_rank = int(spec.get("max_rank") or w.max_rank)
+    loaded = load_workload_file(file)
+    w = loaded.workload
+    prof = load_profile(loaded.model)
+    a_max = loaded.server.max_loras
+    max_rank = loaded.max_rank
     table = Table(title=f"{prof.model}: {w.n_adapters} adapters, A_max={a_max}, max rank {max_rank}")
     table.add_column("")
     table.add_column("predictors", justify="right")
@@ -132,7 +136,7 @@ def predict_cmd(file: Path, with_twin: bool) -> None:
     ratio, starved = predict(w.ranks, w.rates, a_max, prof.model, prof.kv_tokens(a_max, max_rank))
     offered = float(w.rates.sum()) * TOKENS_PER_REQUEST
     rows = [["throughput / offered", f"{ratio:.3f}"], ["throughput tok/s", f"{ratio * offered:.0f}"],
-            ["starved (< 0.9)", str(starved)]]
+            [f"starved (< {STARVATION_RATIO})", str(starved)]]
     if with_twin:
         res = simulate_as_swept(prof, w.ranks, w.rates, a_max, seed=0, max_rank=max_rank)
         for row, value in zip(rows, [f"{res.ratio:.3f}", f"{res.throughput_tok_s:.0f}", str(res.starved)]):
@@ -141,7 +145,7 @@ def predict_cmd(file: Path, with_twin: bool) -> None:
         table.add_row(*row)
     console.print(table)
     console.print(f"offered {offered:.0f} tok/s at the workload's mean request length ({TOKENS_PER_REQUEST:.0f} "
-                  f"tokens); the predictors were trained on one-hour twin runs with a {SWEEP_CAP}-request client cap")
+                  f"tokens); the predictors were trained on one-hour twin runs with a {OUTSTANDING_REQUEST_CAP}-request client cap")
 
 
 @twin.command("validate")
@@ -154,16 +158,16 @@ def predict_cmd(file: Path, with_twin: bool) -> None:
 def validate_cmd(seeds: int, workers: int, runs_csv: Path | None, out: Path | None, limit: int | None,
                  png: Path | None) -> None:
     """Replay every real Qwen run: calibrate on one max-rank half, judge on the other."""
-    from tessera.planner.twin import validate as V
+    from tessera.planner.twin import validate
     from tessera.planner.twin.profile import load_profile
 
-    runs = V.load_runs(runs_csv)
+    runs = validate.load_runs(runs_csv)
     if limit:
         runs = [r for r in runs if r.max_rank == 16][:limit] + [r for r in runs if r.max_rank == 32][:limit]
     base = load_profile("qwen")
     with _progress() as prog:
         task = prog.add_task("replaying real runs", total=len(runs) * seeds)
-        rows, fitted = V.cross_validate(base, runs, seeds=seeds, workers=workers,
+        rows, fitted = validate.cross_validate(base, runs, seeds=seeds, workers=workers,
                                         progress=lambda: prog.advance(task))
     t = Table(title="real vs twin, per run (validation halves)")
     for c in ["adapters", "A_max", "rank", "rate mix", "real tok/s", "twin tok/s", "err", "dt err",
@@ -174,7 +178,7 @@ def validate_cmd(seeds: int, workers: int, runs_csv: Path | None, out: Path | No
                   _pct(x["err"]), _pct(x["dt_err"]) if np.isfinite(x["dt_err"]) else "-",
                   f"{int(x['real_starved'])}/{int(x['twin_starved'])}/{int(x['dt_starved'])}")
     console.print(t)
-    summ = V.summarize(rows)
+    summ = validate.summarize(rows)
     s = Table(title=f"summary ({seeds} seeds per run; fit on one max-rank half, judged on the other)")
     for c in ["runs", "n", "median err", "p90 err", "dt median", "dt p90", "starv. agree", "dt agree"]:
         s.add_column(c, justify="right", no_wrap=True)
@@ -232,11 +236,11 @@ def fit_memory_cmd(kv_csv: Path, model: str) -> None:
 @click.option("--out", type=click.Path(path_type=Path), required=True, help="profile YAML to write")
 def calibrate_cmd(model: str, max_rank: int | None, out: Path) -> None:
     """Fit the step-time coefficients and length model of a profile from qwen_runs.csv."""
-    from tessera.planner.twin import validate as V
+    from tessera.planner.twin import validate
     from tessera.planner.twin.profile import load_profile
 
-    runs = [r for r in V.load_runs() if max_rank is None or r.max_rank == max_rank]
-    p = V.calibrate(runs, load_profile(model))
+    runs = [r for r in validate.load_runs() if max_rank is None or r.max_rank == max_rank]
+    p = validate.calibrate(runs, load_profile(model))
     p.save(out)
     console.print(f"wrote {out}: step={p.step} overhead={p.overhead} lengths={p.lengths}")
 
@@ -263,22 +267,19 @@ def sweep_cmd(out_dir: Path, n_configs: int, workers: int, merge_to: Path | None
 
 @twin.command("reseed")
 @click.option("--extra", default=2, show_default=True, help="more seeds per workload")
-@click.option("--band", default=0.05, show_default=True, help="re-run workloads with |ratio - 0.9| below this")
+@click.option("--band", default=0.05, show_default=True,
+              help="re-run workloads whose ratio lies within this of the starvation ratio")
 @click.option("--workers", default=min(2, os.cpu_count() or 1), show_default=True)
 def reseed_cmd(extra: int, band: float, workers: int) -> None:
     """Re-simulate the sweep's near-threshold workloads with more seeds (denoised labels; resumable)."""
-    import numpy as np
-
-    from tessera.planner.predictors import train as T
+    from tessera.planner.predictors import train
     from tessera.planner.twin.sweep import run_reseed
 
-    t = T.load_table()
-    r = t.column("ratio").to_numpy()
-    ids = [int(c) for c in t.column("cid").to_numpy()[np.abs(r - 0.9) < band]]
+    ids = train.near_threshold_ids(band)
     with _progress() as prog:
         task = prog.add_task(f"{len(ids)} workloads x {extra} seeds", total=len(ids) * extra)
-        n = run_reseed(T.SEEDS, ids, extra=extra, workers=workers, progress=lambda k: prog.advance(task, k))
-    console.print(f"{n} extra-seed rows in {T.SEEDS}")
+        n = run_reseed(train.SEEDS, ids, extra=extra, workers=workers, progress=lambda k: prog.advance(task, k))
+    console.print(f"{n} extra-seed rows in {train.SEEDS}")
 
 
 @twin.command("train")
@@ -287,12 +288,12 @@ def reseed_cmd(extra: int, band: float, workers: int) -> None:
 @click.option("--no-compile", is_flag=True, help="only report metrics; leave _compiled.py as it is")
 def train_cmd(data: Path | None, out: Path, no_compile: bool) -> None:
     """Train the predictors on the sweep, report held-out and real-run metrics, compile the trees."""
-    from tessera.planner.predictors import train as T
+    from tessera.planner.predictors import train
 
-    tr = T.train(data or T.DATA)
-    real = T.evaluate_on_real(tr)
+    tr = train.train(data or train.DATA)
+    real = train.evaluate_on_real(tr)
     t = Table(title="predictors on held-out twin levels (A_max %s, adapters %s) and on the real runs"
-              % (list(T.HELD_OUT_A), list(T.HELD_OUT_N)))
+              % (list(train.HELD_OUT_A), list(train.HELD_OUT_N)))
     for c in ["set", "n", "SMAPE ratio", "SMAPE unstarved", "SMAPE starved", "starvation macro-F1"]:
         t.add_column(c, justify="right")
     m = tr.metrics
@@ -306,10 +307,10 @@ def train_cmd(data: Path | None, out: Path, no_compile: bool) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"held_out": m, "real_runs": real}, indent=2, default=list))
     if not no_compile:
-        final = T.train(data or T.DATA, all_rows=True)  # shipped trees: every level
+        final = train.train(data or train.DATA, all_rows=True)  # shipped trees: every level
         final.metrics = {"held_out": m, "real_runs": real}
-        T.compile_trained(final)
-        console.print(f"compiled trees written to {T.COMPILED}")
+        train.compile_trained(final)
+        console.print(f"compiled trees written to {train.COMPILED}")
 
 
 @twin.command("predict-runs")
@@ -319,14 +320,14 @@ def train_cmd(data: Path | None, out: Path, no_compile: bool) -> None:
 @click.option("--out", type=click.Path(path_type=Path), default=None)
 def predict_runs_cmd(model: str, seeds: int, workers: int, out: Path | None) -> None:
     """Predict the real runs' configurations for another model (no measurements: its profile alone)."""
-    from tessera.planner.twin import validate as V
+    from tessera.planner.twin import validate
     from tessera.planner.twin.profile import load_profile
 
     prof = load_profile(model)
-    runs = V.load_runs()
+    runs = validate.load_runs()
     with _progress() as prog:
         task = prog.add_task(f"{prof.model}: replaying run configurations", total=len(runs) * seeds)
-        table = V.replay(runs, prof, seeds=seeds, workers=workers, progress=lambda: prog.advance(task))
+        table = validate.replay(runs, prof, seeds=seeds, workers=workers, progress=lambda: prog.advance(task))
     t = Table(title=f"{prof.model} predicted on the real runs' configurations (Qwen measured beside it)")
     for c in ["adapters", "A_max", "rank", "rate mix", "Qwen real tok/s", f"{model} twin tok/s", "ratio",
               "starved", "memory error"]:
@@ -336,7 +337,7 @@ def predict_runs_cmd(model: str, seeds: int, workers: int, out: Path | None) -> 
         x = table[r.idx]
         ratio = x["throughput"] / x["offered"] if x["offered"] else float("nan")
         rows.append(dict(n=r.n_adapters, A=r.max_loras, rank=r.max_rank, low_rate=r.low_rate, qwen_real=r.throughput,
-                         twin=x["throughput"], ratio=ratio, starved=bool(ratio < 0.9) and not x["memory_error"],
+                         twin=x["throughput"], ratio=ratio, starved=bool(ratio < STARVATION_RATIO) and not x["memory_error"],
                          memory_error=x["memory_error"]))
         t.add_row(str(r.n_adapters), str(r.max_loras), str(r.max_rank), "low" if r.low_rate else "high",
                   f"{r.throughput:.0f}", "-" if x["memory_error"] else f"{x['throughput']:.0f}",

@@ -8,7 +8,8 @@ import numpy as np
 
 def tree_to_source(tree, name: str, feature_names: list[str], kind: str) -> str:
     t = tree.tree_
-    lines = [f"def {name}({', '.join(feature_names)}):"]
+    returns = "int" if kind == "classifier" else "float"
+    lines = [f"def {name}({', '.join(f'{feature}: float' for feature in feature_names)}) -> {returns}:"]
 
     def leaf(node):
         v = t.value[node][0]

@@ -13,7 +13,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .features import FEATURES, TOKENS_PER_REQUEST, frame_features
+from tessera.planner.twin.sim import STARVATION_RATIO
+
+from .workload_features import FEATURES, TOKENS_PER_REQUEST, frame_features
 
 HELD_OUT_A = (24, 96, 320)
 HELD_OUT_N = (48, 192, 448)
@@ -73,6 +75,14 @@ def load_table(path: Path = DATA):
     return t.filter(mask)
 
 
+def near_threshold_ids(band: float, path: Path = DATA) -> list[int]:
+    """Config ids of the sweep's workloads whose ratio lies within ``band`` of the starvation
+    ratio: one seed leaves their label to chance, so they get more seeds (``run_reseed``)."""
+    t = load_table(path)
+    near = np.abs(t.column("ratio").to_numpy() - STARVATION_RATIO) < band
+    return [int(c) for c in t.column("cid").to_numpy()[near]]
+
+
 def denoised_ratio(t, seeds_path: Path = SEEDS) -> np.ndarray:
     """Per-row ratio averaged over the sweep's seed and any extra seeds in seeds_path."""
     ratio = t.column("ratio").to_numpy().astype(float)
@@ -105,7 +115,7 @@ def train(path: Path = DATA, reg_depth: int = 10, cap_depth: int = 10, seed: int
     X = frame_features(t)
     s1 = np.asarray(t.column("starved").to_numpy(zero_copy_only=False), int)  # one seed
     y = denoised_ratio(t, SEEDS if path == DATA else None)
-    s = (y < 0.9).astype(int)
+    s = (y < STARVATION_RATIO).astype(int)
     tr, te = split(t)
     if all_rows:
         tr = np.ones_like(tr)
@@ -125,7 +135,7 @@ def train(path: Path = DATA, reg_depth: int = 10, cap_depth: int = 10, seed: int
                    macro_f1_single_seed_labels=macro_f1(s1[te], clf.predict(X[te])),
                    misclassified=int((clf.predict(X[te]) != s[te]).sum()),
                    labels_changed_by_seeds=int((s != s1).sum()),
-                   starved_from_regressor_f1=macro_f1(s[te], pr < 0.9),
+                   starved_from_regressor_f1=macro_f1(s[te], pr < STARVATION_RATIO),
                    reg_leaves=int(reg.get_n_leaves()), clf_leaves=int(clf.get_n_leaves()),
                    cap_leaves=int(cap.get_n_leaves()), reg_depth=int(reg.get_depth()),
                    clf_depth=int(clf.get_depth()), cap_depth=int(cap.get_depth()), all_rows=all_rows)
@@ -142,7 +152,7 @@ def compile_trained(tr: Trained, path: Path = COMPILED) -> None:
 
 
 def real_run_features(run, profile) -> list[float]:
-    from .features import features
+    from .workload_features import features
 
     n = run.n_adapters
     ranks = np.array([run.ranks[i % len(run.ranks)] for i in range(n)])
@@ -176,7 +186,7 @@ def tune(path: Path = DATA, depths=(6, 8, 10, 12), leaves=(1, 2, 3, 5, 8, 12, 20
 
     t = load_table(path)
     X = frame_features(t)
-    s = (denoised_ratio(t, SEEDS if path == DATA else None) < 0.9).astype(int)
+    s = (denoised_ratio(t, SEEDS if path == DATA else None) < STARVATION_RATIO).astype(int)
     a = t.column("a_max").to_numpy()
     n = t.column("n_adapters").to_numpy()
     tr, _ = split(t)

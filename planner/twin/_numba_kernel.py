@@ -20,8 +20,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .engine import *  # noqa: F401,F403  (constants shared with the C build)
-from .engine import ITL_BINS, ITL_HI, ITL_LO  # noqa: F401
+from .engine import *  # constants shared with the C build
+from .engine import ITL_BINS, ITL_HI, ITL_LO
 
 
 @njit(cache=True)

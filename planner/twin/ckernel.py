@@ -1,18 +1,21 @@
 """C build of the twin's event loop, loaded with ctypes.
 
 The C source (``_kernel.c``) is a line-by-line port of the numba kernel in
-``engine.py``; it is compiled on first use with the system C compiler into a
-per-user cache and gives the same results. Why both: numba alone costs ~120 MB
-of resident memory (LLVM) per process, which breaks the 200 MB budget of the
-twin on the heaviest configuration; the C build needs none of it. Where no C
-compiler exists, ``sim.py`` falls back to numba (set TESSERA_TWIN_ENGINE=numba
-to force it).
+``_numba_kernel.py`` and gives the same results. It is compiled when tessera is
+installed (setup.py; the library lies beside this module), else on first use with
+the system C compiler into a per-user cache. Why both kernels: numba alone costs
+~120 MB of resident memory (LLVM) per process, which breaks the 200 MB budget of
+the twin on the heaviest configuration; the C build needs none of it. Where
+neither build works, ``engine.get_kernel`` falls back to numba (the ``numba``
+extra) and logs why (set TESSERA_TWIN_ENGINE=numba to force it).
 """
 
 from __future__ import annotations
 
 import ctypes
 import hashlib
+import importlib.machinery
+import logging
 import os
 import shutil
 import subprocess
@@ -23,6 +26,9 @@ import numpy as np
 
 _SRC = Path(__file__).with_name("_kernel.c")
 _lib = None
+# Why the last load() found no C kernel, for the fallback's log message.
+unavailable_reason = ""
+logger = logging.getLogger(__name__)
 
 
 def _cache_dir() -> Path:
@@ -31,31 +37,55 @@ def _cache_dir() -> Path:
     return Path(base)
 
 
+def installed_library() -> Path | None:
+    """The kernel setup.py compiled at install time, if it did."""
+    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+        candidate = _SRC.with_name("_kernel" + suffix)
+        if candidate.exists():
+            return candidate
+    return None
+
+
+def _cached_build() -> Path | None:
+    """Compile the C source into the per-user cache (once per source version)."""
+    global unavailable_reason
+    if not _SRC.exists():
+        unavailable_reason = f"{_SRC} is missing"
+        return None
+    tag = hashlib.sha256(_SRC.read_bytes()).hexdigest()[:16]
+    so = _cache_dir() / f"twin_kernel_{tag}.so"
+    if so.exists():
+        return so
+    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    if cc is None:
+        unavailable_reason = "no C compiler (cc, gcc, clang or $CC) was found"
+        return None
+    so.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=so.parent) as tmp:
+        out = Path(tmp) / so.name
+        r = subprocess.run([cc, "-O2", "-shared", "-fPIC", "-o", str(out), str(_SRC), "-lm"],
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            unavailable_reason = f"{cc} failed to compile {_SRC.name}: {r.stderr.strip()[:500]}"
+            return None
+        os.replace(out, so)  # atomic: parallel workers may build at once
+    logger.info("compiled the twin's C kernel into %s", so)
+    return so
+
+
 def load() -> ctypes.CDLL | None:
-    """The compiled kernel, building it if needed; None when no compiler works."""
-    global _lib
+    """The compiled kernel: the one built at install time, else a cached build; None when
+    neither works (``unavailable_reason`` says why)."""
+    global _lib, unavailable_reason
     if _lib is not None:
         return _lib
-    if not _SRC.exists():
+    so = installed_library() or _cached_build()
+    if so is None:
         return None
-    src = _SRC.read_bytes()
-    tag = hashlib.sha256(src).hexdigest()[:16]
-    so = _cache_dir() / f"twin_kernel_{tag}.so"
-    if not so.exists():
-        cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
-        if cc is None:
-            return None
-        so.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(dir=so.parent) as tmp:
-            out = Path(tmp) / so.name
-            r = subprocess.run([cc, "-O2", "-shared", "-fPIC", "-o", str(out), str(_SRC), "-lm"],
-                               capture_output=True, text=True)
-            if r.returncode != 0:
-                return None
-            os.replace(out, so)  # atomic: parallel workers may build at once
     try:
         lib = ctypes.CDLL(str(so))
-    except OSError:
+    except OSError as error:
+        unavailable_reason = f"cannot load {so}: {error}"
         return None
     P = ctypes.c_void_p
     lib.simulate_kernel.restype = ctypes.c_int64
@@ -65,14 +95,18 @@ def load() -> ctypes.CDLL | None:
     return lib
 
 
-def _p(a: np.ndarray, dtype) -> int:
+def _p(a: np.ndarray, dtype: type) -> int:
     assert a.dtype == dtype and a.flags.c_contiguous, (a.dtype, dtype)
     return a.ctypes.data
 
 
-def simulate_kernel(arr_t, arr_ad, prompt, out_len, load_ms, params, state, gen, ttft, ts_running,
-                    ts_waiting, ts_kv, itl_hist, stats):
+def simulate_kernel(arr_t: np.ndarray, arr_ad: np.ndarray, prompt: np.ndarray, out_len: np.ndarray,
+                    load_ms: np.ndarray, params: np.ndarray, state: np.ndarray, gen: np.ndarray, ttft: np.ndarray,
+                    ts_running: np.ndarray, ts_waiting: np.ndarray, ts_kv: np.ndarray, itl_hist: np.ndarray,
+                    stats: np.ndarray) -> tuple[int, int]:
     lib = load()
+    if lib is None:
+        raise RuntimeError(f"the twin's C kernel is unavailable: {unavailable_reason}")
     counts = np.zeros(2, np.int64)
     lib.simulate_kernel(arr_t.shape[0], _p(arr_t, np.float64), _p(arr_ad, np.int32), _p(prompt, np.int32),
                         _p(out_len, np.int32), load_ms.shape[0], _p(load_ms, np.float64),

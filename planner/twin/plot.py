@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .sim import STARVATION_RATIO
+
 
 def timeline_png(res, path: str | Path, title: str = "") -> None:
     import matplotlib
@@ -26,9 +28,9 @@ def timeline_png(res, path: str | Path, title: str = "") -> None:
     plt.close(fig)
 
 
-def validation_png(rows: list[dict], path: str | Path, threshold: float = 0.9) -> None:
+def validation_png(rows: list[dict], path: str | Path, threshold: float = STARVATION_RATIO) -> None:
     """Real vs twin on the judged halves: throughput beside the original twin, and the
-    throughput / offered ratio whose quadrants around the 0.9 rule show starvation agreement."""
+    throughput / offered ratio whose quadrants around the starvation rule show starvation agreement."""
     import matplotlib
 
     matplotlib.use("Agg")

@@ -30,7 +30,10 @@ ALIASES = {
 
 
 @dataclass
-class Profile:
+class ServerProfile:
+    """Constants of one LLM server (base model on a GPU) for the twin; not the planner's
+    per-variant latency Profile (tessera.planner.profiles)."""
+
     model: str
     gpu: str
     max_model_len: int
@@ -59,7 +62,7 @@ class Profile:
         vals = [self.load_ms[r] for r in ranks]
         return float(np.interp(rank, ranks, vals))
 
-    def with_updates(self, **sections: dict[str, float]) -> "Profile":
+    def with_updates(self, **sections: dict[str, float]) -> "ServerProfile":
         p = copy.deepcopy(self)
         for name, upd in sections.items():
             getattr(p, name).update(upd)
@@ -78,8 +81,8 @@ class Profile:
         Path(path).write_text(yaml.safe_dump(self.to_dict(), sort_keys=False))
 
 
-def _from_dict(d: dict[str, Any]) -> Profile:
-    return Profile(
+def _from_dict(d: dict[str, Any]) -> ServerProfile:
+    return ServerProfile(
         model=d["model"], gpu=d.get("gpu", "unknown"), max_model_len=int(d["max_model_len"]),
         block_size=int(d.get("block_size", 16)), prealloc_blocks=int(d.get("prealloc_blocks", 0)),
         step={k: float(v) for k, v in d["step"].items()},
@@ -90,7 +93,7 @@ def _from_dict(d: dict[str, Any]) -> Profile:
     )
 
 
-def load_profile(name_or_path: str | Path) -> Profile:
+def load_profile(name_or_path: str | Path) -> ServerProfile:
     """Load a shipped profile by model name (``qwen``, ``llama``...) or a YAML path."""
     p = Path(str(name_or_path))
     if p.suffix in (".yaml", ".yml") and p.exists():

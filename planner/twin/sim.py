@@ -6,11 +6,17 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import engine as E
-from .profile import Profile
+from . import engine
+from .profile import ServerProfile
 from .workload import Workload, generate_requests
 
+# An adapter server is starved when it finishes less than this share of the
+# tokens offered to it over a run (the real runs' rule, judged on one hour).
 STARVATION_RATIO = 0.9
+# The client's cap on outstanding requests in the real runs (it ran out of ports
+# near 26-28k): replays and the predictors' training runs use it, so an
+# overloaded hour never builds a queue beyond anything measured.
+OUTSTANDING_REQUEST_CAP = 26000
 
 
 @dataclass
@@ -69,26 +75,26 @@ class TwinResult:
         return {k: getattr(self, k) for k in keys}
 
 
-def engine_params(profile: Profile, cfg: ServerConfig, duration: float, kv_blocks: int) -> np.ndarray:
-    p = np.zeros(E.N_PARAMS)
+def engine_params(profile: ServerProfile, cfg: ServerConfig, duration: float, kv_blocks: int) -> np.ndarray:
+    p = np.zeros(engine.N_PARAMS)
     s, o = profile.step, profile.overhead
-    p[E.P_DURATION] = duration
-    p[E.P_MAX_TOKENS] = cfg.max_num_batched_tokens
-    p[E.P_MAX_SEQS] = cfg.max_num_seqs
-    p[E.P_MAX_LORAS] = cfg.max_loras
-    p[E.P_KV_BLOCKS] = kv_blocks
-    p[E.P_BLOCK] = profile.block_size
-    p[E.P_PREALLOC] = profile.prealloc_blocks
-    p[E.P_CAP] = min(cfg.outstanding_cap, 2**31 - 1)
-    p[E.P_STEP_A] = s["a_ms"]
-    p[E.P_STEP_B] = s["b_ms"]
-    p[E.P_STEP_C] = s.get("c_ms", 0.0)
-    p[E.P_LORA_C0] = s["lora_c0"]
-    p[E.P_LORA_C1] = s["lora_c1"]
-    p[E.P_OVH_C0] = o.get("c0_ms", 0.0)
-    p[E.P_OVH_RUN] = o.get("run_ms", 0.0)
-    p[E.P_OVH_WAIT] = o.get("wait_ms", 0.0)
-    p[E.P_SAMPLE_DT] = cfg.sample_dt
+    p[engine.P_DURATION] = duration
+    p[engine.P_MAX_TOKENS] = cfg.max_num_batched_tokens
+    p[engine.P_MAX_SEQS] = cfg.max_num_seqs
+    p[engine.P_MAX_LORAS] = cfg.max_loras
+    p[engine.P_KV_BLOCKS] = kv_blocks
+    p[engine.P_BLOCK] = profile.block_size
+    p[engine.P_PREALLOC] = profile.prealloc_blocks
+    p[engine.P_CAP] = min(cfg.outstanding_cap, 2**31 - 1)
+    p[engine.P_STEP_A] = s["a_ms"]
+    p[engine.P_STEP_B] = s["b_ms"]
+    p[engine.P_STEP_C] = s.get("c_ms", 0.0)
+    p[engine.P_LORA_C0] = s["lora_c0"]
+    p[engine.P_LORA_C1] = s["lora_c1"]
+    p[engine.P_OVH_C0] = o.get("c0_ms", 0.0)
+    p[engine.P_OVH_RUN] = o.get("run_ms", 0.0)
+    p[engine.P_OVH_WAIT] = o.get("wait_ms", 0.0)
+    p[engine.P_SAMPLE_DT] = cfg.sample_dt
     return p
 
 
@@ -114,14 +120,14 @@ def _run_with_progress(kernel, args: tuple, stats: np.ndarray, progress, poll_s:
         th.join(poll_s)
         if not th.is_alive():
             break
-        progress(float(stats[E.S_END_T]))
+        progress(float(stats[engine.S_END_T]))
     if "e" in out:
         raise out["e"]
-    progress(float(stats[E.S_END_T]))
+    progress(float(stats[engine.S_END_T]))
     return out["r"]
 
 
-def simulate(workload: Workload, profile: Profile, cfg: ServerConfig, seed: int = 0,
+def simulate(workload: Workload, profile: ServerProfile, cfg: ServerConfig, seed: int = 0,
              keep_requests: bool = False, progress=None, poll_s: float = 0.1) -> TwinResult:
     """Simulate one workload. ``progress``, if given, is called with the simulated time
     (seconds, up to the duration) about every ``poll_s`` of wall time during the run."""
@@ -149,14 +155,14 @@ def simulate(workload: Workload, profile: Profile, cfg: ServerConfig, seed: int 
     ts_run = np.zeros(n_s, np.int32)
     ts_wait = np.zeros(n_s, np.int32)
     ts_kv = np.zeros(n_s, np.float32)
-    hist = np.zeros(E.ITL_BINS)
-    stats = np.zeros(E.N_STATS)
+    hist = np.zeros(engine.ITL_BINS)
+    stats = np.zeros(engine.N_STATS)
     kargs = (t, ad, p, o, load_ms, params, state, gen, ttft, ts_run, ts_wait, ts_kv, hist, stats)
     if progress is None:
-        nrun, nwait = E.get_kernel()(*kargs)
+        nrun, nwait = engine.get_kernel()(*kargs)
     else:
-        nrun, nwait = _run_with_progress(E.get_kernel(), kargs, stats, progress, poll_s)
-    fin = state == E.FINISHED
+        nrun, nwait = _run_with_progress(engine.get_kernel(), kargs, stats, progress, poll_s)
+    fin = state == engine.FINISHED
     tokens = float(p[fin].sum(dtype=np.int64) + o[fin].sum(dtype=np.int64))
     thr = tokens / T
     arrived_ad = np.bincount(ad, minlength=workload.n_adapters)
@@ -164,31 +170,31 @@ def simulate(workload: Workload, profile: Profile, cfg: ServerConfig, seed: int 
     with np.errstate(invalid="ignore", divide="ignore"):
         served = np.where(arrived_ad > 0, fin_ad / np.maximum(arrived_ad, 1), np.nan)
     ft = ttft[fin]
-    itl_n = stats[E.S_ITL_N]
+    itl_n = stats[engine.S_ITL_N]
     if itl_n > 0:
         c = np.cumsum(hist)
         bi = int(np.searchsorted(c, 0.99 * c[-1]))
-        edges = np.logspace(E.ITL_LO, E.ITL_HI, E.ITL_BINS + 1)
+        edges = np.logspace(engine.ITL_LO, engine.ITL_HI, engine.ITL_BINS + 1)
         itl_p99 = float(np.sqrt(edges[bi] * edges[bi + 1]) * 1000)
-        itl_mean = float(stats[E.S_ITL_SUM] / itl_n * 1000)
+        itl_mean = float(stats[engine.S_ITL_SUM] / itl_n * 1000)
     else:
         itl_p99 = itl_mean = float("nan")
     ratio = thr / offered if offered > 0 else 1.0
     res = TwinResult(
         memory_error=False, kv_tokens=kv_tok, arrivals=n, finished=int(fin.sum()),
-        running_end=int(nrun), waiting_end=int(nwait + (state == E.NOT_ARRIVED).sum()),
-        dropped=int(stats[E.S_DROPPED]), throughput_tok_s=thr, offered_tok_s=offered, ratio=ratio,
+        running_end=int(nrun), waiting_end=int(nwait + (state == engine.NOT_ARRIVED).sum()),
+        dropped=int(stats[engine.S_DROPPED]), throughput_tok_s=thr, offered_tok_s=offered, ratio=ratio,
         starved=bool(ratio < STARVATION_RATIO), served_fraction=served,
         min_served_fraction=float(np.nanmin(served)) if n else 1.0,
         ttft_mean_ms=float(ft.mean() * 1000) if ft.size else float("nan"),
         ttft_p99_ms=float(np.percentile(ft, 99) * 1000) if ft.size else float("nan"),
         itl_mean_ms=itl_mean, itl_p99_ms=itl_p99,
-        preemptions=int(stats[E.S_PREEMPT]), loads=int(stats[E.S_LOADS]), steps=int(stats[E.S_STEPS]),
-        mean_running=float(stats[E.S_RUN_TIME] / T), mean_waiting=float(stats[E.S_WAIT_TIME] / T),
-        max_running=int(stats[E.S_MAX_RUN]), max_waiting=int(stats[E.S_MAX_WAIT]),
-        mean_kv_usage=float(stats[E.S_KV_TIME] / T / kv_blocks), max_kv_blocks=int(stats[E.S_MAX_BLOCKS]),
-        kv_blocks=kv_blocks, max_adapters_in_batch=int(stats[E.S_MAX_SET]),
-        max_resident=int(stats[E.S_MAX_RESIDENT]),
+        preemptions=int(stats[engine.S_PREEMPT]), loads=int(stats[engine.S_LOADS]), steps=int(stats[engine.S_STEPS]),
+        mean_running=float(stats[engine.S_RUN_TIME] / T), mean_waiting=float(stats[engine.S_WAIT_TIME] / T),
+        max_running=int(stats[engine.S_MAX_RUN]), max_waiting=int(stats[engine.S_MAX_WAIT]),
+        mean_kv_usage=float(stats[engine.S_KV_TIME] / T / kv_blocks), max_kv_blocks=int(stats[engine.S_MAX_BLOCKS]),
+        kv_blocks=kv_blocks, max_adapters_in_batch=int(stats[engine.S_MAX_SET]),
+        max_resident=int(stats[engine.S_MAX_RESIDENT]),
         ts_t=np.arange(n_s) * cfg.sample_dt, ts_running=ts_run, ts_waiting=ts_wait, ts_kv=ts_kv,
         state=state if keep_requests else None, ttft_s=ttft if keep_requests else None,
     )

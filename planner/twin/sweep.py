@@ -13,15 +13,14 @@ hot/cold), A_max levels 8..512 (<= adapters), both shipped models.
 
 from __future__ import annotations
 
-import os
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
 
 from .profile import load_profile
-from .sim import ServerConfig, simulate
-from .workload import Workload
+from .sim import OUTSTANDING_REQUEST_CAP, STARVATION_RATIO, ServerConfig, simulate
+from .workload import Workload, active_adapters
 
 N_LEVELS = [8, 16, 32, 48, 64, 96, 128, 192, 256, 320, 384, 448, 512]
 A_LEVELS = [4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 320, 384, 512]
@@ -69,28 +68,22 @@ def rates_for(cfg: dict) -> tuple[np.ndarray, np.ndarray]:
 
 
 def features_of(ranks: np.ndarray, rates: np.ndarray, a_max: int, model: str, kv_tokens: float) -> dict:
-    from tessera.planner.predictors.features import active
-
-    a2, a8, a30 = active(rates)
+    a2, a8, a30 = active_adapters(rates)
     return dict(active2=a2, active8=a8, active30=a30, n_adapters=int(len(ranks)), a_max=int(a_max), max_rank=int(ranks.max()),
                 mean_rank=float(ranks.mean()), total_rate=float(rates.sum()), max_rate=float(rates.max()),
                 rate_cv=float(rates.std() / rates.mean()), kv_tokens=float(kv_tokens), model=model)
-
-
-# Outstanding-request cap of the client, as in the real runs (~26k): without it a one-hour
-# overload builds a queue far beyond anything measured, where the fitted per-waiting
-# scheduler cost is an extrapolation (the uncapped sweep put the predictors' SMAPE on
-# the real runs at 22% instead of 5%).
-SWEEP_CAP = int(__import__("os").environ.get("TESSERA_SWEEP_CAP", 26000))
 
 
 def simulate_as_swept(profile, ranks: np.ndarray, rates: np.ndarray, a_max: int, seed: int,
                       max_rank: int | None = None, duration: float = SWEEP_DURATION):
     """One twin run under the conditions the predictors learn from: Poisson arrivals for
     the sweep's duration, the client's outstanding-request cap, --max-lora-rank defaulting
-    to the largest adapter rank."""
+    to the largest adapter rank. Without the real runs' cap a one-hour overload builds a
+    queue far beyond anything measured, where the fitted per-waiting scheduler cost is an
+    extrapolation (the uncapped sweep put the predictors' SMAPE on the real runs at 22%
+    instead of 5%)."""
     return simulate(Workload(ranks=ranks, rates=rates, duration_s=duration), profile,
-                    ServerConfig(max_loras=a_max, max_rank=max_rank, outstanding_cap=SWEEP_CAP), seed=seed)
+                    ServerConfig(max_loras=a_max, max_rank=max_rank, outstanding_cap=OUTSTANDING_REQUEST_CAP), seed=seed)
 
 
 def run_config(cfg: dict, duration: float = SWEEP_DURATION, seed: int | None = None) -> dict:
@@ -108,7 +101,7 @@ def run_config(cfg: dict, duration: float = SWEEP_DURATION, seed: int | None = N
     return dict(cid=cfg["cid"], mix=cfg["mix"], **f, memory_error=res.memory_error,
                 throughput=res.throughput_tok_s, offered=res.offered_tok_s, ratio=res.ratio,
                 starved=bool(res.starved), min_served=res.min_served_fraction if not res.memory_error else 0.0,
-                frac_adapters_starved=float(np.nanmean(sf < 0.9)) if sf.size else 0.0,
+                frac_adapters_starved=float(np.nanmean(sf < STARVATION_RATIO)) if sf.size else 0.0,
                 ttft_mean_ms=res.ttft_mean_ms, itl_mean_ms=res.itl_mean_ms, preemptions=res.preemptions,
                 mean_running=res.mean_running, mean_waiting=res.mean_waiting, wall_s=wall)
 

@@ -25,13 +25,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .profile import Profile
-from .sim import ServerConfig, simulate
+from .profile import ServerProfile
+from .sim import OUTSTANDING_REQUEST_CAP, STARVATION_RATIO, ServerConfig, simulate
 from .workload import Workload
-
-OUTSTANDING_CAP = 26000
-DEFAULT_RUNS = Path(os.environ.get("TESSERA_VLLM_LORA_DATA", "")) / "qwen_runs.csv" \
-    if os.environ.get("TESSERA_VLLM_LORA_DATA") else None
 
 
 def find_data_dir() -> Path:
@@ -73,6 +69,8 @@ class RealRun:
     dt_throughput: float
     dt_starved: bool
     rate_label: str
+    kv_usage: float  # mean share of the KV cache in use
+    kv_cache_tokens: float  # the engine's KV capacity, estimated from its log
 
     @property
     def low_rate(self) -> bool:
@@ -107,7 +105,8 @@ def load_runs(path: str | Path | None = None) -> list[RealRun]:
                 mean_waiting=_f(r["mean_waiting"]), prompt_tok_s=_f(r["prompt_tok_s"]),
                 finished=int(_f(r["finished_requests"], 0)), out_tokens=_f(r["total_output_tokens"]),
                 dt_throughput=_f(r["dt_throughput_tok_s"]), dt_starved=r["dt_starvation"] == "1",
-                rate_label=r["adapter_rates"]))
+                rate_label=r["adapter_rates"], kv_usage=_f(r["mean_kv_usage"]),
+                kv_cache_tokens=_f(r["kv_cache_tokens_est"])))
     return runs
 
 
@@ -126,12 +125,12 @@ def _one(args):
     run, profile, seed = args
     res = simulate(workload_for(run, seed), profile,
                    ServerConfig(max_loras=run.max_loras, max_rank=run.max_rank,
-                                outstanding_cap=OUTSTANDING_CAP), seed=seed)
+                                outstanding_cap=OUTSTANDING_REQUEST_CAP), seed=seed)
     return run.idx, seed, res.throughput_tok_s, res.offered_tok_s, res.itl_mean_ms, res.mean_running, \
         res.memory_error, res.min_served_fraction
 
 
-def replay(runs: list[RealRun], profile: Profile, seeds: int = 5, workers: int = 2, progress=None):
+def replay(runs: list[RealRun], profile: ServerProfile, seeds: int = 5, workers: int = 2, progress=None):
     """Per run: mean twin throughput, offered, ITL, running over seeds."""
     jobs = [(r, profile, s) for r in runs for s in range(seeds)]
     # heavy runs first so the pool stays balanced
@@ -165,7 +164,7 @@ def expected_distinct(run: RealRun, k: float) -> float:
     return float(min(run.max_loras, np.sum(1 - (1 - p) ** max(k, 0.0))))
 
 
-def calibrate(runs: list[RealRun], base: Profile) -> Profile:
+def calibrate(runs: list[RealRun], base: ServerProfile) -> ServerProfile:
     """Fit eos_fraction and the step-time coefficients on the given (calibration) runs."""
     from scipy.optimize import least_squares
 
@@ -205,20 +204,11 @@ def calibrate(runs: list[RealRun], base: Profile) -> Profile:
 
 def kv_tokens_per_running(runs: list[RealRun]) -> float:
     """Measured KV tokens held per running request (runs not limited by KV)."""
-    rows = {}
-    with open(find_data_dir() / "qwen_runs.csv") as f:
-        for i, r in enumerate(csv.DictReader(f)):
-            rows[i] = r
-    v = []
-    for r in runs:
-        row = rows[r.idx]
-        kvu, kvt = _f(row["mean_kv_usage"]), _f(row["kv_cache_tokens_est"])
-        if r.mean_running > 100 and kvu < 0.85:
-            v.append(kvu * kvt / r.mean_running)
+    v = [r.kv_usage * r.kv_cache_tokens / r.mean_running for r in runs if r.mean_running > 100 and r.kv_usage < 0.85]
     return float(np.median(v))
 
 
-def fit_length_sigma(runs: list[RealRun], base: Profile) -> float:
+def fit_length_sigma(runs: list[RealRun], base: ServerProfile) -> float:
     """Spread of the (lognormal) length distribution that reproduces the measured
     KV tokens per running request: long requests stay longer, so the spread of
     lengths sets how much KV a running request holds on average."""
@@ -247,7 +237,7 @@ def score(runs: list[RealRun], table: dict) -> list[dict]:
                          real=r.throughput, twin=t["throughput"], dt=r.dt_throughput,
                          err=abs(t["throughput"] - r.throughput) / r.throughput,
                          dt_err=abs(r.dt_throughput - r.throughput) / r.throughput if np.isfinite(r.dt_throughput) else float("nan"),
-                         real_starved=r.starved, twin_starved=bool(ratio < 0.9), dt_starved=r.dt_starved,
+                         real_starved=r.starved, twin_starved=bool(ratio < STARVATION_RATIO), dt_starved=r.dt_starved,
                          low_rate=r.low_rate, real_itl=r.itl_ms, twin_itl=t["itl"], twin_ratio=ratio,
                          real_ratio=r.throughput / r.ideal))
     return rows
@@ -270,8 +260,8 @@ def summarize(rows: list[dict]) -> dict:
             "high_rate": stats([x for x in rows if not x["low_rate"]])}
 
 
-def cross_validate(profile: Profile, runs: list[RealRun] | None = None, seeds: int = 5,
-                   workers: int = 2, progress=None) -> tuple[list[dict], dict[int, Profile]]:
+def cross_validate(profile: ServerProfile, runs: list[RealRun] | None = None, seeds: int = 5,
+                   workers: int = 2, progress=None) -> tuple[list[dict], dict[int, ServerProfile]]:
     """Calibrate on the max-rank-16 runs, judge the max-rank-32 runs; then the reverse."""
     runs = runs if runs is not None else load_runs()
     rows: list[dict] = []

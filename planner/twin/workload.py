@@ -9,12 +9,15 @@ instead.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
 MAX_PROMPT = 1024
 MAX_TOTAL = 2048
+# Times in the server (s) over which adapters count as active: a short request's,
+# a typical one's, and a queued one's under load.
+ACTIVE_TAUS = (2.0, 8.0, 30.0)
 
 
 @dataclass
@@ -42,6 +45,12 @@ class Workload:
     @property
     def max_rank(self) -> int:
         return int(self.ranks.max())
+
+
+def active_adapters(rates: np.ndarray) -> list[float]:
+    """Expected adapters with a request in the server, per tau of ACTIVE_TAUS: each adapter
+    is busy with probability 1 - exp(-rate x tau)."""
+    return [float(np.sum(-np.expm1(-rates * tau))) for tau in ACTIVE_TAUS]
 
 
 def _lognormal_lengths(rng, n, mean, sigma, lo, hi):

@@ -231,7 +231,7 @@ class ControlPlane:
 
     def stop(self) -> None:
         # Reverse start order: KWOK and controllers first, etcd last.
-        for name, proc in reversed(list(self.processes.items())):
+        for proc in reversed(list(self.processes.values())):
             if proc.poll() is None:
                 proc.terminate()
                 try:
@@ -246,7 +246,7 @@ def stop_by_pidfile(workdir: Path) -> None:
     """Stops the processes an earlier `up` started, by the PIDs it recorded."""
     pidfile = workdir / "pids.json"
     pids = json.loads(pidfile.read_text())
-    for name, pid in reversed(list(pids.items())):
+    for pid in reversed(list(pids.values())):
         try:
             os.kill(pid, signal.SIGTERM)
         except ProcessLookupError:

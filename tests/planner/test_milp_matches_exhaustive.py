@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import math
 import os
-from types import SimpleNamespace
 
 import pytest
 
+from tessera.planner import solve
 from tessera.planner.checker import check_plan
 from tessera.planner.features import Features
 from tessera.planner.model import Edge, Pool, Slo, SystemSpec, Task, Variant
@@ -30,11 +30,6 @@ from tessera.planner.profiles import Profile, ProfileSource, ProfileStore, Segme
 from .exhaustive import Objective, exhaustive_optimum, exhaustive_search, witness_plan
 from .instances import Instance, random_instance
 
-try:
-    from tessera.planner import solve
-except ImportError:  # the MILP is not merged yet: the exhaustive search and its witness are still checked
-    solve = None
-
 DEFAULT_SEEDS = int(os.environ.get("TESSERA_EXHAUSTIVE_SEEDS", "120"))
 SLOW_SEEDS = 1000
 SERVED_TOL = 1e-5
@@ -42,9 +37,6 @@ ACCURACY_TOL = 1e-6
 
 
 def options_for(instance: Instance):
-    if solve is None:
-        return SimpleNamespace(headroom=instance.headroom, budget_levels=instance.budget_levels,
-                               batches=instance.batches)
     # the planner's exact mode: its shortcuts that may cost optimality switched off
     exact = {name: value for name, value in (("tier_ratio", 1.0), ("busy_instances", 0))
              if name in solve.PlannerOptions.model_fields}
@@ -88,8 +80,6 @@ def exhaustive(instance: Instance) -> Objective | None:
 
 def compare(instance: Instance) -> None:
     expected = exhaustive(instance)
-    if solve is None:
-        pytest.skip("the MILP (planner/solve.py) is not merged yet; the exhaustive search's own plan passed")
     options = options_for(instance)
     if expected is None:
         with pytest.raises(solve.NoPlanError):

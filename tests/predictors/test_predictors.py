@@ -3,18 +3,15 @@
 import numpy as np
 import pytest
 
-from tessera.planner.predictors import train as T
-from tessera.planner.predictors.features import FEATURES, features, frame_features
+from tessera.planner.predictors import train
+from tessera.planner.predictors.workload_features import FEATURES, features, frame_features
 from tessera.planner.twin.sweep import draw_config, rates_for, run_config
-
-pytestmark = pytest.mark.skipif(not T.DATA.exists(), reason="training set not generated")
-
 
 @pytest.fixture(scope="module")
 def table():
     import pyarrow.parquet as pq
 
-    return pq.read_table(T.DATA)
+    return pq.read_table(train.DATA)
 
 
 def test_training_set_is_large_and_columnar(table):
@@ -48,7 +45,7 @@ def test_ci_regenerates_extra_seed_rows():
 
     from tessera.planner.twin.sweep import _reseed_one, EXTRA_SEED_BASE
 
-    ex = pq.read_table(T.SEEDS).to_pylist()
+    ex = pq.read_table(train.SEEDS).to_pylist()
     assert len(ex) >= 500
     light = [r for r in ex if draw_config(r["cid"])["n"] <= 64 and draw_config(r["cid"])["total"] < 20][:3]
     assert light
@@ -70,28 +67,28 @@ def test_frame_features_match_single_call(table):
 
 
 def test_held_out_split_holds_out_whole_levels(table):
-    tr, te = T.split(T.load_table())
-    t = T.load_table()
+    tr, te = train.split(train.load_table())
+    t = train.load_table()
     a = t.column("a_max").to_numpy()
     n = t.column("n_adapters").to_numpy()
-    assert not np.isin(a[tr], T.HELD_OUT_A).any() and not np.isin(n[tr], T.HELD_OUT_N).any()
+    assert not np.isin(a[tr], train.HELD_OUT_A).any() and not np.isin(n[tr], train.HELD_OUT_N).any()
     assert te.sum() > 300
 
 
 def test_compiled_trees_match_sklearn_and_meet_targets():
-    from tessera.planner.predictors import _compiled as C
+    from tessera.planner.predictors import _compiled as compiled_trees
 
-    shipped = T.train(all_rows=True)
-    t = T.load_table()
+    shipped = train.train(all_rows=True)
+    t = train.load_table()
     X = frame_features(t)[:500]
-    assert np.allclose([C.ratio_tree(*x) for x in X], shipped.regressor.predict(X))
-    assert np.array_equal([C.starved_tree(*x) for x in X], shipped.classifier.predict(X))
-    assert np.allclose([C.log_capacity_tree(*x) for x in X], shipped.capacity.predict(X))
+    assert np.allclose([compiled_trees.ratio_tree(*x) for x in X], shipped.regressor.predict(X))
+    assert np.array_equal([compiled_trees.starved_tree(*x) for x in X], shipped.classifier.predict(X))
+    assert np.allclose([compiled_trees.log_capacity_tree(*x) for x in X], shipped.capacity.predict(X))
     from tessera.planner.predictors.predict import predict_features
 
     assert np.allclose([predict_features(list(x))[0] for x in X], shipped.predict_ratio(X))
-    m = T.train().metrics  # held-out levels
-    # the targets; measured on the committed set: macro-F1 0.976, SMAPE 2.3% (README)
+    m = train.train().metrics  # held-out levels
+    # the targets; measured on the committed set: macro-F1 0.976, SMAPE 2.3% (docs/twin.md)
     assert m["macro_f1"] >= 0.97
     assert m["smape_ratio"] <= 0.05
 

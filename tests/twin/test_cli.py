@@ -5,6 +5,7 @@ from click.testing import CliRunner
 
 from tessera.cli import main
 
+VLLM_LORA = Path(__file__).resolve().parents[1] / "data" / "vllm-lora"  # vendored from shared/data
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "twin/workload.yaml"
 
 
@@ -25,14 +26,9 @@ def test_twin_commands_report_a_server_that_cannot_start(tmp_path, command):
 
 
 def test_twin_validate_cli_prints_summary_and_plots(tmp_path):
-    from tessera.planner.twin.validate import find_data_dir
-
-    try:
-        find_data_dir()
-    except FileNotFoundError:
-        pytest.skip("shared/data/vllm-lora not present")
     png = tmp_path / "v.png"
-    out = CliRunner().invoke(main, ["twin", "validate", "--limit", "2", "--seeds", "1", "--png", str(png)])
+    out = CliRunner().invoke(main, ["twin", "validate", "--runs-csv", str(VLLM_LORA / "qwen_runs.csv"), "--limit", "2",
+                                    "--seeds", "1", "--png", str(png)])
     assert out.exit_code == 0, out.output
     assert "summary" in out.output and png.stat().st_size > 1000
 

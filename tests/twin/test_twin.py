@@ -1,13 +1,16 @@
 """Invariants and mechanisms of the adapter-server twin."""
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
-from tessera.planner.twin import engine as E
+from tessera.planner.twin import engine as twin_engine
 from tessera.planner.twin.profile import load_profile
 from tessera.planner.twin.sim import ServerConfig, simulate
 from tessera.planner.twin.workload import Workload
 
+VLLM_LORA = Path(__file__).resolve().parents[1] / "data" / "vllm-lora"  # vendored from shared/data
 QWEN = load_profile("qwen")
 
 
@@ -38,9 +41,9 @@ def test_conservation_every_arrival_accounted_for():
     assert res.preemptions > 0 and res.dropped > 0  # the scenario exercises preemption and the cap
     st = res.state
     counts = {s: int((st == s).sum()) for s in range(5)}
-    assert counts[E.FINISHED] == res.finished
-    assert counts[E.DROPPED] == res.dropped
-    assert counts[E.RUNNING] == res.running_end
+    assert counts[twin_engine.FINISHED] == res.finished
+    assert counts[twin_engine.DROPPED] == res.dropped
+    assert counts[twin_engine.RUNNING] == res.running_end
     assert res.arrivals == res.finished + res.running_end + res.waiting_end + res.dropped
     assert res.arrivals == st.shape[0]
 
@@ -120,12 +123,7 @@ def test_memory_refusal_and_model():
 
 def test_memory_model_reproduces_kv_capacity_refusals():
     from tessera.planner.twin.profile import fit_memory_model, read_kv_capacity
-    from tessera.planner.twin.validate import find_data_dir
-
-    try:
-        path = find_data_dir() / "kv_capacity.csv"
-    except FileNotFoundError:
-        pytest.skip("shared/data/vllm-lora not present")
+    path = VLLM_LORA / "kv_capacity.csv"
     for name in ["qwen", "llama"]:
         prof = load_profile(name)
         rows = read_kv_capacity(path, prof.model)

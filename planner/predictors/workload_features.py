@@ -39,15 +39,22 @@ Four carry what a one-hour run does beyond the fixed point:
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
+
+from tessera.planner.twin.profile import load_profile
+from tessera.planner.twin.sim import OUTSTANDING_REQUEST_CAP, ServerConfig
+from tessera.planner.twin.workload import active_adapters
 
 MODEL_IDS = {"qwen2.5-7b-instruct": 0, "llama-3.1-8b-instruct": 1}
 PROMPT_TOKENS = 222.8
 OUTPUT_TOKENS = 199.9
 TOKENS_PER_REQUEST = PROMPT_TOKENS + OUTPUT_TOKENS
 KV_TOKENS_PER_RUNNING = PROMPT_TOKENS + OUTPUT_TOKENS / 2  # prompt + half the output, on average
-TAUS = (2.0, 8.0, 30.0)
 FEATURES = ["n_adapters", "a_max", "slots_per_adapter", "max_rank", "mean_rank", "total_rate", "log_total_rate",
             "max_rate", "rate_cv", "kv_tokens", "model_id", "active2_per_slot", "active8_per_slot",
             "active30_per_slot", "rate_per_slot", "load_per_kv", "util30", "lat30", "kv_demand30", "util8",
@@ -56,33 +63,45 @@ STORED = ["active2", "active8", "active30"]  # per-adapter sums kept in the swee
 LAT_CAP = 1.0e4  # s, the fixed point's latency where util >= ~1
 
 
-def _server_constants() -> tuple[dict[int, tuple[float, ...]], float, float]:
-    """Step-time constants (a_ms, b_ms, lora_c0, lora_c1, run_ms, wait_ms) of each model's twin
-    profile by model id; the largest batch the token budget allows; the sweep's client queue."""
-    from tessera.planner.twin.profile import load_profile
-    from tessera.planner.twin.sim import ServerConfig
-    from tessera.planner.twin.sweep import SWEEP_CAP
+@dataclass(frozen=True)
+class StepConstants:
+    """One model's step-time constants from its twin profile (ms)."""
 
+    a_ms: float
+    b_ms: float
+    lora_c0: float
+    lora_c1: float
+    run_ms: float
+    wait_ms: float
+
+
+@dataclass(frozen=True)
+class ServerConstants:
+    step: dict[int, StepConstants]  # by model id
+    budget_batch: float  # the largest batch the token budget allows
+    queue_cap: float  # the client's outstanding-request cap of the training runs
+
+
+@cache
+def server_constants() -> ServerConstants:
+    """Read from the shipped twin profiles on first use, never at import."""
     step = {}
-    for name, i in MODEL_IDS.items():
-        p = load_profile(name)
-        step[i] = (p.step["a_ms"], p.step["b_ms"], p.step["lora_c0"], p.step["lora_c1"],
-                   p.overhead.get("run_ms", 0.0), p.overhead.get("wait_ms", 0.0))
+    for name, model_id in MODEL_IDS.items():
+        profile = load_profile(name)
+        step[model_id] = StepConstants(profile.step["a_ms"], profile.step["b_ms"], profile.step["lora_c0"],
+                                       profile.step["lora_c1"], profile.overhead.get("run_ms", 0.0),
+                                       profile.overhead.get("wait_ms", 0.0))
     budget = ServerConfig(max_loras=1).max_num_batched_tokens / (1.0 + PROMPT_TOKENS / OUTPUT_TOKENS)
-    return step, budget, float(SWEEP_CAP)
+    return ServerConstants(step, budget, float(OUTSTANDING_REQUEST_CAP))
 
 
-STEP, BUDGET_BATCH, QUEUE_CAP = _server_constants()
-
-
-def active(rates: np.ndarray) -> list[float]:
-    return [float(np.sum(-np.expm1(-rates * tau))) for tau in TAUS]
-
-
-def feature_vector(n_adapters, a_max, max_rank, mean_rank, total_rate, max_rate, rate_cv, kv_tokens, model_id,
-                   active2, active8, active30):
+def feature_vector(n_adapters: float, a_max: float, max_rank: float, mean_rank: float, total_rate: float,
+                   max_rate: float, rate_cv: float, kv_tokens: float, model_id: float, active2: float, active8: float,
+                   active30: float) -> list[float]:
     """The FEATURES of one workload from its aggregates (this runs in the placement loop's inner step)."""
-    a, b, c0, c1, run, wait = STEP[int(model_id)]
+    constants = server_constants()
+    step = constants.step[int(model_id)]
+    a, b, c0, c1, run, wait = step.a_ms, step.b_ms, step.lora_c0, step.lora_c1, step.run_ms, step.wait_ms
     lo = total_rate * OUTPUT_TOKENS / 1000.0
     k30 = c0 + c1 * (active30 if active30 < a_max else a_max)
     k8 = c0 + c1 * (active8 if active8 < a_max else a_max)
@@ -92,10 +111,10 @@ def feature_vector(n_adapters, a_max, max_rank, mean_rank, total_rate, max_rate,
     l30 = min(OUTPUT_TOKENS * a * k30 / 1000.0 / max(1.0 - u30, 0.01), LAT_CAP)
     l8 = min(OUTPUT_TOKENS * a * k8 / 1000.0 / max(1.0 - u8, 0.01), LAT_CAP)
     kv = kv_tokens if kv_tokens > 1.0 else 1.0
-    batch = min(kv / KV_TOKENS_PER_RUNNING, BUDGET_BATCH)
+    batch = min(kv / KV_TOKENS_PER_RUNNING, constants.budget_batch)
     # lam / mu = lam * O * step_ms(batch) / (1000 * batch)
     over = lo * ((a + b * batch) * k30 + run * batch) / batch
-    over_q = lo * ((a + b * batch) * kn + run * batch + wait * QUEUE_CAP) / batch
+    over_q = lo * ((a + b * batch) * kn + run * batch + wait * constants.queue_cap) / batch
     return [float(n_adapters), float(a_max), a_max / n_adapters, float(max_rank), float(mean_rank),
             float(total_rate), math.log(max(total_rate, 1e-6)), float(max_rate), float(rate_cv),
             float(kv_tokens), float(model_id), active2 / a_max, active8 / a_max, active30 / a_max,
@@ -104,18 +123,19 @@ def feature_vector(n_adapters, a_max, max_rank, mean_rank, total_rate, max_rate,
             n_adapters * l8 / a_max, n_adapters * l30 / a_max, over, over_q]
 
 
-def features(ranks, rates, a_max: int, model: str, kv_tokens: float) -> list[float]:
-    ranks = np.asarray(ranks, float)
-    rates = np.asarray(rates, float)
-    return feature_vector(len(ranks), a_max, ranks.max(), ranks.mean(), rates.sum(), rates.max(),
-                          rates.std() / rates.mean(), kv_tokens, MODEL_IDS[model], *active(rates))
+def features(ranks: ArrayLike, rates: ArrayLike, a_max: int, model: str, kv_tokens: float) -> list[float]:
+    rank_array = np.asarray(ranks, float)
+    rate_array = np.asarray(rates, float)
+    return feature_vector(len(rank_array), a_max, rank_array.max(), rank_array.mean(), rate_array.sum(),
+                          rate_array.max(), rate_array.std() / rate_array.mean(), kv_tokens, MODEL_IDS[model],
+                          *active_adapters(rate_array))
 
 
 AGGREGATES = ["n_adapters", "a_max", "max_rank", "mean_rank", "total_rate", "max_rate", "rate_cv", "kv_tokens",
               "model", *STORED]  # the sweep table's columns feature_vector takes, in its order
 
 
-def frame_features(table) -> np.ndarray:
+def frame_features(table: Any) -> np.ndarray:
     """Feature matrix of a sweep table (pyarrow or dict of columns)."""
     col = (lambda c: table.column(c).to_pylist()) if hasattr(table, "column") else (lambda c: list(table[c]))
     cols = {c: col(c) for c in AGGREGATES}

@@ -1,0 +1,1 @@
+"""The generated CustomResourceDefinitions, shipped in the wheel as package data."""
