@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 
-from tessera.planner.predictors.features import (KV_TOKENS_PER_RUNNING, OUTPUT_TOKENS, PROMPT_TOKENS,
+from tessera.planner.predictors.workload_features import (KV_TOKENS_PER_RUNNING, OUTPUT_TOKENS, PROMPT_TOKENS,
                                                  TOKENS_PER_REQUEST)
 from tessera.planner.twin.sim import STARVATION_RATIO, ServerConfig
 

@@ -6,6 +6,7 @@ placement library, its benchmarks and its tests speak only these shapes.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 DEFAULT_MIN_SERVED_FRACTION = 0.9
@@ -169,7 +170,7 @@ class Placement:
         return self.twin_checked and not self.unplaced and all(s.twin is not None and s.twin.passed
                                                                for s in self.servers)
 
-    def count(self, flag) -> int:
+    def count(self, flag: Callable[[ServerPlacement], bool]) -> int:
         return sum(1 for s in self.servers if flag(s))
 
 

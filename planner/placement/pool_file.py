@@ -8,6 +8,7 @@ model's and the API server's job.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +35,8 @@ def twin_profile_of(base_model_name: str, twin_profile: str | None) -> str:
     return ALIASES[key]
 
 
-def _field(data: dict[str, Any], key: str, where: str, kind=None, default: Any = ...) -> Any:
+def _field(data: dict[str, Any], key: str, where: str, kind: Callable[[Any], Any] | None = None,
+           default: Any = ...) -> Any:
     if key not in data or data[key] is None:
         if default is ...:
             raise PoolFileError(f"{where}.{key}: required")
@@ -44,7 +46,7 @@ def _field(data: dict[str, Any], key: str, where: str, kind=None, default: Any =
         try:
             value = kind(value)
         except (TypeError, ValueError):
-            raise PoolFileError(f"{where}.{key}: expected {kind.__name__}, got {value!r}") from None
+            raise PoolFileError(f"{where}.{key}: expected {getattr(kind, '__name__', kind)}, got {value!r}") from None
     return value
 
 

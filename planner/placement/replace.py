@@ -18,7 +18,7 @@ from __future__ import annotations
 import time
 
 from .model import AdapterDemand, Placement, PlacementProblem, Replacement
-from .packing import OpenServer, best_slots_of, first_fit, maxpack_fill, throughput_rises, zigzag_order
+from .packing import Fill, OpenServer, best_slots_of, first_fit, maxpack_fill, throughput_rises, zigzag_order
 from .server import ServerLoad, ServerModel, SlotChoice
 
 
@@ -32,7 +32,7 @@ def _shed_until_healthy(model: ServerModel, adapters: list[AdapterDemand], slots
     return kept, shed
 
 
-def _running_fill(model: ServerModel):
+def _running_fill(model: ServerModel) -> Fill:
     """Fill a running server without touching its flags; new servers fill as in tessera's placement."""
     maxpack = maxpack_fill(model)
 

@@ -25,9 +25,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 
-from tessera.planner.predictors.features import FEATURES, MODEL_IDS, TOKENS_PER_REQUEST, feature_vector
+from tessera.planner.predictors.workload_features import FEATURES, MODEL_IDS, TOKENS_PER_REQUEST, feature_vector
 from tessera.planner.predictors.predict import predict_features
 from tessera.planner.twin.profile import load_profile
 
@@ -66,7 +67,7 @@ class ServerLoad:
                           self.busy2 + _busy(r, 2.0), self.busy8 + _busy(r, BUSY_WINDOW_S), self.busy30 + _busy(r, 30.0))
 
     @classmethod
-    def of(cls, adapters) -> "ServerLoad":
+    def of(cls, adapters: Iterable[AdapterDemand]) -> "ServerLoad":
         load = cls()
         for adapter in adapters:
             load = load.plus(adapter)

@@ -22,10 +22,9 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from tessera.planner.predictors.features import QUEUE_CAP
 from tessera.planner.twin import engine
-from tessera.planner.twin.profile import Profile
-from tessera.planner.twin.sim import ServerConfig, simulate
+from tessera.planner.twin.profile import ServerProfile
+from tessera.planner.twin.sim import OUTSTANDING_REQUEST_CAP, ServerConfig, simulate
 from tessera.planner.twin.workload import Workload, generate_requests
 
 from .model import AdapterDemand, Placement, ServiceBound, TwinCheck
@@ -38,7 +37,7 @@ SERVED_GRACE_S = 60.0
 class ServerCase:
     """What one worker needs to check one server (picklable)."""
 
-    profile: Profile
+    profile: ServerProfile
     adapters: tuple[AdapterDemand, ...]
     max_loras: int
     max_lora_rank: int
@@ -50,7 +49,7 @@ def check_server(case: ServerCase) -> TwinCheck:
     started = time.perf_counter()
     ranks = np.array([a.rank for a in case.adapters])
     rates = np.array([a.rate_rps for a in case.adapters])
-    config = ServerConfig(max_loras=case.max_loras, max_rank=case.max_lora_rank, outstanding_cap=int(QUEUE_CAP))
+    config = ServerConfig(max_loras=case.max_loras, max_rank=case.max_lora_rank, outstanding_cap=OUTSTANDING_REQUEST_CAP)
     if case.profile.refuses_to_start(case.max_loras, case.max_lora_rank):
         return TwinCheck(starts=False, wall_s=time.perf_counter() - started)
     drawn = Workload(ranks=ranks, rates=rates, duration_s=CHECK_HOUR_S)
@@ -60,6 +59,7 @@ def check_server(case: ServerCase) -> TwinCheck:
     trace = Workload(ranks=ranks, rates=rates, duration_s=CHECK_HOUR_S,
                      trace={"t": times, "adapter": adapter_of, "prompt": prompts, "output": outputs})
     result = simulate(trace, case.profile, config, seed=case.seed, keep_requests=True)
+    assert result.state is not None and result.ttft_s is not None  # kept: keep_requests
     judged = times < CHECK_HOUR_S - SERVED_GRACE_S
     served = _served_fractions(result.state, judged, adapter_of, len(case.adapters))
     ttft_p99_ms = _p99_ttft_ms(result.ttft_s, judged, adapter_of, len(case.adapters))
@@ -92,7 +92,7 @@ def _p99_ttft_ms(ttft_s: np.ndarray, judged: np.ndarray, adapter_of: np.ndarray,
     return np.array([np.percentile(g, 99, method="higher") if g.size else np.nan for g in groups])
 
 
-def check_placement(placement: Placement, adapters: Sequence[AdapterDemand], profile: Profile, bound: ServiceBound,
+def check_placement(placement: Placement, adapters: Sequence[AdapterDemand], profile: ServerProfile, bound: ServiceBound,
                     seed: int = 0, workers: int = 1, progress: Callable[[int], None] | None = None) -> Placement:
     """The placement with every server's twin check filled in; ``progress(1)`` after each server."""
     by_name = {a.name: a for a in adapters}

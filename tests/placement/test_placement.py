@@ -12,7 +12,7 @@ from tessera.planner.placement.scenarios import Scenario, problem_of
 from tessera.planner.placement.model import MOST_BUSY_PER_SLOT, MOST_CYCLE_S
 from tessera.planner.placement.server import ServerLoad
 from tessera.planner.twin.profile import load_profile
-from tessera.planner.twin.sim import ServerConfig, simulate
+from tessera.planner.twin.sim import OUTSTANDING_REQUEST_CAP, ServerConfig, simulate
 from tessera.planner.twin.workload import Workload
 
 
@@ -99,7 +99,7 @@ def test_the_twin_finishes_no_more_requests_than_the_lower_bounds_server_capacit
     capacity = lower_bound(problem, ServerModel(problem)).capacity_rps
     duration = 300.0
     result = simulate(Workload(ranks=np.array([8]), rates=np.array([2 * capacity]), duration_s=duration),
-                      load_profile("qwen"), ServerConfig(max_loras=1, outstanding_cap=26000), seed=0)
+                      load_profile("qwen"), ServerConfig(max_loras=1, outstanding_cap=OUTSTANDING_REQUEST_CAP), seed=0)
     assert result.finished / duration <= 0.9 * capacity
 
 
