@@ -1,8 +1,10 @@
 """Place the solved layout counts on concrete GPUs and replicas on MIG instances.
 
-The MILP decides how many GPUs use each layout; this cheap step decides which
-GPU gets which, keeping every GPU whose current layout is still wanted (a
-re-partition stops its pods) and every replica on the instance it already has.
+The MILP decides how many GPUs use each layout (and how many of each group
+of fixed GPUs tessera uses); this cheap step decides which GPU of which node
+gets which. It keeps every GPU whose current layout is still wanted (a
+re-partition stops its pods), whole nodes first (mig-manager re-partitions
+a node at a time), and every replica on the instance it already has.
 """
 
 from __future__ import annotations
@@ -10,13 +12,20 @@ from __future__ import annotations
 from collections import Counter, deque
 
 from tessera.planner.catalog import Layout
+from tessera.planner.errors import PlannerBug
+from tessera.planner.nodes import PlannableGpu, PoolGpus
 from tessera.planner.plan import ConfigPlan, GpuPlan, InstancePlan, Plan, TaskPlan
 
 ConfigKey = tuple  # (system, task, variant, segment, batch)
+GpuKey = tuple  # (node, device) on a pool of nodes, (None, index) on a plain pool
 
 
 def layout_of(gpu: GpuPlan) -> Layout:
     return tuple(sorted((name, count) for name, count in gpu.layout))
+
+
+def gpu_key(node: str | None, device: int | None, index: int) -> GpuKey:
+    return (node, device) if node is not None else (None, index)
 
 
 def current_layout_counts(current: Plan) -> dict[Layout, int]:
@@ -40,32 +49,70 @@ def current_replica_counts(current: Plan) -> dict[ConfigKey, int]:
 def _config_key(tasks_by_key: dict, instance: InstancePlan) -> ConfigKey | None:
     if instance.config is None:
         return None
-    task = tasks_by_key[(instance.system, instance.task)]
+    task = tasks_by_key.get((instance.system, instance.task))
+    if task is None or not 0 <= instance.config < len(task.configs):
+        return None
     return config_key(task, task.configs[instance.config])
 
 
-def _choose_gpu_indices(layout_counts: list[tuple[Layout, int]], pool_gpus: int,
-                        current: Plan | None) -> dict[int, Layout]:
-    wanted = Counter(dict(layout_counts))
-    chosen: dict[int, Layout] = {}
-    current_gpus = sorted(current.gpus, key=lambda g: g.index) if current else []
-    for gpu in current_gpus:
-        layout = layout_of(gpu)
-        if wanted[layout] > 0 and gpu.index < pool_gpus:
-            chosen[gpu.index] = layout
-            wanted[layout] -= 1
-    busy_before = {g.index for g in current_gpus}
-    free = [i for i in range(pool_gpus) if i not in chosen and i not in busy_before]
-    free += [i for i in range(pool_gpus) if i not in chosen and i in busy_before]
-    for layout, count in sorted(wanted.items()):
-        for _ in range(count):
-            chosen[free.pop(0)] = layout
-    return chosen
+class _Chooser:
+    """Which plannable GPU gets which layout."""
+
+    def __init__(self, pool: PoolGpus, current: Plan | None) -> None:
+        self.pool = pool
+        previous = {gpu_key(g.node, g.device, g.index): layout_of(g) for g in current.gpus} if current else {}
+        self.ran_tessera = set(previous)
+        # A node pool knows every GPU's layout; a plain pool only what the last plan chose.
+        self.current = {self.key(g): g.current if g.current is not None else previous.get(self.key(g))
+                        for g in pool.gpus}
+        self.chosen: dict[int, Layout] = {}
+
+    @staticmethod
+    def key(gpu: PlannableGpu) -> GpuKey:
+        return gpu_key(gpu.node, gpu.device, gpu.index)
+
+    def fixed(self, fixed_counts: list[tuple[Layout, Layout, int]]) -> None:
+        for layout, usable, count in fixed_counts:
+            group = [g for g in self.pool.gpus if g.fixed and (g.current, g.usable) == (layout, usable)]
+            group.sort(key=lambda g: self.key(g) not in self.ran_tessera)
+            if len(group) < count:
+                raise PlannerBug(f"the plan uses {count} fixed GPUs with layout {layout}, the pool has {len(group)}")
+            for gpu in group[:count]:
+                self.chosen[gpu.index] = layout
+
+    def free(self, layout_counts: list[tuple[Layout, int]]) -> None:
+        wanted = Counter(dict(layout_counts))
+        free = self.pool.free
+        for node in dict.fromkeys(g.node for g in free if g.node is not None):
+            kept = [g for g in free if g.node == node and self.current[self.key(g)]]
+            needs = Counter(self.current[self.key(g)] for g in kept)
+            if kept and all(wanted[layout] >= count for layout, count in needs.items()):
+                for gpu in kept:
+                    self._take(gpu, self.current[self.key(gpu)], wanted)
+        for gpu in free:
+            layout = self.current[self.key(gpu)]
+            if gpu.index not in self.chosen and layout and wanted[layout] > 0:
+                self._take(gpu, layout, wanted)
+        # New layouts go first where nothing runs now, then where tessera ran, then anywhere.
+        rest = sorted((g for g in free if g.index not in self.chosen),
+                      key=lambda g: (bool(self.current[self.key(g)]), self.key(g) not in self.ran_tessera))
+        for layout, count in sorted(wanted.items()):
+            for _ in range(count):
+                if not rest:
+                    raise PlannerBug(f"the plan uses more GPUs than the pool has free (layout {layout})")
+                self._take(rest.pop(0), layout, wanted)
+
+    def _take(self, gpu: PlannableGpu, layout: Layout, wanted: Counter) -> None:
+        self.chosen[gpu.index] = layout
+        wanted[layout] -= 1
 
 
-def assign_gpus(tasks: list[TaskPlan], pool_gpus: int,
-                layout_counts: list[tuple[Layout, int]], current: Plan | None = None) -> list[GpuPlan]:
-    chosen = _choose_gpu_indices(layout_counts, pool_gpus, current)
+def assign_gpus(tasks: list[TaskPlan], pool: PoolGpus, layout_counts: list[tuple[Layout, int]],
+                fixed_counts: list[tuple[Layout, Layout, int]] = (), current: Plan | None = None) -> list[GpuPlan]:
+    chooser = _Chooser(pool, current)
+    chooser.fixed(list(fixed_counts))
+    chooser.free(layout_counts)
+    gpus = {g.index: g for g in pool.gpus}
     waiting: dict[ConfigKey, deque] = {}
     for task in tasks:
         for index, config in enumerate(task.configs):
@@ -74,38 +121,50 @@ def assign_gpus(tasks: list[TaskPlan], pool_gpus: int,
 
     slots: dict[int, list[InstancePlan]] = {
         index: [InstancePlan(mig_profile=name) for name, count in layout for _ in range(count)]
-        for index, layout in chosen.items()
+        for index, layout in chooser.chosen.items()
     }
+    # Fixed GPUs: at most their usable instances (the rest are held by others).
+    room = {index: Counter(dict(gpus[index].usable)) for index in slots if gpus[index].fixed}
     if current:
-        _keep_current_instances(slots, waiting, current)
+        _keep_current_instances(slots, room, waiting, current, {chooser.key(g): g.index for g in pool.gpus})
     by_profile: dict[str, deque] = {}
     for key, queue in waiting.items():
         by_profile.setdefault(key[3].mig_profile, deque()).extend(queue)
     for index in sorted(slots):
         for slot, instance in enumerate(slots[index]):
             queue = by_profile.get(instance.mig_profile)
-            if instance.config is None and queue:
-                system, task, config = queue.popleft()
-                slots[index][slot] = InstancePlan(mig_profile=instance.mig_profile, system=system, task=task, config=config)
+            if instance.config is None and queue and _has_room(room, index, instance.mig_profile):
+                _place(slots, room, index, slot, queue.popleft())
     leftover = sum(len(q) for q in by_profile.values())
     if leftover:
-        raise AssertionError(f"{leftover} replicas found no MIG instance: layout counts and replicas disagree")
-    return [GpuPlan(index=i, layout=list(chosen[i]), instances=slots[i]) for i in sorted(slots)]
+        raise PlannerBug(f"{leftover} replicas found no MIG instance: layout counts and replicas disagree")
+    return [GpuPlan(index=i, node=gpus[i].node, device=gpus[i].device, layout=list(chooser.chosen[i]),
+                    instances=slots[i]) for i in sorted(slots)]
 
 
-def _keep_current_instances(slots: dict[int, list[InstancePlan]], waiting: dict[ConfigKey, deque],
-                            current: Plan) -> None:
+def _has_room(room: dict[int, Counter], index: int, profile: str) -> bool:
+    return index not in room or room[index][profile] > 0
+
+
+def _place(slots, room, index: int, slot: int, replica: tuple) -> None:
+    system, task, config = replica
+    profile = slots[index][slot].mig_profile
+    slots[index][slot] = InstancePlan(mig_profile=profile, system=system, task=task, config=config)
+    if index in room:
+        room[index][profile] -= 1
+
+
+def _keep_current_instances(slots: dict[int, list[InstancePlan]], room: dict[int, Counter],
+                            waiting: dict[ConfigKey, deque], current: Plan, index_of: dict[GpuKey, int]) -> None:
     """A replica stays on the instance it runs on when that GPU keeps its layout."""
     current_tasks = {(t.system, t.task): t for t in current.tasks}
     for gpu in current.gpus:
-        kept = gpu.index in slots and \
-            [i.mig_profile for i in gpu.instances] == [s.mig_profile for s in slots[gpu.index]]
+        index = index_of.get(gpu_key(gpu.node, gpu.device, gpu.index))
+        kept = index in slots and [i.mig_profile for i in gpu.instances] == [s.mig_profile for s in slots[index]]
         if not kept:
             continue
         for slot, instance in enumerate(gpu.instances):
             key = _config_key(current_tasks, instance)
             queue = waiting.get(key) if key else None
-            if queue:
-                system, task, config = queue.popleft()
-                slots[gpu.index][slot] = InstancePlan(
-                    mig_profile=instance.mig_profile, system=system, task=task, config=config)
+            if queue and _has_room(room, index, instance.mig_profile):
+                _place(slots, room, index, slot, queue.popleft())

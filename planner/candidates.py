@@ -50,13 +50,18 @@ class Candidate:
         return needed <= self.throughput_rps * utilisation
 
 
-def segment_types(gpu: GpuProduct, features: Features) -> list[SegmentType]:
+def mps_degrees(gpu: GpuProduct, max_mps: int | None = None) -> range:
+    """Processes sharing one MIG instance: 1 to `max_mps` (the product's largest by default)."""
+    return range(1, (max_mps or max(gpu.mps_degrees)) + 1)
+
+
+def segment_types(gpu: GpuProduct, features: Features, max_mps: int | None = None) -> list[SegmentType]:
     if not features.spatial_partitioning:
         return [SegmentType(gpu=gpu.name, mig_profile=gpu.whole_gpu_profile.name, mps=1)]
     return [
         SegmentType(gpu=gpu.name, mig_profile=profile.name, mps=mps)
         for profile in gpu.profiles
-        for mps in gpu.mps_degrees
+        for mps in mps_degrees(gpu, max_mps)
     ]
 
 
@@ -72,12 +77,20 @@ def enumerate_candidates(
     store: ProfileStore,
     features: Features,
     batches: tuple[int, ...] = DEFAULT_BATCHES,
+    max_mps: int | None = None,
+    max_batch: int | None = None,
 ) -> list[Candidate]:
+    """Every profiled (variant, segment, batch) of the system's tasks whose processes fit in memory.
+
+    `max_mps` bounds the processes per instance (each still bounded by
+    memory), `max_batch` the batch a variant's server accepts.
+    """
     candidates = []
+    batches = tuple(b for b in batches if max_batch is None or b <= max_batch)
     for task in system.tasks:
         for variant_name in allowed_variants(task, features):
             variant = task.variant(variant_name)
-            for segment in segment_types(gpu, features):
+            for segment in segment_types(gpu, features, max_mps):
                 mig = gpu.profile(segment.mig_profile)
                 if segment.mps * variant.memory_gb > mig.memory_gb:
                     continue

@@ -27,6 +27,7 @@ from typing import Any
 from tessera.planner.catalog import COMPUTE_SLICES, MEMORY_SLICES, GpuProduct, MigProfile, gpu_product
 from tessera.planner.features import Features
 from tessera.planner.model import Pool, SystemSpec
+from tessera.planner.nodes import NodePool
 from tessera.planner.plan import ConfigPlan, Plan, TaskPlan
 from tessera.planner.profiles import ProfileStore
 
@@ -116,12 +117,16 @@ def recomputed_stage_latency_ms(config: ConfigPlan) -> float:
 def check_plan(
     plan: Plan,
     systems: list[SystemSpec],
-    pool: Pool,
+    pool: Pool | NodePool,
     store: ProfileStore | None = None,
     features: Features = Features(),
     options: Any = None,
 ) -> list[str]:
     """Every constraint the plan breaks, in words; an empty list when it is valid.
+
+    On a NodePool every GPU of the plan must be a named GPU of a node that is
+    not left out, with a known layout; nodes where others hold instances
+    keep their layouts and leave the held instances free.
 
     `options` is a `PlannerOptions` (or anything with `headroom`,
     `budget_levels` and `batches`); without it the plan's own headroom and 20
@@ -134,12 +139,18 @@ class _Checker:
     def __init__(self, plan, systems, pool, store, features, options) -> None:
         self.plan: Plan = plan
         self.systems: list[SystemSpec] = systems
-        self.pool: Pool = pool
+        self.pool = pool
+        self.nodes: NodePool | None = pool if isinstance(pool, NodePool) else None
+        # On nodes: GPUs of nodes not cordoned by others whose layout is known.
+        self.pool_gpus: int = pool.gpus if self.nodes is None else sum(
+            1 for node in pool.nodes if node.cordoned_by != "others" for layout in node.gpus if layout is not None)
         self.store: ProfileStore | None = store
         self.features: Features = features
         self.headroom: float = getattr(options, "headroom", plan.headroom)
         self.levels: int = getattr(options, "budget_levels", DEFAULT_BUDGET_LEVELS)
         self.batches = getattr(options, "batches", None)
+        self.max_batch = getattr(options, "max_batch", None)
+        self.max_mps = getattr(options, "max_mps", None)
         self.errors: list[str] = []
         self.gpu: GpuProduct | None = None
 
@@ -172,8 +183,8 @@ class _Checker:
         plan, pool = self.plan, self.pool
         if plan.gpu != pool.gpu:
             self.fail(f"plan is for GPU product {plan.gpu!r} but the pool has {pool.gpu!r}")
-        if plan.pool_gpus != pool.gpus:
-            self.fail(f"plan says the pool has {plan.pool_gpus} GPUs but it has {pool.gpus}")
+        if plan.pool_gpus != self.pool_gpus:
+            self.fail(f"plan says the pool has {plan.pool_gpus} GPUs but it has {self.pool_gpus}")
         if not close(plan.headroom, self.headroom):
             self.fail(f"plan headroom {plan.headroom} differs from the options' headroom {self.headroom}")
         if plan.features != self.features.label:
@@ -299,7 +310,6 @@ class _Checker:
                      memory_gb: float) -> float:
         where = f"task {system.name}/{tp.task} config {index} ({config.segment}, batch {config.batch})"
         gpu = self.gpu
-        assert gpu is not None
         segment = config.segment
         if segment.gpu != gpu.name:
             self.fail(f"{where}: segment is on GPU product {segment.gpu!r}, the pool has {gpu.name!r}")
@@ -308,14 +318,17 @@ class _Checker:
         except KeyError:
             self.fail(f"{where}: {gpu.name} has no MIG profile {segment.mig_profile!r}")
             mig = None
-        if segment.mps not in gpu.mps_degrees:
-            self.fail(f"{where}: MPS degree {segment.mps} is not one of {gpu.mps_degrees}")
+        degrees = range(1, (self.max_mps or max(gpu.mps_degrees)) + 1)
+        if segment.mps not in degrees:
+            self.fail(f"{where}: MPS degree {segment.mps} is not one of {degrees.start}..{degrees.stop - 1}")
         if not self.features.spatial_partitioning and (
                 segment.mig_profile != gpu.whole_gpu_profile.name or segment.mps != 1):
             self.fail(f"{where}: spatial partitioning (S) is off, so only whole GPUs "
                       f"({gpu.whole_gpu_profile.name}, MPS 1) may be used")
         if config.batch < 1:
             self.fail(f"{where}: batch {config.batch} < 1")
+        if self.max_batch is not None and config.batch > self.max_batch:
+            self.fail(f"{where}: batch {config.batch} is above the largest batch {self.max_batch}")
         if self.batches is not None and config.batch not in self.batches:
             self.fail(f"{where}: batch {config.batch} is not one of the allowed batches {tuple(self.batches)}")
         if config.replicas < 1:
@@ -411,16 +424,17 @@ class _Checker:
     # -- GPUs ------------------------------------------------------------
     def check_gpus(self, task_plans: dict[tuple[str, str], TaskPlan]) -> None:
         gpu = self.gpu
-        assert gpu is not None
         plan = self.plan
-        if len(plan.gpus) > self.pool.gpus:
-            self.fail(f"plan lists {len(plan.gpus)} GPUs, the pool has {self.pool.gpus}")
+        if len(plan.gpus) > self.pool_gpus:
+            self.fail(f"plan lists {len(plan.gpus)} GPUs, the pool has {self.pool_gpus}")
+        if self.nodes is not None:
+            self.check_nodes(self.nodes)
         indices = [g.index for g in plan.gpus]
         for index, count in Counter(indices).items():
             if count > 1:
                 self.fail(f"GPU index {index} appears {count} times")
-            if not 0 <= index < self.pool.gpus:
-                self.fail(f"GPU index {index} is outside the pool's 0..{self.pool.gpus - 1}")
+            if not 0 <= index < self.pool_gpus:
+                self.fail(f"GPU index {index} is outside the pool's 0..{self.pool_gpus - 1}")
         assigned: Counter = Counter()
         used, slices = 0, 0
         for gpu_plan in plan.gpus:
@@ -467,12 +481,53 @@ class _Checker:
                 if placed != config.replicas:
                     self.fail(f"task {system}/{task} config {index}: {config.replicas} replicas but {placed} MIG "
                               "instances are assigned to it")
-        if used > self.pool.gpus:
-            self.fail(f"{used} GPUs used, the pool has {self.pool.gpus}")
+        if used > self.pool_gpus:
+            self.fail(f"{used} GPUs used, the pool has {self.pool_gpus}")
         if plan.gpus_used != used:
             self.fail(f"plan says {plan.gpus_used} GPUs are used, its GPUs with instances number {used}")
         if plan.slices_used != slices:
             self.fail(f"plan says {plan.slices_used} compute slices are used, its instances have {slices}")
+
+
+    # -- nodes -----------------------------------------------------------
+    def check_nodes(self, pool: NodePool) -> None:
+        nodes = {node.name: node for node in pool.nodes}
+        seen: Counter = Counter()
+        occupied: dict[str, Counter] = {}
+        for gpu_plan in self.plan.gpus:
+            where = f"GPU {gpu_plan.index} ({gpu_plan.node}/{gpu_plan.device})"
+            node = nodes.get(gpu_plan.node) if gpu_plan.node is not None else None
+            if node is None:
+                self.fail(f"{where}: is on no node of the pool")
+                continue
+            seen[(node.name, gpu_plan.device)] += 1
+            if node.cordoned_by == "others":
+                self.fail(f"{where}: node {node.name} is cordoned by others and left out")
+            if gpu_plan.device is None or not 0 <= gpu_plan.device < len(node.gpus):
+                self.fail(f"{where}: node {node.name} has no GPU {gpu_plan.device}")
+                continue
+            current = node.gpus[gpu_plan.device]
+            if current is None:
+                self.fail(f"{where}: its current layout is Unknown, so it may not be planned on")
+                continue
+            if any(count > 0 for count in node.held.values()) and \
+                    +Counter(dict(gpu_plan.layout)) != +Counter(current):
+                self.fail(f"{where}: node {node.name} has instances held by others, so its layout {current} "
+                          f"must stay, not become {dict(gpu_plan.layout)}")
+            occupied.setdefault(node.name, Counter()).update(
+                i.mig_profile for i in gpu_plan.instances if i.task is not None)
+        for (name, device), count in seen.items():
+            if count > 1:
+                self.fail(f"GPU {device} of node {name} appears {count} times")
+        for name, used in occupied.items():
+            node = nodes[name]
+            total: Counter = Counter()
+            for layout in node.gpus:
+                total.update(layout or {})
+            for profile, held in node.held.items():
+                if used[profile] + held > total[profile]:
+                    self.fail(f"node {name}: tessera uses {used[profile]} {profile} instances and others hold "
+                              f"{held}, but its GPUs have {total[profile]}")
 
 
 def _task_stage(task_plan: TaskPlan) -> float:

@@ -20,11 +20,26 @@ def diagnose(plan: Plan, systems: list[SystemSpec], candidates: list[Candidate],
             continue
         messages.append(
             f"{system.name}: the pool of {plan.pool_gpus} x {plan.gpu} serves at most "
-            f"{summary.served_rps:.1f} of {summary.demand_rps:.1f} requests/s "
-            f"({100 * summary.served_rps / max(summary.demand_rps, 1e-9):.0f}%)"
+            f"{rate(summary.served_rps)} of {rate(summary.demand_rps)} requests/s "
+            f"({share(summary.served_rps / max(summary.demand_rps, 1e-9))})"
         )
         messages += _why(system, [c for c in candidates if c.system == system.name], levels[system.name])
     return messages
+
+
+def rate(rps: float) -> str:
+    """Requests/s to one decimal, or to three significant digits below 1: a small rate never reads 0.0."""
+    if rps == 0:
+        return "0"
+    return f"{rps:.1f}" if abs(rps) >= 1 else f"{rps:.3g}"
+
+
+def share(fraction: float) -> str:
+    """A percentage that reads 0% only when nothing is served."""
+    percent = 100 * fraction
+    if percent == 0 or percent >= 1:
+        return f"{percent:.0f}%"
+    return f"{percent:.2g}%"
 
 
 def _fastest(candidates: list[Candidate], task: str, variant: str | None = None) -> float:

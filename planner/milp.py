@@ -54,6 +54,14 @@ class MilpInput:
     scale_upper_bound: float = 1.0
     current_layouts: dict[Layout, int] = field(default_factory=dict)
     current_replicas: dict[tuple, int] = field(default_factory=dict)
+    # GPUs that may be re-partitioned; the rest of the pool is fixed_groups
+    # (layout, instances tessera may use, GPUs): nodes whose layouts must stay.
+    free_gpus: int | None = None
+    fixed_groups: list[tuple[Layout, Layout, int]] = field(default_factory=list)
+
+    @property
+    def repartitionable_gpus(self) -> int:
+        return self.pool_gpus if self.free_gpus is None else self.free_gpus
 
 
 def candidate_key(c: Candidate) -> tuple:
@@ -169,7 +177,10 @@ class CompoundMilp:
         m.x = pyo.Var(range(len(self.options)), domain=pyo.NonNegativeReals)
         m.D = pyo.Var(self.task_keys, domain=pyo.NonNegativeReals)
         m.W = pyo.Var(self.variant_keys, domain=pyo.NonNegativeReals)
-        m.g = pyo.Var(range(len(data.layouts)), domain=pyo.NonNegativeIntegers, bounds=(0, data.pool_gpus))
+        m.g = pyo.Var(range(len(data.layouts)), domain=pyo.NonNegativeIntegers,
+                      bounds=(0, data.repartitionable_gpus))
+        m.h = pyo.Var(range(len(data.fixed_groups)), domain=pyo.NonNegativeIntegers,
+                      bounds=lambda _, k: (0, data.fixed_groups[k][2]))
         if data.maximise_common_scale:
             m.scale = pyo.Var(domain=pyo.NonNegativeReals, bounds=(0, data.scale_upper_bound))
         else:
@@ -198,7 +209,10 @@ class CompoundMilp:
             (s.name, t): bound * scale
             for s in d.systems for t, bound in demand_bound(s, d.variants).items()
         }
-        supply = {p.name: p.max_count * d.pool_gpus for p in d.gpu.profiles}
+        supply = {p.name: p.max_count * d.repartitionable_gpus for p in d.gpu.profiles}
+        for _, usable, count in d.fixed_groups:
+            for name, instances in usable:
+                supply[name] += instances * count
         self.options, self.replica_bound = [], []
         for option in build_options(d):
             bound = self._replica_bound(option, supply)
@@ -298,15 +312,21 @@ class CompoundMilp:
             users = [o for o in range(len(self.options)) if self.candidate(o).segment.mig_profile == profile.name]
             provided = [(j, dict(layout).get(profile.name, 0)) for j, layout in enumerate(d.layouts)]
             provided = [(j, count) for j, count in provided if count]
+            fixed = [(k, dict(usable).get(profile.name, 0)) for k, (_, usable, _) in enumerate(d.fixed_groups)]
             if users:
-                m.cons.add(sum(m.n[o] for o in users) <= sum(count * m.g[j] for j, count in provided))
+                m.cons.add(sum(m.n[o] for o in users) <= sum(count * m.g[j] for j, count in provided)
+                           + sum(count * m.h[k] for k, count in fixed if count))
         # Totals as integer variables of their own: branching on them closes the
         # gap far faster than branching on single layout counts.
         m.gpus_used = pyo.Var(domain=pyo.NonNegativeIntegers, bounds=(0, d.pool_gpus))
         m.slices_used = pyo.Var(domain=pyo.NonNegativeIntegers, bounds=(0, COMPUTE_SLICES * d.pool_gpus))
-        m.cons.add(m.gpus_used == sum(m.g[j] for j in range(len(d.layouts))))
+        if d.fixed_groups:
+            m.cons.add(sum(m.g[j] for j in range(len(d.layouts))) <= d.repartitionable_gpus)
+        m.cons.add(m.gpus_used == sum(m.g[j] for j in range(len(d.layouts)))
+                   + sum(m.h[k] for k in range(len(d.fixed_groups))))
         m.cons.add(m.slices_used == sum(
-            layout_compute_slices(d.gpu, layout) * m.g[j] for j, layout in enumerate(d.layouts)))
+            layout_compute_slices(d.gpu, layout) * m.g[j] for j, layout in enumerate(d.layouts))
+            + sum(layout_compute_slices(d.gpu, layout) * m.h[k] for k, (layout, _, _) in enumerate(d.fixed_groups)))
 
     def _full_demand_cuts(self) -> None:
         """Valid only while all demand is served: a chosen variant needs whole slices.
@@ -336,10 +356,13 @@ class CompoundMilp:
             return self.m.scale
         return sum(self.m.phi[s.name] for s in self.data.systems)
 
+    @property
+    def gpu_weight(self) -> int:
+        return COMPUTE_SLICES * self.data.pool_gpus + 1
+
     def cost(self):
-        """GPUs first, then slices: a GPU outweighs every slice the pool has."""
-        weight = COMPUTE_SLICES * self.data.pool_gpus + 1
-        return weight * self.m.gpus_used + self.m.slices_used
+        """GPUs first, then slices, as one sum (relax-and-fix's start): a GPU outweighs every slice."""
+        return self.gpu_weight * self.m.gpus_used + self.m.slices_used
 
     def accuracy_score(self, systems: list[str] | None = None):
         """Sum over systems of the mean log accuracy of their paths."""
@@ -378,3 +401,9 @@ class CompoundMilp:
         counts = [(layout, round(pyo.value(self.m.g[j], exception=False) or 0))
                   for j, layout in enumerate(self.data.layouts)]
         return [(layout, count) for layout, count in counts if count > 0]
+
+    def fixed_counts(self) -> list[tuple[Layout, Layout, int]]:
+        """(layout, usable instances, GPUs tessera uses) per group of fixed GPUs."""
+        counts = [(layout, usable, round(pyo.value(self.m.h[k], exception=False) or 0))
+                  for k, (layout, usable, _) in enumerate(self.data.fixed_groups)]
+        return [(layout, usable, count) for layout, usable, count in counts if count > 0]

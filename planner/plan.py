@@ -43,7 +43,9 @@ class InstancePlan(BaseModel):
 
 
 class GpuPlan(BaseModel):
-    index: int
+    index: int = Field(description="Position among the pool's plannable GPUs.")
+    node: str | None = Field(default=None, description="The node it is on (pools of named nodes).")
+    device: int | None = Field(default=None, description="Its GPU index on the node.")
     layout: list[tuple[str, int]] = Field(description="MIG profile name and instance count.")
     instances: list[InstancePlan]
 
@@ -66,6 +68,34 @@ class SystemSummary(BaseModel):
     worst_path_accuracy: float
 
 
+class CostProof(BaseModel):
+    """The cost in its own units, each count beside the lower bound the solver proved for it.
+
+    The slices' bound holds among plans with this many GPUs (the order is
+    lexicographic). Proven: GPUs equal their bound and slices lie within
+    `slice_tolerance` of theirs; otherwise the time limit cut the proof
+    short by the difference.
+    """
+
+    gpus: int
+    gpus_lower_bound: int
+    slices: int
+    slices_lower_bound: int
+    slice_tolerance: float
+
+    @property
+    def gpus_unproven(self) -> int:
+        return self.gpus - self.gpus_lower_bound
+
+    @property
+    def slices_unproven(self) -> int:
+        return self.slices - self.slices_lower_bound
+
+    @property
+    def proven(self) -> bool:
+        return self.gpus_unproven == 0 and self.slices_unproven < self.slice_tolerance
+
+
 class SolverReport(BaseModel):
     # An unproven solution's gap is infinite; JSON carries it as Infinity.
     model_config = ConfigDict(ser_json_inf_nan="constants")
@@ -78,6 +108,8 @@ class SolverReport(BaseModel):
     solve_s: float
     variables: int
     constraints: int
+    time_limited: list[str] = Field(default_factory=list, description="Stages the time limit stopped.")
+    cost: CostProof | None = Field(default=None, description="GPUs and slices with their proven lower bounds.")
 
 
 class Plan(BaseModel):

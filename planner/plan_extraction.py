@@ -27,7 +27,7 @@ class ExtractedPlan:
 
     def finish(self, gpus: list[GpuPlan], solver: SolverReport) -> Plan:
         data = self.milp.data
-        counts = self.milp.layout_counts()
+        counts = self.milp.layout_counts() + [(layout, count) for layout, _, count in self.milp.fixed_counts()]
         sources = Counter(c.source.value for t in self.tasks for c in t.configs)
         return Plan(
             gpu=data.gpu.name, pool_gpus=data.pool_gpus, features=self.features.label, headroom=self.headroom,

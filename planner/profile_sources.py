@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Callable, Iterable
 
+from tessera.planner.candidates import mps_degrees
 from tessera.planner.catalog import GpuProduct, gpu_product
 from tessera.planner.correction import MIN_POINTS, MeasuredPoint, correct
 from tessera.planner.estimator import Coefficients, calibrated, estimate
@@ -26,7 +27,7 @@ from tessera.planner.profiles import DEFAULT_BATCHES, Profile, ProfileSource, Pr
 
 def build_profile_store(systems: list[SystemSpec], gpu: str, measured: ProfileStore | None = None,
                         batches: Iterable[int] = DEFAULT_BATCHES,
-                        coefficients: Coefficients | None = None) -> ProfileStore:
+                        coefficients: Coefficients | None = None, max_mps: int | None = None) -> ProfileStore:
     """Profiles of every variant of `systems` on `gpu`, the most trusted source per key.
 
     Raises ValueError naming system, task and variant when a variant has
@@ -35,6 +36,7 @@ def build_profile_store(systems: list[SystemSpec], gpu: str, measured: ProfileSt
     """
     product = gpu_product(gpu)
     batches = tuple(batches)
+    degrees = mps_degrees(product, max_mps)
     coefficients = coefficients or calibrated()
     store = ProfileStore()
     for system in systems:
@@ -45,7 +47,7 @@ def build_profile_store(systems: list[SystemSpec], gpu: str, measured: ProfileSt
                 measured_here = [
                     (segment, batch, profile)
                     for segment, batch, profile in (measured.for_variant(variant.name) if measured else ())
-                    if segment.gpu == product.name and segment.mps in product.mps_degrees and batch in batches
+                    if segment.gpu == product.name and segment.mps in degrees and batch in batches
                 ]
                 can_estimate = variant.gflops is not None and variant.params_millions is not None
                 if not (can_estimate or has_given or measured_here):
@@ -57,7 +59,7 @@ def build_profile_store(systems: list[SystemSpec], gpu: str, measured: ProfileSt
                 if can_estimate:
                     estimator = estimator_for(variant, product, measured, coefficients)
                     for mig in product.profiles:
-                        for mps in product.mps_degrees:
+                        for mps in degrees:
                             if mps * variant.memory_gb > mig.memory_gb:
                                 continue
                             segment = SegmentType(gpu=product.name, mig_profile=mig.name, mps=mps)

@@ -7,7 +7,10 @@ model, each stage fixing the value the previous one reached:
    served fractions (accuracy may drop to its SLO first, since the accuracy
    constraint allows it);
 2. systems with `priority: accuracy`: their accuracy;
-3. cost: fewest GPUs, then fewest compute slices;
+3. cost: fewest GPUs, then fewest compute slices (one weighted sum, a GPU
+   outweighing every slice), proven in its own units: to an absolute gap
+   below `slice_tolerance` slices, which proves the GPUs exactly too; no
+   relative gap leaves slices unproven on a large pool;
 4. accuracy of every system (tie-break among equally cheap plans);
 5. least change from the current plan, when one is given.
 """
@@ -19,20 +22,28 @@ import time
 from dataclasses import dataclass
 
 import pyomo.environ as pyo
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from tessera.planner.assignment import assign_gpus, current_layout_counts, current_replica_counts
 from tessera.planner.candidates import allowed_variants, budget_levels, enumerate_candidates
 from tessera.planner.catalog import COMPUTE_SLICES, gpu_product, valid_layouts
+from tessera.planner.checker import check_plan
 from tessera.planner.diagnosis import diagnose
+from tessera.planner.errors import InfeasibleError, NoPlanError, PlannerBug, TimeLimitError
 from tessera.planner.features import Features
 from tessera.planner.highs_driver import HighsModel
 from tessera.planner.milp import CompoundMilp, MilpInput
 from tessera.planner.model import Pool, SystemSpec
-from tessera.planner.plan import Plan, SolverReport
+from tessera.planner.nodes import NodePool, PoolGpus, pool_gpus
+from tessera.planner.plan import CostProof, Plan, SolverReport
 from tessera.planner.plan_extraction import extract_plan
 from tessera.planner.profiles import DEFAULT_BATCHES, ProfileStore
 
+__all__ = ["InfeasibleError", "NoPlanError", "PlannerBug", "PlannerOptions", "TimeLimitError", "max_common_scale",
+           "plan"]
+
+TIME_LIMIT_STATUS = "Time limit reached"
+EXACT_UP_TO_GPUS = 2
 
 
 class PlannerOptions(BaseModel):
@@ -50,17 +61,38 @@ class PlannerOptions(BaseModel):
         description="Keep a candidate's option at a higher budget level only where its least load drops by this "
                     "factor; 1 keeps every level (exact, larger model).",
     )
-    batches: tuple[int, ...] = DEFAULT_BATCHES
-    mip_gap: float = Field(default=1e-3, ge=0)
+    exact_up_to_gpus: int = Field(
+        default=EXACT_UP_TO_GPUS, ge=0,
+        description="Pools of at most this many GPUs solve the exact model (tier_ratio 1, busy_instances 0) "
+                    "whatever those two say: there a fraction of an instance is a share of the cost.",
+    )
+    batches: tuple[int, ...] = Field(default=DEFAULT_BATCHES, description="Batch sizes profiled and planned.")
+    max_batch: int | None = Field(
+        default=None, ge=1, description="The largest batch a variant's server accepts (None: the largest of "
+                                        "`batches`).")
+    max_mps: int = Field(default=4, ge=1, le=48, description="Most server processes sharing one MIG instance "
+                                                             "(each bounded by memory).")
+    mip_gap: float = Field(default=1e-3, ge=0, description="Relative gap of the serve and accuracy stages.")
+    slice_tolerance: float = Field(
+        default=1.0, gt=0,
+        description="The slice count is proven once its lower bound is less than this many slices below it "
+                    "(1: the fewest slices, slices being whole); GPUs are always proven exactly.",
+    )
     time_limit_s: float = Field(default=60, gt=0, description="Wall-clock budget of all solves of one plan.")
+
+    @field_validator("batches")
+    @classmethod
+    def _batches_positive(cls, batches: tuple[int, ...]) -> tuple[int, ...]:
+        if not batches or min(batches) < 1:
+            raise ValueError(f"batches must be one or more sizes >= 1, got {batches}")
+        return tuple(sorted(set(batches)))
 
     @property
     def utilisation(self) -> float:
         return 1 / (1 + self.headroom)
 
-
-class NoPlanError(ValueError):
-    """The input admits no plan at all (not even serving part of the demand)."""
+    def exact_for(self, pool_gpus: int) -> bool:
+        return pool_gpus <= self.exact_up_to_gpus
 
 
 @dataclass
@@ -87,30 +119,33 @@ class _StagedSolver:
         self.highs = HighsModel(milp.m, options.mip_gap)
         self.deadline = time.perf_counter() + options.time_limit_s
         self.results: list[StageResult] = []
-        self.relaxed_bound: float | None = None
+        self.relaxed: tuple[object, float] | None = None  # (expression, bound) from relax-and-fix
         self.relax_and_fix_start = False
 
-    def _solve(self, name: str, expression, sense, share: float) -> StageResult | None:
+    def _solve(self, name: str, expression, sense, share: float,
+               abs_gap: float | None = None) -> StageResult | None:
         self.highs.set_objective(expression, sense)
         remaining = self.deadline - time.perf_counter()
         # RINS and RENS fix the integers the root LP agrees on and solve the rest,
         # which is what relax-and-fix has just done for this objective: repeating
         # it only delays the bound (120 H100s: the cost stage proved its optimum
         # in about 4 s without them, 7 s with them). Later objectives keep them.
-        result = self.highs.solve(remaining * share, neighbourhood_search=not self.relax_and_fix_start)
+        result = self.highs.solve(remaining * share, neighbourhood_search=not self.relax_and_fix_start,
+                                  abs_gap=abs_gap)
         self.relax_and_fix_start = False
         if result is None:
             return None
         return StageResult(name, result.value, result.bound, result.seconds, result.status)
 
-    def optimise(self, name: str, expression, sense, share: float = 0.5) -> StageResult | None:
-        stage = self._solve(name, expression, sense, share)
+    def optimise(self, name: str, expression, sense, share: float = 0.5,
+                 abs_gap: float | None = None) -> StageResult | None:
+        stage = self._solve(name, expression, sense, share, abs_gap)
         if stage is None:
             return None
-        if self.relaxed_bound is not None:
+        if self.relaxed is not None and self.relaxed[0] is expression:
+            # relax-and-fix solved a relaxation of this very objective: its bound holds here
             tighter = max if sense == pyo.minimize else min
-            stage.bound = tighter(stage.bound, self.relaxed_bound)
-            self.relaxed_bound = None
+            stage.bound = tighter(stage.bound, self.relaxed[1])
         self.results.append(stage)
         self.highs.load_into_model()
         return stage
@@ -125,13 +160,13 @@ class _StagedSolver:
         them, solve for integral replicas and layouts, and start from that.
         """
         m = self.milp.m
-        counts = list(m.n.values()) + list(m.g.values()) + [m.gpus_used, m.slices_used]
+        counts = list(m.n.values()) + list(m.g.values()) + list(m.h.values()) + [m.gpus_used, m.slices_used]
         self.highs.set_integral(counts, False)
         relaxed = self._solve("relaxed", expression, sense, share=0.3)
         self.highs.set_integral(counts, True)
         if relaxed is None:
             return
-        self.relaxed_bound = relaxed.bound
+        self.relaxed = (expression, relaxed.bound)
         choices = list(m.y.values()) + list(m.z.values())
         for var in choices:
             value = round(self.highs.value(var))
@@ -148,10 +183,11 @@ class _StagedSolver:
         else:
             self.highs.add_row(expression, stage.value - slack, math.inf)
 
-    def run(self, name: str, expression, sense, share: float = 0.5) -> StageResult | None:
+    def run(self, name: str, expression, sense, share: float = 0.5,
+            abs_gap: float | None = None) -> StageResult | None:
         if pyo.is_constant(expression):
             return StageResult(name, pyo.value(expression), pyo.value(expression), 0.0, "constant")
-        stage = self.optimise(name, expression, sense, share)
+        stage = self.optimise(name, expression, sense, share, abs_gap)
         if stage is not None:
             self.hold(expression, stage, sense)
         return stage
@@ -167,29 +203,38 @@ class _StagedSolver:
 
 def plan(
     systems: list[SystemSpec],
-    pool: Pool,
+    pool: Pool | NodePool,
     store: ProfileStore,
     features: Features = Features(),
     options: PlannerOptions = PlannerOptions(),
     current: Plan | None = None,
 ) -> Plan:
-    """The cheapest plan that serves the demand within the SLOs, or as much of it as the pool can."""
+    """The cheapest plan that serves the demand within the SLOs, or as much of it as the pool can.
+
+    Every plan returned has passed the independent checker; a plan that
+    fails it raises PlannerBug. No plan at all raises InfeasibleError or
+    TimeLimitError (both NoPlanError).
+    """
     started = time.perf_counter()
-    data = _milp_input(systems, pool, store, features, options, current)
+    gpus = pool_gpus(pool)
+    data = _milp_input(systems, gpus, store, features, options, current)
     milp, solver, build_s = _build(data, options, started)
 
     solver.serve_all_demand(True)
-    first = _solve_after_serving(solver, milp, systems, current)
+    first = _solve_after_serving(solver, milp, systems, current is not None or bool(data.current_layouts))
     if first is None:
         solver.serve_all_demand(False)
         _maximise_served(solver, "serve", systems, share=0.5)
-        _solve_after_serving(solver, milp, systems, current)
+        _solve_after_serving(solver, milp, systems, current is not None or bool(data.current_layouts))
 
     result = extract_plan(milp, features, options.headroom)
-    gpus = assign_gpus(result.tasks, pool.gpus, milp.layout_counts(), current)
-    report = _solver_report(solver, milp, build_s)
-    plan_ = result.finish(gpus, report)
+    placed = assign_gpus(result.tasks, gpus, milp.layout_counts(), milp.fixed_counts(), current)
+    report = _solver_report(solver, milp, build_s, options)
+    plan_ = result.finish(placed, report)
     plan_.diagnosis = diagnose(plan_, systems, data.candidates, data.levels)
+    errors = check_plan(plan_, systems, pool, store, features, options)
+    if errors:
+        raise PlannerBug(f"the plan fails the independent checker ({len(errors)} violations): {errors[0]}", errors)
     return plan_
 
 
@@ -204,70 +249,86 @@ def _maximise_served(solver: _StagedSolver, name: str, systems: list[SystemSpec]
     solver.find_start(served, pyo.maximize)
     stage = solver.run(name, served, pyo.maximize, share=share)
     if stage is None:
-        raise NoPlanError(_no_plan_message(systems))
+        if solver.highs.last_status == "Infeasible":
+            raise InfeasibleError(_no_plan_message(systems))
+        raise TimeLimitError(_time_limit_message(solver))
     return stage
 
 
 def _solve_after_serving(solver: _StagedSolver, milp: CompoundMilp, systems: list[SystemSpec],
-                         current: Plan | None):
+                         replanning: bool):
+    """The stages after the demand to serve is settled; None when serving all of it is infeasible."""
     accuracy_first = [s.name for s in systems if s.priority == "accuracy"]
     stages = []
     if accuracy_first:
         stages.append(("accuracy-first", milp.accuracy_score(accuracy_first), pyo.maximize))
     stages.append(("cost", milp.cost(), pyo.minimize))
     stages.append(("accuracy", milp.accuracy_score(), pyo.maximize))
-    if current is not None:
+    if replanning:
         stages.append(("least-change", milp.change(), pyo.maximize))
     # A constant objective (one variant per task) needs no solve, but the first
     # solve also tells whether all demand can be served, so it must be a real one.
     stages = [stage for stage in stages if not pyo.is_constant(stage[1])]
     solver.find_start(*stages[0][1:])
-    first = solver.run(*stages[0], share=0.75)
-    if first is None:
-        if solver.highs.last_status != "Infeasible":
-            raise NoPlanError(
-                f"no plan found within the time limit of {solver.options.time_limit_s:g} s "
-                f"(HiGHS: {solver.highs.last_status}); raise the time limit")
-        return None
-    for position, stage in enumerate(stages[1:], start=2):
-        solver.run(*stage, share=1.0 if position == len(stages) else 0.5)
+    first = None
+    for position, (name, expression, sense) in enumerate(stages, start=1):
+        share = 0.75 if position == 1 else 1.0 if position == len(stages) else 0.5
+        # The cost is proven in its own units: an absolute gap below the slice
+        # tolerance proves the GPUs exactly too (see _cost_proof).
+        abs_gap = solver.options.slice_tolerance - 1e-6 if name == "cost" else None
+        stage = solver.run(name, expression, sense, share=share, abs_gap=abs_gap)
+        if position == 1:
+            if stage is None:
+                if solver.highs.last_status != "Infeasible":
+                    raise TimeLimitError(_time_limit_message(solver))
+                return None
+            first = stage
     return first
+
+
+def _time_limit_message(solver: _StagedSolver) -> str:
+    return (f"no plan found within the time limit of {solver.options.time_limit_s:g} s "
+            f"(HiGHS: {solver.highs.last_status}); raise the time limit")
 
 
 def max_common_scale(
     systems: list[SystemSpec],
-    pool: Pool,
+    pool: Pool | NodePool,
     store: ProfileStore,
     features: Features = Features(),
     options: PlannerOptions = PlannerOptions(),
 ) -> tuple[float, SolverReport]:
     """The largest factor by which every system's demand can grow and still be served."""
     started = time.perf_counter()
-    data = _milp_input(systems, pool, store, features, options, None)
+    data = _milp_input(systems, pool_gpus(pool), store, features, options, None)
     data.maximise_common_scale = True
     data.scale_upper_bound = _scale_upper_bound(data)
     milp, solver, build_s = _build(data, options, started)
     stage = _maximise_served(solver, "max-demand", systems, share=1.0)
-    return stage.value, _solver_report(solver, milp, build_s)
+    return stage.value, _solver_report(solver, milp, build_s, options)
 
 
-def _milp_input(systems, pool, store, features, options, current) -> MilpInput:
+def _milp_input(systems, pool: PoolGpus, store, features, options, current) -> MilpInput:
     gpu = gpu_product(pool.gpu)
+    exact = options.exact_for(len(pool.gpus))
     candidates = [
         c for system in systems
-        for c in enumerate_candidates(system, gpu, store, features, options.batches)
+        for c in enumerate_candidates(system, gpu, store, features, options.batches, options.max_mps,
+                                      options.max_batch)
     ]
     layouts = list(valid_layouts(gpu.name))
     if not features.spatial_partitioning:
         layouts = [((gpu.whole_gpu_profile.name, 1),)]
     return MilpInput(
-        systems=systems, gpu=gpu, pool_gpus=pool.gpus, candidates=candidates,
+        systems=systems, gpu=gpu, pool_gpus=len(pool.gpus), candidates=candidates,
         levels={s.name: budget_levels(s, features, options.budget_levels) for s in systems},
-        layouts=layouts, utilisation=options.utilisation, tier_ratio=options.tier_ratio,
-        busy_instances=options.busy_instances,
+        layouts=layouts, utilisation=options.utilisation,
+        tier_ratio=1.0 if exact else options.tier_ratio, busy_instances=0 if exact else options.busy_instances,
         variants={(s.name, t.name): allowed_variants(t, features) for s in systems for t in s.tasks},
-        current_layouts=current_layout_counts(current) if current else {},
+        # A pool of nodes knows every GPU's layout; a plain pool only what the last plan chose.
+        current_layouts=pool.current_free_layouts() or (current_layout_counts(current) if current else {}),
         current_replicas=current_replica_counts(current) if current else {},
+        free_gpus=len(pool.free), fixed_groups=pool.fixed_groups(),
     )
 
 
@@ -286,19 +347,43 @@ def _scale_upper_bound(data: MilpInput) -> float:
     return bound if math.isfinite(bound) else 0.0
 
 
-def _solver_report(solver: _StagedSolver, milp: CompoundMilp, build_s: float) -> SolverReport:
+def _solver_report(solver: _StagedSolver, milp: CompoundMilp, build_s: float,
+                   options: PlannerOptions) -> SolverReport:
     stages = solver.results
-    main = next((s for s in stages if s.name in ("cost", "max-demand")), stages[-1])
+    by_name = {s.name: s for s in stages}
+    main = [by_name[name] for name in ("cost", "max-demand", "serve") if name in by_name] or stages[-1:]
+    limited = [s for s in main if s.status == TIME_LIMIT_STATUS]
     return SolverReport(
-        status=main.status,
+        status=(limited or main)[0].status,
         stages=[s.name for s in stages],
         objective={s.name: s.value for s in stages},
-        mip_gap=main.gap,
+        mip_gap=max(s.gap for s in main),
         build_s=build_s,
         solve_s=sum(s.seconds for s in stages),
         variables=milp.m.nvariables(),
         constraints=milp.m.nconstraints(),
+        time_limited=[s.name for s in stages if s.status == TIME_LIMIT_STATUS],
+        cost=_cost_proof(by_name, milp, options),
     )
+
+
+def _cost_proof(stages: dict[str, StageResult], milp: CompoundMilp,
+                options: PlannerOptions) -> CostProof | None:
+    """GPUs and slices beside the lower bounds the weighted cost's bound B gives them.
+
+    cost = W x GPUs + slices with slices <= 7 x GPUs, so every plan has
+    GPUs >= B / (W + 7), and every plan with as many GPUs as this one has
+    slices >= B - W x GPUs. When the solve proved the cost to within less
+    than one slice, both bounds meet the counts: W exceeds 7 x GPUs + 1.
+    """
+    if "cost" not in stages:
+        return None
+    cost, weight = stages["cost"], milp.gpu_weight
+    gpus, slices = divmod(round(cost.value), weight)
+    bound = cost.bound if math.isfinite(cost.bound) else 0.0
+    return CostProof(gpus=gpus, gpus_lower_bound=min(gpus, max(0, math.ceil(bound / (weight + 7) - 1e-6))),
+                     slices=slices, slices_lower_bound=min(slices, max(0, math.ceil(bound - weight * gpus - 1e-6))),
+                     slice_tolerance=options.slice_tolerance)
 
 
 def _no_plan_message(systems: list[SystemSpec]) -> str:

@@ -8,3 +8,4 @@ OK = 0
 BAD_INPUT = 2  # a file, field or option is malformed or out of range: fix the input
 INFEASIBLE = 3  # valid input that no plan can satisfy: the diagnosis says what to change
 TIME_LIMIT = 4  # the time limit was reached before any plan was found: retry with more time
+PLANNER_FAILED = 5  # a planner defect (a plan failed the independent checker): report it, with the input

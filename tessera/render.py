@@ -8,7 +8,7 @@ from rich.text import Text
 
 from tessera.planner.capacity import CapacityTable
 from tessera.planner.catalog import COMPUTE_SLICES
-from tessera.planner.plan import ConfigPlan, Plan
+from tessera.planner.plan import ConfigPlan, CostProof, Plan
 from tessera.planner.profiles import ProfileSource
 
 
@@ -90,9 +90,20 @@ def summary_table(plan: Plan) -> Table:
                             f"build {solver.build_s:.2f} s, solve {solver.solve_s:.2f} s, "
                             f"{solver.variables} variables, {solver.constraints} constraints")
     table.add_row("objective stages", ", ".join(f"{k}={v:.4g}" for k, v in solver.objective.items()))
+    if solver.cost:
+        table.add_row("cost proof", _cost_proof(solver.cost))
+    if solver.time_limited:
+        table.add_row(Text("time limit", style="yellow"), f"stopped {', '.join(solver.time_limited)}")
     for line in plan.diagnosis:
         table.add_row(Text("diagnosis", style="red"), line)
     return table
+
+
+def _cost_proof(cost: CostProof) -> str:
+    if cost.proven:
+        return f"{cost.gpus} GPUs and {cost.slices} slices, proven the fewest"
+    return (f"{cost.gpus} GPUs (proven >= {cost.gpus_lower_bound}), {cost.slices} slices (proven >= "
+            f"{cost.slices_lower_bound}): the time limit cut the proof short")
 
 
 def render_plan(plan: Plan, console: Console) -> None:

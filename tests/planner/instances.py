@@ -139,3 +139,51 @@ def _paths(names: str, shape) -> list[list[str]]:
         return [[node] + rest for c in children for rest in walk(c)]
 
     return [p for s in sources for p in walk(s)]
+
+
+MEASURED_GPU = "A100-80GB"
+MEASURED_BATCHES = [1, 2, 4, 8, 16, 32, 64, 128]
+
+
+def random_measured_instance(seed: int, rows: list) -> Instance:
+    """A random small instance whose profiles are real A100-80GB measurements (ParvaGPU).
+
+    `rows` are the MeasuredRow objects of the measurement folder; each variant
+    is one measured model, on 1-4 of its measured segment types (MPS <= 4)
+    and 1-3 batch sizes up to 128. Accuracies, memory, SLOs and demand are
+    drawn as in `random_instance`, scaled to the measured latencies.
+    """
+    rng = random.Random(seed)
+    models = sorted({row.variant for row in rows})
+    segments = sorted({(row.segment.mig_profile, row.segment.mps) for row in rows if row.segment.mps <= 4})
+    chosen_segments = set(rng.sample(segments, rng.randint(1, 4)))
+    batches = tuple(sorted(rng.sample(MEASURED_BATCHES, rng.randint(1, 3))))
+    n_tasks = rng.randint(1, 3)
+    shape = rng.choice(SHAPES[n_tasks])
+    names = "abc"[:n_tasks]
+    store = ProfileStore()
+    tasks, fastest, throughputs = [], {}, []
+    for t in names:
+        variants = []
+        for model in rng.sample(models, rng.randint(1, 2)):
+            variants.append(Variant(name=model, accuracy=rng.uniform(0.5, 1.0), memory_gb=rng.uniform(1, 9)))
+            for row in rows:
+                if row.variant == model and (row.segment.mig_profile, row.segment.mps) in chosen_segments \
+                        and row.batch in batches:
+                    store.add(model, row.segment, row.batch, Profile(latency_ms=row.latency_ms,
+                                                                     throughput_rps=row.throughput_rps,
+                                                                     source=ProfileSource.MEASURED))
+                    fastest[t] = min(fastest.get(t, float("inf")), 2 * row.latency_ms)
+                    throughputs.append(row.throughput_rps)
+        tasks.append(Task(name=t, variants=variants))
+    edges = [Edge(source=s, target=t, factor=rng.uniform(0.3, 3.0)) for s, t in shape]
+    slowest_path = max(sum(fastest.get(t, 50.0) for t in path) for path in _paths(names, shape))
+    typical = sorted(throughputs)[len(throughputs) // 2] if throughputs else 100.0
+    system = SystemSpec(
+        name="s0", tasks=tasks, edges=edges,
+        slo=Slo(latency_ms=slowest_path * rng.choice([0.8, 2.0, 3.0, 5.0, 10.0]) * rng.uniform(0.9, 1.1),
+                accuracy=rng.choice([1.0, rng.uniform(0.4, 0.9), rng.uniform(0.7, 1.0)])),
+        demand_rps=typical * rng.choice([0.05, 0.3, 1.0, 3.0, 10.0]) * rng.uniform(0.8, 1.2))
+    return Instance(seed=seed, systems=[system], pool=Pool(gpu=MEASURED_GPU, gpus=rng.randint(1, 2)), store=store,
+                    features=Features(), headroom=rng.choice([0.0, 0.1, 0.25]),
+                    budget_levels=rng.choice([3, 4, 5, 8, 10]), batches=batches)

@@ -67,9 +67,9 @@ def test_only_the_first_full_solve_after_relax_and_fix_skips_neighbourhood_searc
     searched = []
     highs_solve = HighsModel.solve
 
-    def recording(self, time_limit_s, neighbourhood_search=True):
+    def recording(self, time_limit_s, neighbourhood_search=True, **gaps):
         searched.append(neighbourhood_search)
-        return highs_solve(self, time_limit_s, neighbourhood_search)
+        return highs_solve(self, time_limit_s, neighbourhood_search, **gaps)
 
     monkeypatch.setattr(HighsModel, "solve", recording)
     solve(make_system({"t": [("v", 1.0, 10, 100), ("w", 0.9, 10, 200)]}, demand=500))
@@ -254,3 +254,19 @@ def test_capacity_with_every_feature_is_at_least_that_of_every_other_subset():
     assert scales["A+S+T"] > scales["Unopt"] > 0
     assert table.ratio("A+S+T", "Unopt") == pytest.approx(scales["A+S+T"] / scales["Unopt"])
     assert table.rows[-1].max_demand_rps == {"s": pytest.approx(100 * scales["A+S+T"])}
+
+
+def test_on_a_large_pool_the_cost_is_proven_to_one_slice_where_a_relative_gap_would_not_be():
+    # 40 GPUs: the weighted cost (281 per GPU + slices) of about 30 GPUs is ~8,500, so the relative gap of
+    # 1e-3 that used to end the cost stage accepted a plan up to 8 slices above its bound. The cost is now
+    # proven in its own units: GPUs exactly, slices to less than one.
+    tasks = {"a": [("a1", 1.0, 8, 60), ("a2", 0.6, 4, 150)], "b": [("b1", 1.0, 6, 80), ("b2", 0.7, 3, 200)]}
+    system = make_system(tasks, [{"source": "a", "target": "b", "factor": 1.7}], demand=8000, latency_slo=40,
+                         accuracy_slo=0.5)
+    result = solve(system, gpus=40)
+    cost = result.solver.cost
+    weighted = (7 * 40 + 1) * cost.gpus + cost.slices
+    assert OPTIONS.mip_gap * weighted >= 5  # what the relative gap left unproven
+    assert cost.proven and (cost.gpus, cost.slices) == (cost.gpus_lower_bound, cost.slices_lower_bound)
+    assert (cost.gpus, cost.slices) == (result.gpus_used, result.slices_used)
+    assert result.solver.time_limited == []

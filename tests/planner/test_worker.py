@@ -1,0 +1,78 @@
+"""Solves in a worker process: plain data across, wall-time and memory caps, cancellation."""
+
+import asyncio
+import time
+from pathlib import Path
+
+import pytest
+
+from tessera.planner.contract import Planned, PlannerFailed, PlanRequest, SystemInput, TimeLimit
+from tessera.planner.model import Pool
+from tessera.planner.solve import PlannerOptions
+from tessera.planner.spec_file import load_systems
+from tessera.planner.worker import SolveCancelled, start_solve
+
+from .test_solve import GPU, ONE_TASK, OPTIONS, make_system
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def small_request() -> PlanRequest:
+    spec = make_system(ONE_TASK, demand=300)
+    return PlanRequest(systems=[SystemInput(namespace="ns", name="s", spec=spec)], pool=Pool(gpu=GPU, gpus=2),
+                       options=OPTIONS)
+
+
+def long_request() -> PlanRequest:
+    """The three example systems at 30x their demand on 15 H100s: a solve of many seconds."""
+    systems = [s for name in ("traffic-analysis", "social-media", "ar-assistant")
+               for s in load_systems(EXAMPLES / f"{name}.yaml")]
+    return PlanRequest(
+        systems=[SystemInput(namespace="ns", name=s.name, spec=s.model_copy(update={"demand_rps": 30 * s.demand_rps}))
+                 for s in systems],
+        pool=Pool(gpu=GPU, gpus=15), options=PlannerOptions(time_limit_s=120))
+
+
+def test_an_awaited_solve_answers_with_its_outcome_without_blocking_the_loop():
+    async def main():
+        handle = start_solve(small_request())
+        ticks = 0
+
+        async def tick():
+            nonlocal ticks
+            while True:
+                await asyncio.sleep(0.05)
+                ticks += 1
+
+        ticker = asyncio.create_task(tick())
+        outcome = await handle.wait()
+        ticker.cancel()
+        return outcome, ticks
+
+    outcome, ticks = asyncio.run(main())
+    assert isinstance(outcome, Planned) and outcome.plan.fully_served
+    assert ticks > 5  # the loop kept running while the child solved
+
+
+def test_cancelling_a_running_solve_stops_the_worker_at_once():
+    handle = start_solve(long_request())
+    time.sleep(3)
+    assert not handle.done()
+    started = time.monotonic()
+    handle.cancel()
+    assert time.monotonic() - started < 5
+    assert not handle.running  # the child is gone, not left solving
+    with pytest.raises(SolveCancelled):
+        handle.result()
+
+
+def test_a_solve_past_its_wall_time_cap_is_stopped_and_may_be_retried():
+    outcome = start_solve(long_request(), wall_limit_s=3).result()
+    assert isinstance(outcome, TimeLimit) and outcome.retryable and outcome.plan is None
+    assert "wall-time cap of 3 s" in outcome.reason
+
+
+def test_a_solve_past_its_memory_cap_fails_without_a_plan():
+    outcome = start_solve(small_request(), memory_limit_mb=64).result()
+    assert isinstance(outcome, PlannerFailed)
+    assert "memory cap" in outcome.reason
