@@ -1,0 +1,77 @@
+"""Placement of an adapter pool: tessera's, the baselines', the lower bound, the twin check."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Sequence
+
+from .bound import lower_bound
+from .model import Placement, PlacementProblem, PlacementReport
+from .packing import STRATEGIES, run_strategy
+from .replace import replace_adapters
+from .server import ServerModel
+from .twin_check import check_placement
+
+BASELINES = tuple(s for s in STRATEGIES if s != "tessera")
+
+
+def place(problem: PlacementProblem, strategy: str = "tessera", model: ServerModel | None = None,
+          seed: int = 0) -> Placement:
+    """One strategy's placement, described by the predictors (no twin check). The pool's server limit
+    binds tessera's placement (adapters beyond it are reported unplaced); baselines show how many
+    servers they would use."""
+    started = time.perf_counter()
+    model = model or ServerModel(problem)
+    bound = lower_bound(problem, model).servers
+    servers = run_strategy(strategy, model, problem, bound, seed).described(model)
+    limit = problem.limits.max_servers if strategy == "tessera" else None
+    unplaced: tuple[str, ...] = ()
+    if limit is not None and len(servers) > limit:
+        unplaced = tuple(name for s in servers[limit:] for name in s.adapters)
+        servers = servers[:limit]
+    return Placement(strategy=strategy, model=model.profile.model, servers=servers, unplaced=unplaced,
+                     place_s=time.perf_counter() - started)
+
+
+def plan_placement(problem: PlacementProblem, twin_check: bool = True, baselines: Sequence[str] = BASELINES,
+                   workers: int = 1, seed: int = 0, previous: Placement | None = None,
+                   progress: Callable[[str, int, int], None] | None = None) -> PlacementReport:
+    """tessera's placement (a re-placement of ``previous`` when given), each baseline's in the same
+    code path, the lower bound, and (unless ``twin_check`` is off) one simulated hour of every server
+    of every placement. ``progress(strategy, servers_done, servers_total)`` is called as twin checks
+    finish."""
+    model = ServerModel(problem)
+    replacement = replace_adapters(problem, previous, model) if previous is not None else None
+    tessera = replacement.placement if replacement else place(problem, "tessera", model, seed)
+    placements = [tessera, *(place(problem, strategy, model, seed) for strategy in baselines)]
+    if twin_check:
+        total = sum(p.servers_used for p in placements)
+        done = 0
+
+        def advance(strategy: str) -> Callable[[int], None]:
+            def step(k: int) -> None:
+                nonlocal done
+                done += k
+                if progress:
+                    progress(strategy, done, total)
+            return step
+
+        placements = [check_placement(p, problem.adapters, model.profile, problem.bound, seed, workers,
+                                      advance(p.strategy)) for p in placements]
+    return PlacementReport(
+        problem_name=problem.name, model=model.profile.model, adapters=len(problem.adapters),
+        rate_rps=sum(a.rate_rps for a in problem.adapters), placement=placements[0],
+        baselines=tuple(placements[1:]), lower_bound=lower_bound(problem, model), notes=_notes(problem, model),
+        replacement=dataclasses.replace(replacement, placement=placements[0]) if replacement else None)
+
+
+def _notes(problem: PlacementProblem, model: ServerModel) -> tuple[str, ...]:
+    notes = []
+    if problem.bound.p99_ttft_ms is not None:
+        notes.append("the p99 time-to-first-token bound is judged by the twin check only; the predictors do not "
+                     "predict latency, so placement does not pack against it")
+    if problem.gpu and problem.gpu.lower() != model.profile.gpu.lower():
+        notes.append(f"the twin profile {model.profile.model} was measured on {model.profile.gpu}, the pool runs "
+                     f"{problem.gpu}: predictions assume that GPU's speed and memory")
+    return tuple(notes)
