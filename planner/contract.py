@@ -101,6 +101,7 @@ class Infeasible(BaseModel):
 class InvalidInput(BaseModel):
     kind: Literal["invalid-input"] = "invalid-input"
     reason: str
+    system: str | None = Field(default=None, description="The system whose spec the planner refused, when one is.")
 
 
 class PlannerFailed(BaseModel):
@@ -135,7 +136,7 @@ def plan_outcome(systems: list[SystemSpec], pool: Pool | NodePool, measured: Pro
     except PlannerBug as error:
         return PlannerFailed(reason=str(error), errors=error.errors)
     except (ValueError, ValidationError) as error:  # profiles that cannot be had, a spec the planner refuses
-        return InvalidInput(reason=str(error))
+        return InvalidInput(reason=str(error), system=getattr(error, "system", None))
     return outcome_of(result)
 
 

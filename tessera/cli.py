@@ -18,7 +18,7 @@ from tessera.logs import configure_logging
 from tessera.options import BoundedInt, FiniteFloat
 from tessera.planner.capacity import capacity
 from tessera.planner.catalog import CATALOG, COMPUTE_SLICES
-from tessera.planner.contract import Infeasible, TimeLimit, plan_outcome
+from tessera.planner.contract import Infeasible, InvalidInput, TimeLimit, plan_outcome
 from tessera.planner.features import Features, all_feature_sets
 from tessera.planner.input_files import InputError, quote, shorten
 from tessera.planner.measured import load_parvagpu_dir
@@ -168,7 +168,7 @@ def _store(systems, gpu: str, measured: Path | None, options: PlannerOptions):
     try:
         return build_profile_store(systems, gpu, _measured(measured), options.batches, max_mps=options.max_mps)
     except ValueError as error:
-        raise click.ClickException(str(error)) from None
+        raise BadInput(str(error)) from None
 
 
 @main.command("plan")
@@ -194,6 +194,8 @@ def plan_command(files, gpu, gpus, measured, features, output, **planner) -> Non
     with _naming_files(origins), console.status(
             f"Solving the MILP for {len(systems)} system(s) on {gpus} x {gpu}..."):
         outcome = plan_outcome(systems, Pool(gpu=gpu, gpus=gpus), _measured(measured), chosen, options)
+    if isinstance(outcome, InvalidInput) and outcome.system in origins:
+        raise BadInput(f"{origins[outcome.system]}: {outcome.reason}")
     result = getattr(outcome, "plan", None)
     if result is None:
         _no_plan(outcome, output)
@@ -226,7 +228,7 @@ def _measured(measured: Path | None):
     try:
         return load_parvagpu_dir(measured) if measured else None
     except ValueError as error:
-        raise click.ClickException(str(error)) from None
+        raise BadInput(str(error)) from None
 
 
 @main.command("capacity")

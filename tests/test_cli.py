@@ -224,9 +224,9 @@ def measurements() -> Path:
 def test_batches_and_max_batch_reach_the_planner(write, measurements):
     # BERT measured on an A100: batch 128 serves 14% more per instance than 16 or 32; a demand that fills it
     document = {"apiVersion": "tessera.ai/v1alpha1", "kind": "CompoundInferenceSystem", "metadata": {"name": "qa"},
-                "spec": {"slo": {"latency_ms": 2000}, "demand_rps": 20000,
+                "spec": {"slo": {"latencyMilliseconds": 2000}, "demandRequestsPerSecond": 20000,
                          "tasks": [{"name": "answer", "variants": [{"name": "bert", "accuracy": 1.0,
-                                                                      "memory_gb": 4}]}]}}
+                                                                      "gpuMemoryGigabytes": 4}]}]}}
     common = ["--gpu", "A100-80GB", "--gpus", 8, "--measured", measurements, "--time-limit", 30, "--output", "json"]
     wide = Plan.model_validate(json.loads(invoke("plan", write(document), *common, "--batches", "1,32,64,128").stdout))
     capped = Plan.model_validate(json.loads(invoke("plan", write(document), *common, "--batches", "1,32,64,128",

@@ -142,7 +142,8 @@ def _run_from_record(i: int, r: dict) -> RealRun:
         mean_waiting=_f(r.get("mean_waiting")), prompt_tok_s=_f(r.get("prompt_tok_s")),
         finished=int(_f(r.get("finished_requests"), 0)), out_tokens=_f(r.get("total_output_tokens")),
         dt_throughput=_f(r.get("dt_throughput_tok_s")), dt_starved=r.get("dt_starvation") == "1",
-        rate_label=r.get("adapter_rates", ""))
+        rate_label=r.get("adapter_rates", ""), kv_usage=_f(r.get("mean_kv_usage")),
+        kv_cache_tokens=_f(r.get("kv_cache_tokens_est")))
 
 
 def workload_for(run: RealRun, seed: int) -> Workload:
