@@ -31,6 +31,7 @@ from yaml.composer import Composer
 from yaml.constructor import SafeConstructor
 from yaml.resolver import Resolver
 
+API_VERSION = "tessera.ai/v1alpha1"
 MAX_YAML_BYTES = 256 * 1024
 MAX_CSV_BYTES = 4 * 1024 * 1024
 MAX_CSV_ROWS = 100_000
@@ -110,6 +111,23 @@ def validate(model: type[Model], data: Any, where: str, prefix: str = "",
         return model.model_validate(data, **options)
     except ValidationError as error:
         raise error_type(f"{where}: {describe(error, prefix)}") from None
+
+
+def object_name_and_spec(document: dict[str, Any], kind: str, where: str,
+                         error_type: type[InputError] = InputError) -> tuple[str, dict[str, Any]]:
+    """metadata.name and spec of a tessera object of `kind`, or an error naming the field that is wrong."""
+    if document.get("kind") != kind:
+        raise error_type(f"{where}: kind must be {kind}, got {quote(document.get('kind'))}")
+    if document.get("apiVersion") != API_VERSION:
+        raise error_type(f"{where}: apiVersion must be {API_VERSION}, got {quote(document.get('apiVersion'))}")
+    metadata = document.get("metadata")
+    name = metadata.get("name") if isinstance(metadata, dict) else None
+    if not name or not isinstance(name, str):
+        raise error_type(f"{where}: metadata.name: expected a name (a string), got {quote(name)}")
+    spec = document.get("spec")
+    if not isinstance(spec, dict):
+        raise error_type(f"{where} ({shorten(name)}): spec: expected a mapping, got {type(spec).__name__}")
+    return name, spec
 
 
 def read_text(path: str | Path, max_bytes: int = MAX_YAML_BYTES) -> str:

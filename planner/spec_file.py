@@ -19,10 +19,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from tessera.planner.input_files import InputError, load_yaml_documents, quote, shorten, validate
+from tessera.planner.input_files import (InputError, load_yaml_documents, object_name_and_spec, quote, shorten,
+                                         validate)
 from tessera.planner.model import SystemSpec
 
-API_VERSION = "tessera.ai/v1alpha1"
 KIND = "CompoundInferenceSystem"
 
 
@@ -38,17 +38,7 @@ def system_from_object(document: dict[str, Any], where: str = "document") -> Sys
     if not isinstance(document, dict):
         raise SpecFileError(f"{where}: expected a mapping, got {type(document).__name__}")
     if "kind" in document or "apiVersion" in document:
-        if document.get("kind") != KIND:
-            raise SpecFileError(f"{where}: kind must be {KIND}, got {quote(document.get('kind'))}")
-        if document.get("apiVersion") != API_VERSION:
-            raise SpecFileError(f"{where}: apiVersion must be {API_VERSION}, got {quote(document.get('apiVersion'))}")
-        metadata = document.get("metadata")
-        name = metadata.get("name") if isinstance(metadata, dict) else None
-        if not name or not isinstance(name, str):
-            raise SpecFileError(f"{where}: metadata.name: expected a name (a string), got {quote(name)}")
-        spec = document.get("spec")
-        if not isinstance(spec, dict):
-            raise SpecFileError(f"{where} ({shorten(name)}): spec: expected a mapping, got {type(spec).__name__}")
+        name, spec = object_name_and_spec(document, KIND, where, SpecFileError)
         if "name" in spec and spec["name"] != name:
             raise SpecFileError(f"{where} ({shorten(name)}): spec.name {quote(spec['name'])} differs from metadata.name")
         fields = {**spec, "name": name}

@@ -18,7 +18,7 @@ from rich.text import Text
 from tessera import exit_codes
 from tessera.planner.placement import (BASELINES, Placement, PlacementReport, Replacement, ServerPlacement,
                                        plan_placement)
-from tessera.planner.placement.pool_file import PoolFileError, load_previous_placement, load_problem
+from tessera.planner.placement.pool_file import load_previous_placement, load_problem
 
 
 @click.command("place")
@@ -36,14 +36,8 @@ def place(file: Path, output: str, no_twin: bool, workers: int, baselines: str, 
           previous: Path | None) -> None:
     """Place the adapters of the AdapterPool in FILE: servers with --max-loras, --max-lora-rank and adapters,
     predicted and twin-checked health, and servers used against each baseline and the lower bound."""
-    try:
-        problem = load_problem(file)
-    except PoolFileError as error:
-        _bad_input(f"{file}: {error}")
-    try:
-        earlier = load_previous_placement(previous) if previous else None
-    except PoolFileError as error:
-        _bad_input(str(error))
+    problem = load_problem(file)  # refused input exits BAD_INPUT through the main group
+    earlier = load_previous_placement(previous) if previous else None
     chosen = tuple(b for b in baselines.split(",") if b)
     unknown = set(chosen) - set(BASELINES)
     if unknown:
@@ -74,11 +68,6 @@ def place(file: Path, output: str, no_twin: bool, workers: int, baselines: str, 
         click.echo(json.dumps(data, indent=2) if output == "json" else yaml.safe_dump(data, sort_keys=False))
     if report.placement.unplaced or not report.placement.predicted_ok:
         sys.exit(exit_codes.INFEASIBLE)
-
-
-def _bad_input(message: str) -> None:
-    click.echo(f"Error: {message}", err=True)
-    sys.exit(exit_codes.BAD_INPUT)
 
 
 def _adapters_cell(server: ServerPlacement, shown: int = 2) -> str:

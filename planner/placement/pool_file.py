@@ -1,26 +1,37 @@
-"""An AdapterPool object (YAML) as a placement problem.
+"""An AdapterPool file as a placement problem.
 
-Minimal on purpose: it reads the fields placement needs from the AdapterPool
-wire format (camelCase, as issue 8's ``AdapterPoolSpec`` defines them) and
-names the field of any error; validation of the whole object is the API
-model's and the API server's job.
+The object is validated by the API's own model (``AdapterPoolSpec``, the one the
+CRD is generated from), by its camelCase wire names only, and read through the
+project's bounded YAML loader: the command line accepts what the API server
+accepts, and every error names the file and the field. ``problem_from_spec`` is
+the one mapping from the API to the placement library's plain ``PlacementProblem``;
+what that problem cannot express is refused there, naming the field.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from tessera.planner.adapter_pool import AdapterPoolSpec
+from tessera.planner.input_files import InputError, load_yaml, object_name_and_spec, quote, shorten, validate
 from tessera.planner.twin.profile import ALIASES
+from tessera.planner.twin.workload import Workload
 
 from .model import AdapterDemand, Placement, PlacementProblem, PoolLimits, ServerPlacement, ServiceBound
 
+KIND = "AdapterPool"
+# etcd's object size limit: every AdapterPool the API server can store (2000 adapters) fits.
+MAX_POOL_BYTES = 1536 * 1024
+# An earlier report lists every adapter once per strategy (tessera's and four baselines).
+MAX_PREVIOUS_BYTES = 8 * 1024 * 1024
+# The predictors and the twin check run the calibrated workload's request lengths; a pool's
+# mean lengths are accepted within this share of them (the API example rounds them).
+LENGTH_TOLERANCE = 0.05
 
-class PoolFileError(ValueError):
-    """A malformed AdapterPool: the message names the field."""
+
+class PoolFileError(InputError):
+    """A malformed AdapterPool or one placement cannot express: the message names the file and the field."""
 
 
 def twin_profile_of(base_model_name: str, twin_profile: str | None) -> str:
@@ -30,75 +41,65 @@ def twin_profile_of(base_model_name: str, twin_profile: str | None) -> str:
         return twin_profile
     key = base_model_name.rsplit("/", 1)[-1].lower()
     if key not in ALIASES:
-        raise PoolFileError(f"spec.baseModel.twinProfile: no twin profile matches model {base_model_name!r}; "
+        raise PoolFileError(f"spec.baseModel.twinProfile: no twin profile matches model {quote(base_model_name)}; "
                             f"name one of {sorted(set(ALIASES.values()))}")
     return ALIASES[key]
 
 
-def _field(data: dict[str, Any], key: str, where: str, kind: Callable[[Any], Any] | None = None,
-           default: Any = ...) -> Any:
-    if key not in data or data[key] is None:
-        if default is ...:
-            raise PoolFileError(f"{where}.{key}: required")
-        return default
-    value = data[key]
-    if kind is not None:
-        try:
-            value = kind(value)
-        except (TypeError, ValueError):
-            raise PoolFileError(f"{where}.{key}: expected {getattr(kind, '__name__', kind)}, got {value!r}") from None
-    return value
+def _require_calibrated_length(field: str, value: float | None, calibrated: float) -> None:
+    if value is not None and abs(value - calibrated) > LENGTH_TOLERANCE * calibrated:
+        raise PoolFileError(f"spec.{field}: {value:g} tokens; placement predicts only the calibrated workload's "
+                            f"{calibrated:g} (within {LENGTH_TOLERANCE:.0%}): leave the field out or set it so")
 
 
-def problem_from_object(obj: dict[str, Any]) -> PlacementProblem:
-    if not isinstance(obj, dict) or obj.get("kind") != "AdapterPool":
-        raise PoolFileError("kind: expected an AdapterPool object")
-    spec = obj.get("spec")
-    if not isinstance(spec, dict):
-        raise PoolFileError("spec: required")
-    base = spec.get("baseModel") or {}
-    adapters = []
-    for i, entry in enumerate(_field(spec, "adapters", "spec")):
-        where = f"spec.adapters[{i}]"
-        rate = _field(entry, "expectedRequestsPerSecond", where, float)
-        rank = _field(entry, "rank", where, int)
-        if rank < 1 or rate < 0:
-            raise PoolFileError(f"{where}: rank must be >= 1 and expectedRequestsPerSecond >= 0")
-        adapters.append(AdapterDemand(_field(entry, "name", where, str), rank, rate))
-    names = [a.name for a in adapters]
-    if len(set(names)) != len(names):
-        raise PoolFileError("spec.adapters: adapter names repeat")
-    bound = spec.get("serviceBound") or {}
-    limits = spec.get("limits") or {}
+def problem_from_spec(spec: AdapterPoolSpec) -> PlacementProblem:
+    """The placement problem of an AdapterPool's spec: each adapter at its expected rate."""
+    for index, adapter in enumerate(spec.adapters):
+        if adapter.rate_rps is None:
+            raise PoolFileError(f"spec.adapters[{index}].expectedRequestsPerSecond: placement needs every adapter's "
+                                f"expected rate; a pool with only a demandSource is placed from its measurements "
+                                f"by the operator")
+    _require_calibrated_length("meanPromptTokens", spec.mean_prompt_tokens, Workload.mean_input)
+    _require_calibrated_length("meanOutputTokens", spec.mean_output_tokens, Workload.mean_output)
+    bound, limits = spec.service_bound, spec.limits
     return PlacementProblem(
-        adapters=tuple(adapters),
-        model=twin_profile_of(_field(base, "name", "spec.baseModel", str), base.get("twinProfile")),
-        bound=ServiceBound(_field(bound, "minServedFraction", "spec.serviceBound", float, None),
-                           _field(bound, "p99TimeToFirstTokenMilliseconds", "spec.serviceBound", float, None)),
-        limits=PoolLimits(_field(limits, "maxServers", "spec.limits", int, None),
-                          _field(limits, "maxAdaptersPerServer", "spec.limits", int, None),
-                          _field(limits, "maxLoraSlotsPerServer", "spec.limits", int, None)),
-        max_model_len=_field(base, "maxModelLengthTokens", "spec.baseModel", int, None),
-        name=(obj.get("metadata") or {}).get("name", "pool"), gpu=spec.get("gpuProduct"))
+        adapters=tuple(AdapterDemand(a.name, a.rank, float(a.rate_rps or 0.0)) for a in spec.adapters),
+        model=twin_profile_of(spec.base_model.name, spec.base_model.twin_profile),
+        bound=ServiceBound(bound.min_served_fraction, bound.p99_ttft_ms),
+        limits=PoolLimits(limits.max_servers, limits.max_adapters_per_server, limits.max_lora_slots),
+        max_model_len=spec.base_model.max_model_len, name=spec.name, gpu=spec.gpu)
+
+
+def spec_from_object(document: Any, where: str) -> AdapterPoolSpec:
+    """The spec of an AdapterPool object, validated by the API's model under its wire names."""
+    if not isinstance(document, dict):
+        raise PoolFileError(f"{where}: expected an AdapterPool object (a mapping), got {type(document).__name__}")
+    name, spec = object_name_and_spec(document, KIND, where, PoolFileError)
+    if "name" in spec:  # not in the CRD: the API server refuses it too
+        raise PoolFileError(f"{where} ({shorten(name)}): spec.name: unknown field; the pool's name is metadata.name")
+    return validate(AdapterPoolSpec, {**spec, "name": name}, f"{where} ({shorten(name)})", "spec", PoolFileError,
+                    by_alias=True, by_name=False)
 
 
 def load_problem(path: str | Path) -> PlacementProblem:
+    """The placement problem of the AdapterPool in a YAML file."""
+    spec = spec_from_object(load_yaml(path, MAX_POOL_BYTES), str(path))
     try:
-        obj = yaml.safe_load(Path(path).read_text())
-    except yaml.YAMLError as error:
-        raise PoolFileError(f"{path}: not YAML: {error}") from None
-    return problem_from_object(obj)
+        return problem_from_spec(spec)
+    except PoolFileError as error:
+        raise PoolFileError(f"{path} ({shorten(spec.name)}): {error}") from None
 
 
 def load_previous_placement(path: str | Path) -> Placement:
     """The servers of an earlier `tessera place --output json|yaml` (its tessera placement): what
     re-placement needs of them is each server's index, adapters and two flags."""
+    data = load_yaml(path, MAX_PREVIOUS_BYTES)  # JSON is YAML
     try:
-        data = yaml.safe_load(Path(path).read_text())  # JSON is YAML
         servers = data["placement"]["servers"]
         return Placement(strategy=data["placement"]["strategy"], model=data["model"], servers=tuple(
             ServerPlacement(index=int(s["index"]), adapters=tuple(s["adapters"]), max_loras=int(s["max_loras"]),
                             max_lora_rank=int(s["max_lora_rank"]), rate_rps=float(s["rate_rps"]), starts=True,
                             predicted=None) for s in servers))
-    except (yaml.YAMLError, KeyError, TypeError, ValueError) as error:
-        raise PoolFileError(f"{path}: not the output of `tessera place --output json|yaml`: {error!r}") from None
+    except (KeyError, TypeError, ValueError) as error:
+        raise PoolFileError(f"{path}: not the output of `tessera place --output json|yaml`: "
+                            f"{quote(str(error))}") from None

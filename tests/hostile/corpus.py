@@ -76,7 +76,33 @@ def _set(node, keys: list[str], value) -> None:
 def spec_yaml(**changes) -> str:
     """The valid spec with changes: a dotted path (`slo.latencyMilliseconds`, `edges.0.factor`: inside `spec`;
     `kind`, `metadata.name`: from the top) and its new value; DELETE removes the field."""
-    out = spec()
+    return changed_yaml(spec(), changes)
+
+
+def pool() -> dict:
+    """A valid AdapterPool: two adapters at expected rates on one base model."""
+    weights = {"uri": "s3://adapters/a", "digest": "sha256:" + "0" * 64}
+    return {
+        "apiVersion": "tessera.ai/v1alpha1",
+        "kind": "AdapterPool",
+        "metadata": {"name": "tiny-pool"},
+        "spec": {
+            "baseModel": {"name": "Qwen/Qwen2.5-7B-Instruct", "image": "vllm/vllm-openai:v0.8.5",
+                          "maxModelLengthTokens": 32768, "weights": weights},
+            "gpuProduct": GPU,
+            "serviceBound": {"minServedFraction": 0.9},
+            "adapters": [{"name": n, "rank": 16, "expectedRequestsPerSecond": 0.5, "weights": weights}
+                         for n in ("sales", "support")],
+        },
+    }
+
+
+def pool_yaml(**changes) -> str:
+    """The valid AdapterPool with changes, as `spec_yaml`."""
+    return changed_yaml(pool(), changes)
+
+
+def changed_yaml(out: dict, changes: dict) -> str:
     for path, value in changes.items():
         keys = path.split(".")
         if keys[0] not in ("apiVersion", "kind", "metadata", "spec"):
@@ -258,6 +284,29 @@ def spec_cases() -> list[Case]:
     ]
 
 
+def pool_cases() -> list[Case]:
+    def place(id: str, text: FileContent, *says: str) -> Case:
+        return Case(id, ["place", "pool.yaml", "--no-twin", "--baselines", ""], {"pool.yaml": text},
+                    ("pool.yaml", *says))
+
+    return [
+        place("pool-alias-bomb", alias_bomb(), "aliases"),
+        place("pool-huge", sparse(10 * 1024 * 1024), "over the limit"),
+        place("pool-wrong-kind", pool_yaml(kind="CompoundInferenceSystem"), "kind", "AdapterPool"),
+        place("pool-missing-service-bound", pool_yaml(serviceBound=DELETE), "spec.serviceBound", "Field required"),
+        place("pool-missing-rank", pool_yaml(**{"adapters.1.rank": DELETE}), "spec.adapters[1].rank", "Field required"),
+        place("pool-rank-zero", pool_yaml(**{"adapters.0.rank": 0}), "spec.adapters[0].rank"),
+        place("pool-rank-huge", pool_yaml(**{"adapters.0.rank": 10**9}), "spec.adapters[0].rank"),
+        place("pool-rate-nan", pool_yaml(**{"adapters.0.expectedRequestsPerSecond": float("nan")}),
+              "expectedRequestsPerSecond", "finite"),
+        place("pool-snake-case", pool_yaml(service_bound={"min_served_fraction": 0.9}), "service_bound"),
+        place("pool-demand-source-only", pool_yaml(demandSource={"query": "sum by (adapter) (rate(x[5m]))"},
+                                                   **{"adapters.0.expectedRequestsPerSecond": DELETE}),
+              "spec.adapters[0].expectedRequestsPerSecond", "demandSource"),
+        place("pool-prompt-lengths-other", pool_yaml(meanPromptTokens=4000), "spec.meanPromptTokens"),
+    ]
+
+
 def option_cases() -> list[Case]:
     good = {"spec.yaml": spec_yaml()}
 
@@ -401,4 +450,4 @@ def csv_cases() -> list[Case]:
 
 
 def corpus() -> list[Case]:
-    return spec_cases() + option_cases() + twin_cases() + csv_cases()
+    return spec_cases() + pool_cases() + option_cases() + twin_cases() + csv_cases()
