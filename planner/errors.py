@@ -27,5 +27,5 @@ class PlannerBug(RuntimeError):
         super().__init__(message)
         self.errors = list(errors or [])
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[type[PlannerBug], tuple[str, list[str]]]:
         return type(self), (self.args[0], self.errors)
