@@ -24,6 +24,18 @@ KINDS = {
     "CompoundInferenceSystem": ("compoundinferencesystems", SystemSpec, {"name"}),
 }
 DROPPED_KEYS = {"title", "$defs"}
+PRINTER_COLUMNS = {
+    # What `kubectl get` shows; the status fields are written by operator/status.py.
+    "CompoundInferenceSystem": [
+        {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
+        {"name": "Ready", "type": "string", "jsonPath": '.status.conditions[?(@.type=="Ready")].status'},
+        {"name": "GPUs", "type": "integer", "jsonPath": ".status.plan.gpus"},
+        {"name": "Slices", "type": "integer", "jsonPath": ".status.plan.slices"},
+        {"name": "Served", "type": "number", "jsonPath": ".status.plan.servedFraction"},
+        {"name": "Latency-ms", "type": "number", "jsonPath": ".status.plan.worstPathLatencyMilliseconds"},
+        {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+    ],
+}
 
 
 def _structural(node: Any, definitions: dict[str, Any]) -> Any:
@@ -83,6 +95,7 @@ def crd(kind: str) -> dict[str, Any]:
             "versions": [{
                 "name": VERSION, "served": True, "storage": True,
                 "subresources": {"status": {}},
+                "additionalPrinterColumns": PRINTER_COLUMNS[kind],
                 "schema": {"openAPIV3Schema": {
                     "type": "object",
                     "properties": {

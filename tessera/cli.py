@@ -22,6 +22,7 @@ from tessera.planner.profile_sources import build_profile_store
 from tessera.planner.solve import NoPlanError, PlannerOptions, plan
 from tessera.planner.spec_file import SpecFileError, load_systems
 from tessera.render import render_plan
+from tessera.operator_cli import operator
 from tessera.twin_cli import twin
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
@@ -35,6 +36,7 @@ def main() -> None:
 
 
 main.add_command(twin)
+main.add_command(operator)
 
 
 def _pool_options(command):
@@ -189,3 +191,7 @@ def crds_command(write: bool) -> None:
             click.echo(f"wrote {path}")
         else:
             click.echo("---\n" + text)
+
+
+if __name__ == "__main__":
+    main()
