@@ -30,14 +30,14 @@ from dataclasses import dataclass, field
 from tessera.operator import builders, metrics, naming
 from tessera.operator import status as st
 from tessera.operator.cluster import Cluster, dumps
-from tessera.operator.placement import Placement, PlacedGpu, ServerKey, Share, place, placed_gpus, share_of
-from tessera.operator.pools import NodeFacts, Pool, group_pools, node_facts, node_profile_name
+from tessera.operator.placement import Placement, PlacedGpu, Share, place, placed_gpus, share_of
+from tessera.operator.pools import Pool, group_pools, node_facts, node_profile_name
 from tessera.operator.settings import OperatorSettings
 from tessera.operator.solver import SolveCancelled, SolveOutcome, SolveRequest, SolverWorker
 from tessera.operator.systems import SystemObject, read_system
 from tessera.operator.testhooks import checkpoint
 from tessera.planner.model import Pool as PlannerPool
-from tessera.planner.plan import Plan
+from tessera.planner.plan import InstancePlan, Plan
 from tessera.planner.solve import PlannerOptions
 
 log = logging.getLogger("tessera.operator")
@@ -150,6 +150,9 @@ class Reconciler:
                 self.cluster.delete_pool_state(pool.key)
         elif state.get("inputs") != self.inputs_hash(pool, candidates, spec_hash, kept):
             while candidates:
+                if stored_plan_stands(state, self.pool_hash(pool), candidates, spec_hash):
+                    plan, free = stored_plan, stored_slots  # only systems that turned invalid left it
+                    break
                 free = free_slots(pool, kept)
                 plan, found = self.solve(pool, candidates, len(free), stored_plan if stored_slots == free else None,
                                          outcome)
@@ -166,6 +169,8 @@ class Reconciler:
                 checkpoint("after-solve")
                 self.cluster.write_pool_state(pool.key, {
                     "inputs": self.inputs_hash(pool, candidates, spec_hash, kept),
+                    "pool": self.pool_hash(pool),
+                    "systems": dumps({s.ref.key: spec_hash[s.ref.key] for s in candidates}),
                     "plan": plan.model_dump_json() if plan else "",
                     "slots": dumps(free),
                     "kept": dumps({k: v.model_dump(mode="json") for k, v in kept.items()}),
@@ -175,13 +180,22 @@ class Reconciler:
                 checkpoint("after-plan-stored")
         outcome.plan, outcome.invalid = plan, invalid
         node_names = {n.name for n in pool.nodes}
-        gpus = [g for g in (placed_gpus(plan, free) if plan else []) + [g for k in kept.values() for g in k.gpus]
-                if g.node in node_names]
-        tasks = (plan.tasks if plan else []) + [t for share in kept.values() for t in share.tasks]
+        planned_for = {s.ref.key for s in candidates}
+        gpus = [g for g in (placed_gpus(plan, free) if plan else []) if g.node in node_names]
+        # Kept shares hold the instances of systems the plan was also made for (a plan that still stands).
+        gpus = [g.model_copy(update={"instances": [i if i.system in planned_for else InstancePlan(mig_profile=i.mig_profile)
+                                                   for i in g.instances]}) for g in gpus]
+        gpus += [g for share in kept.values() for g in share.gpus if g.node in node_names]
+        tasks = [t for t in (plan.tasks if plan else []) if t.system in planned_for]
+        tasks += [t for share in kept.values() for t in share.tasks]
         outcome.placement = place(gpus, tasks, {n.name: n.gpu_count for n in pool.nodes})
         for gpu in gpus:
             for system in {i.system for i in gpu.instances if i.system}:
                 outcome.gpus_of.setdefault(system, []).append(gpu)
+
+    def pool_hash(self, pool: Pool) -> str:
+        return naming.digest({"gpu": pool.gpu.name, "slots": [(n.name, i) for n, i in pool.slots()],
+                              "options": self.options.model_dump(mode="json")})
 
     def inputs_hash(self, pool: Pool, candidates: list[SystemObject], spec_hash: dict[str, str],
                     kept: dict[str, Share]) -> str:
@@ -193,12 +207,20 @@ class Reconciler:
 
     def solve(self, pool: Pool, candidates: list[SystemObject], gpus: int, current: Plan | None,
               outcome: PoolOutcome) -> tuple[Plan | None, dict[str, tuple[str, str]]]:
-        """(the plan, {}) or (None, the systems the planner cannot use); failures go to `outcome.solve_error`."""
+        """(the plan, {}) or (None, the systems the planner cannot use); failures go to `outcome.solve_error`.
+
+        The planner serves as much demand as it can, so a system whose SLO no
+        choice reaches still gets a plan, serving nothing; it is unplannable
+        (Invalid) only when it serves nothing even alone on the whole pool,
+        else the pool is too small (Degraded).
+        """
         result = self.run_solver(pool, candidates, gpus, current)
-        if result.planned:
-            return result.plan, {}
         if result.kind == "cancelled":
             raise SolveCancelled(result.message)
+        if result.planned:
+            starved = [s for s in candidates if _serves_nothing(result.plan, s.ref.key)]
+            culprits = self.find_unplannable(pool, starved, gpus) if starved else {}
+            return (None, culprits) if culprits else (result.plan, {})
         if result.kind in ("no-plan", "bad-input"):
             culprits = self.find_unplannable(pool, candidates, gpus)
             if culprits:
@@ -207,15 +229,20 @@ class Reconciler:
         return None, {}
 
     def find_unplannable(self, pool: Pool, systems: list[SystemObject], gpus: int) -> dict[str, tuple[str, str]]:
+        """Each system alone on the pool: those that still get no plan, or serve nothing, with the planner's why."""
         found = {}
         for system in systems:
             result = self.run_solver(pool, [system], gpus, None)
+            key = system.ref.key
             if result.kind == "cancelled":
                 raise SolveCancelled(result.message)
             if result.kind == "no-plan":
-                found[system.ref.key] = (st.SLO_UNREACHABLE, result.message)
+                found[key] = (st.SLO_UNREACHABLE, result.message)
             elif result.kind == "bad-input":
-                found[system.ref.key] = (st.MISSING_PROFILES, result.message)
+                found[key] = (st.MISSING_PROFILES, result.message)
+            elif result.planned and _serves_nothing(result.plan, key):
+                why = [line.removeprefix(f"{key}: ") for line in result.plan.diagnosis]
+                found[key] = (st.SLO_UNREACHABLE, "; ".join(why) or "no choice meets the SLOs")
         return found
 
     def run_solver(self, pool: Pool, systems: list[SystemObject], gpus: int, current: Plan | None) -> SolveOutcome:
@@ -246,6 +273,8 @@ class Reconciler:
         annotations = ((configmap or {}).get("metadata") or {}).get("annotations") or {}
         text = ((configmap or {}).get("data") or {}).get(builders.MIG_PARTED_KEY)
         wanted = {mig.config: mig.entries for outcome in outcomes for mig in outcome.mig.values()}
+        if configmap is None and not wanted:
+            return {}
         new_text = builders.mig_parted_text(text, wanted, keep=in_use)
         prefix = naming.MIG_CONFIG_WRITTEN_PREFIX
         written = {key.removeprefix(prefix): float(value) for key, value in annotations.items()
@@ -318,8 +347,8 @@ class Reconciler:
         placement = outcome.placement
         planned: dict[tuple[str, str, str], tuple[dict, bool]] = {}
         for system in systems:
-            if system.spec is None:
-                continue
+            if system.spec is None or system.ref.key in outcome.invalid:
+                continue  # an invalid system's children stay exactly as its last good plan made them
             for (system_key, task_name), task in sorted(placement.tasks.items()):
                 if system_key != system.ref.key:
                     continue
@@ -362,6 +391,24 @@ def assign_to_pools(systems: list[SystemObject], pools: list[Pool]) -> dict[str 
         key = wanted if wanted in known else (None if wanted else default)
         members.setdefault(key, []).append(system)
     return members
+
+
+def stored_plan_stands(state: dict[str, str], pool_hash: str, candidates: list[SystemObject],
+                       spec_hash: dict[str, str]) -> bool:
+    """The stored plan still serves these systems: same pool, each of them planned with its current spec.
+
+    Systems it was made for that are no longer candidates have turned
+    invalid (a deletion changes the pool's inputs otherwise: the pool plans again).
+    """
+    if not state.get("plan") or state.get("pool") != pool_hash:
+        return False
+    planned = json.loads(state.get("systems", "{}"))
+    return all(planned.get(s.ref.key) == spec_hash[s.ref.key] for s in candidates)
+
+
+def _serves_nothing(plan: Plan, system: str) -> bool:
+    summary = next((s for s in plan.systems if s.system == system), None)
+    return summary is not None and summary.demand_rps > 0 and summary.served_rps <= 0
 
 
 def free_slots(pool: Pool, kept: dict[str, Share]) -> list[tuple[str, int]]:

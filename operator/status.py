@@ -112,6 +112,8 @@ def events_for(previous: dict, new: dict) -> list[EventSpec]:
     before = {c["type"]: c for c in previous.get("conditions") or []}
     events = []
     for condition in new["conditions"]:
+        if condition["type"] == PROGRESSING:
+            continue  # it names the same step as Ready's reason: one Event is enough
         old = before.get(condition["type"])
         if old and (old["status"], old["reason"]) == (condition["status"], condition["reason"]):
             if not (condition["type"] == PLANNED and old["message"] != condition["message"]):

@@ -17,6 +17,7 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import yaml
 from kubernetes import client
 
 from cluster.controlplane import die_with_parent_prefix, free_port
@@ -126,6 +127,14 @@ def apply_examples(kubectl, namespace: str, names=THREE_EXAMPLES) -> list[str]:
     for name in names:
         kubectl("apply", "-n", namespace, "-f", str(EXAMPLES / name))
     return [Path(n).stem for n in names]
+
+
+def system_yaml(name: str, **spec_changes) -> str:
+    """The single-model example under another name, with spec fields replaced."""
+    document = yaml.safe_load((EXAMPLES / "single-model.yaml").read_text())
+    document["metadata"]["name"] = name
+    document["spec"].update(spec_changes)
+    return yaml.safe_dump(document)
 
 
 def systems(custom: client.CustomObjectsApi, namespace: str) -> dict[str, dict]:

@@ -10,59 +10,20 @@ replicas), not tessera's own view of them.
 from __future__ import annotations
 
 import json
-import random
 from collections import Counter
 
-import pytest
 import yaml
-from kubernetes import client
 
 from cluster.gpu_nodes import gpu_states
 from cluster.kube import wait_for
 
+from .operator_fixtures import crds, custom, run_operator  # noqa: F401  (fixtures)
 from .operator_harness import (
-    EXAMPLES, GROUP, PLURAL, VERSION, OperatorProcess, apply_examples, audit_lines, children, condition,
-    delete_pool, gpu_resource, is_true, make_pool, new_namespace, operator_writes, pinned_node, signature,
-    systems, wait_ready,
+    EXAMPLES, OperatorProcess, apply_examples, audit_lines, children, condition, gpu_resource, is_true,
+    operator_writes, pinned_node, systems, system_yaml, wait_ready,
 )
 
-CRDS = EXAMPLES.parent / "crds"
 READY_TIMEOUT_S = 240
-
-
-@pytest.fixture(scope="module")
-def crds(kubectl):
-    kubectl("apply", "-f", str(CRDS))
-    kubectl("wait", "--for=condition=Established", "crd/compoundinferencesystems.tessera.ai", "--timeout=60s")
-
-
-@pytest.fixture
-def custom(api_client) -> client.CustomObjectsApi:
-    return client.CustomObjectsApi(api_client)
-
-
-@pytest.fixture
-def run_operator(cluster, core, tmp_path, crds, mig_manager):
-    """Factory: a fresh pool of fake H100 nodes, a namespace, and an operator process watching them."""
-    started = []
-
-    def make(nodes: int, resync_s: float = 5.0) -> OperatorProcess:
-        pool = make_pool(core, nodes)
-        operator = OperatorProcess(cluster.kubeconfig, tmp_path, new_namespace(core, "op"), pool,
-                                   state_namespace=f"tessera-{pool.id}", resync_s=resync_s)
-        started.append(operator)
-        return operator
-
-    yield make
-    for operator in started:
-        operator.stop()
-        core.delete_namespace(operator.namespace)
-        delete_pool(core, operator.pool)
-        try:
-            core.delete_namespace(operator.state_namespace)
-        except client.ApiException as error:
-            if error.status != 404:
-                raise
 
 
 def _planned_layouts(core, operator: OperatorProcess) -> dict[str, list]:
@@ -134,22 +95,15 @@ def test_an_idle_resync_writes_nothing_by_the_audit_log(run_operator, cluster, c
     assert operator_writes(cluster.audit_log, 0), "the audit log records the operator's writes at all"
 
 
-def _system(name: str, **spec_changes) -> str:
-    document = yaml.safe_load((EXAMPLES / "single-model.yaml").read_text())
-    document["metadata"]["name"] = name
-    document["spec"].update(spec_changes)
-    return yaml.safe_dump(document)
-
-
 def test_systems_the_planner_cannot_use_are_invalid_and_the_others_keep_running(run_operator, custom, kubectl):
     operator = run_operator(nodes=2).start()
     kubectl("apply", "-n", operator.namespace, "-f", str(EXAMPLES / "single-model.yaml"))
-    cyclic = yaml.safe_load(_system("cyclic"))
+    cyclic = yaml.safe_load(system_yaml("cyclic"))
     cyclic["spec"]["tasks"].append({"name": "second", "variants": [cyclic["spec"]["tasks"][0]["variants"][0]]})
     cyclic["spec"]["edges"] = [{"source": "image_classification", "target": "second"},
                                {"source": "second", "target": "image_classification"}]
     kubectl("apply", "-n", operator.namespace, "-f", "-", input=yaml.safe_dump(cyclic))
-    kubectl("apply", "-n", operator.namespace, "-f", "-", input=_system("too-fast", slo={"latency_ms": 0.5}))
+    kubectl("apply", "-n", operator.namespace, "-f", "-", input=system_yaml("too-fast", slo={"latency_ms": 0.5}))
 
     wait_ready(custom, operator.namespace, ["single-model"], READY_TIMEOUT_S, operator)
     found = wait_for(lambda: (s := systems(custom, operator.namespace)) and all(
@@ -166,12 +120,12 @@ def test_systems_the_planner_cannot_use_are_invalid_and_the_others_keep_running(
 
 def test_a_system_turned_invalid_keeps_its_last_good_plan_running(run_operator, custom, api_client, kubectl):
     operator = run_operator(nodes=2).start()
-    kubectl("apply", "-n", operator.namespace, "-f", "-", input=_system("steady"))
-    kubectl("apply", "-n", operator.namespace, "-f", "-", input=_system("changing"))
+    kubectl("apply", "-n", operator.namespace, "-f", "-", input=system_yaml("steady"))
+    kubectl("apply", "-n", operator.namespace, "-f", "-", input=system_yaml("changing"))
     wait_ready(custom, operator.namespace, ["steady", "changing"], READY_TIMEOUT_S, operator)
     before = {d.metadata.uid for d in children(api_client, operator.namespace)[0]}
 
-    kubectl("apply", "-n", operator.namespace, "-f", "-", input=_system("changing", slo={"latency_ms": 0.5}))
+    kubectl("apply", "-n", operator.namespace, "-f", "-", input=system_yaml("changing", slo={"latency_ms": 0.5}))
     wait_for(lambda: is_true(systems(custom, operator.namespace)["changing"], "Invalid"), 60, "changing Invalid")
     wait_for(lambda: "reconciled" in operator.log.read_text(), 10, "a reconcile")
     found = systems(custom, operator.namespace)
