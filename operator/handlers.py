@@ -15,6 +15,11 @@ from tessera.operator import main, naming
 from tessera.operator.systems import PLURAL
 
 
+@kopf.on.login()
+def login(**kwargs):
+    return main.login(**kwargs)
+
+
 @kopf.on.startup()
 async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) -> None:
     await main.start(settings, memo)

@@ -35,11 +35,20 @@ def run(settings: OperatorSettings, kubeconfig: str | None) -> None:
     """Runs the operator until it is stopped (SIGTERM/SIGINT)."""
     global _settings, _kubeconfig
     _settings, _kubeconfig = settings, kubeconfig
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("kopf").setLevel(logging.WARNING)  # one line per watch event is noise
     if kubeconfig:
         os.environ["KUBECONFIG"] = kubeconfig  # kopf's own login reads it too
     from tessera.operator import handlers  # noqa: F401  (registers the handlers)
 
     kopf.run(standalone=True, clusterwide=not settings.namespaces, namespaces=settings.namespaces)
+
+
+def login(**kwargs) -> kopf.ConnectionInfo | None:
+    """kopf's credentials: the --kubeconfig file when given, else in cluster (or the default kubeconfig)."""
+    if _kubeconfig:
+        return kopf.login_with_kubeconfig(**kwargs)  # reads KUBECONFIG now, not at import
+    return kopf.login_via_client(**kwargs)
 
 
 def api_client(kubeconfig: str | None) -> client.ApiClient:
