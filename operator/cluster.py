@@ -107,7 +107,7 @@ class Cluster:
         self.writes += 1
         body = {"metadata": {"name": name, "annotations": annotations}, "data": data}
         if exists:
-            self.core.patch_namespaced_config_map(name, namespace, body)
+            self.core.patch_namespaced_config_map(name, namespace, body, _content_type=MERGE)
         else:
             self.core.create_namespaced_config_map(namespace, body)
 
@@ -155,7 +155,7 @@ class Cluster:
         self.writes += 1
         try:
             self.custom.patch_namespaced_custom_object_status(GROUP, VERSION, namespace, PLURAL, name,
-                                                              {"status": status})
+                                                              {"status": status}, _content_type=MERGE)
         except ApiException as error:
             if error.status != 404:  # deleted meanwhile: nothing to report on
                 raise
