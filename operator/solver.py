@@ -64,7 +64,9 @@ def run_solve(request: SolveRequest) -> SolveOutcome:
     try:
         result = plan(request.systems, request.pool, store, request.features, request.options, request.current)
     except NoPlanError as error:
-        return SolveOutcome("no-plan", message=str(error), seconds=time.perf_counter() - started)
+        # Until the planner's outcomes are typed, its time limit is told apart by its message.
+        kind = "failed" if "time limit" in str(error) else "no-plan"
+        return SolveOutcome(kind, message=str(error), seconds=time.perf_counter() - started)
     except Exception as error:  # the worker reports, the operator decides; nothing is deleted on failure
         return SolveOutcome("failed", message=f"{type(error).__name__}: {error}", seconds=time.perf_counter() - started)
     return SolveOutcome("planned", plan=result, seconds=time.perf_counter() - started)

@@ -79,7 +79,7 @@ class OperatorProcess:
         return [sys.executable, "-P", "-m", "tessera.cli", "operator", "--kubeconfig", str(self.kubeconfig),
                 "--namespace", self.namespace, "--node-selector", self.pool.selector,
                 "--state-namespace", self.state_namespace, "--mig-config-propagation", "1.5",
-                "--resync", str(self.resync_s), "--debounce", "0.3", "--solve-time-limit", "30",
+                "--resync", str(self.resync_s), "--debounce", "0.3", "--solve-time-limit", "120",
                 "--health-port", str(free_port()), "--metrics-port", str(free_port()), *self.extra_args]
 
     @property
