@@ -12,8 +12,10 @@ the interpreter's start-up.
 
 from __future__ import annotations
 
+import ctypes
 import multiprocessing
 import os
+import signal
 import threading
 import time
 from dataclasses import dataclass, field
@@ -24,6 +26,7 @@ from tessera.planner.plan import Plan
 from tessera.planner.solve import PlannerOptions
 
 POLL_S = 0.05
+PR_SET_PDEATHSIG = 1
 PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
 WALL_GRACE_S = 30.0
 """Beyond the planner's own time limit: model building and extraction are not under its clock."""
@@ -72,7 +75,17 @@ def run_solve(request: SolveRequest) -> SolveOutcome:
     return SolveOutcome("planned", plan=result, seconds=time.perf_counter() - started)
 
 
+def _die_with_parent() -> None:
+    """A killed operator must not leave its solver running (Linux: PR_SET_PDEATHSIG)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):
+        pass
+
+
 def _serve(connection) -> None:
+    _die_with_parent()
     import tessera.planner.solve  # noqa: F401  (warm: imports done before the first request)
 
     while True:
