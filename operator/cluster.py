@@ -65,6 +65,11 @@ class Cluster:
             found += [{**self._plain(s), "kind": "Service", "apiVersion": "v1"} for s in services]
         return found
 
+    def mig_configs_in_use(self) -> set[str]:
+        """The MIG configs any node of the cluster names (also nodes outside tessera's selector)."""
+        nodes = self.core.list_node(label_selector="nvidia.com/mig.config").items
+        return {n.metadata.labels["nvidia.com/mig.config"] for n in nodes}
+
     def gpu_pods_on(self, node: str) -> list[str]:
         """Pods on a node that hold GPUs or MIG instances (mig-manager does not drain them)."""
         pods = self.core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node}").items

@@ -27,6 +27,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+import yaml
+
 from tessera.operator import builders, metrics, naming
 from tessera.operator import status as st
 from tessera.operator.cluster import Cluster, dumps
@@ -104,7 +106,7 @@ class Reconciler:
             self.plan_pool(pool, members.get(pool.key, []), outcome)
             self.desired_mig(pool, outcome)
         # One ConfigMap serves every pool: its configs are decided for all pools at once.
-        written = self.write_mig_configs(list(outcomes.values()), in_use={f.mig_config for f in facts if f.mig_config})
+        written = self.write_mig_configs(list(outcomes.values()), in_use=self.cluster.mig_configs_in_use())
         requeue: list[float] = []
         for pool in pools:
             outcome = outcomes[pool.key]
@@ -281,8 +283,11 @@ class Reconciler:
                    if key.startswith(prefix)}
         now = time.time()
         missing = {config: now for config in wanted if config not in written}
-        if new_text != text or missing:
+        kept_configs = set(yaml.safe_load(new_text)["mig-configs"])
+        dropped = {config for config in written if config not in kept_configs}
+        if new_text != text or missing or dropped:
             stamps = {prefix + config: f"{stamp:.0f}" for config, stamp in missing.items()}
+            stamps.update({prefix + config: None for config in dropped})
             self.cluster.write_configmap(namespace, name, {builders.MIG_PARTED_KEY: new_text}, stamps,
                                          exists=configmap is not None)
             written.update(missing)
