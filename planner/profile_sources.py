@@ -5,7 +5,9 @@ every MIG profile of the GPU, every MPS degree the GPU allows and every
 batch, where the segment's memory holds the processes
 (`mps x variant.memory_gb <= mig.memory_gb`); the profiles given in the
 system's spec (source GIVEN); and measured ones (source MEASURED) on this GPU
-for the same batches and MPS degrees (ParvaGPU also measured 5 processes and
+for the same batches and MPS degrees. A variant measured on this GPU (at
+least `correction.MIN_POINTS` points) gets its estimates from the estimator
+corrected by those measurements (planner/correction.py), still ESTIMATED (ParvaGPU also measured 5 processes and
 batches up to 256: those rows stay out unless `batches` asks for them). Where
 several sources cover one (variant, segment type, batch), the store keeps the
 most trusted: measured, then given, then estimated.
@@ -13,11 +15,12 @@ most trusted: measured, then given, then estimated.
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Callable, Iterable
 
-from tessera.planner.catalog import gpu_product
+from tessera.planner.catalog import GpuProduct, gpu_product
+from tessera.planner.correction import MIN_POINTS, MeasuredPoint, correct
 from tessera.planner.estimator import Coefficients, calibrated, estimate
-from tessera.planner.model import SystemSpec
+from tessera.planner.model import SystemSpec, Variant
 from tessera.planner.profiles import DEFAULT_BATCHES, Profile, ProfileSource, ProfileStore, SegmentType
 
 
@@ -52,14 +55,14 @@ def build_profile_store(systems: list[SystemSpec], gpu: str, measured: ProfileSt
                         f"params_millions, or profiles for it in the spec, or measure it"
                     )
                 if can_estimate:
+                    estimator = estimator_for(variant, product, measured, coefficients)
                     for mig in product.profiles:
                         for mps in product.mps_degrees:
                             if mps * variant.memory_gb > mig.memory_gb:
                                 continue
                             segment = SegmentType(gpu=product.name, mig_profile=mig.name, mps=mps)
                             for batch in batches:
-                                store.add(variant.name, segment, batch,
-                                          estimate(variant, product, mig, mps, batch, coefficients))
+                                store.add(variant.name, segment, batch, estimator(mig.name, mps, batch))
                 for segment, batch, profile in measured_here:
                     store.add(variant.name, segment, batch, profile)
         for point in given:
@@ -70,3 +73,14 @@ def build_profile_store(systems: list[SystemSpec], gpu: str, measured: ProfileSt
                       point.batch, Profile(latency_ms=point.latency_ms, throughput_rps=point.throughput_rps,
                                            source=ProfileSource.GIVEN))
     return store
+
+
+def estimator_for(variant: Variant, product: GpuProduct, measured: ProfileStore | None,
+                  coefficients: Coefficients) -> Callable[[str, int, int], Profile]:
+    """(MIG profile, MPS, batch) -> estimated profile: corrected by the variant's measurements where it has them."""
+    points = [MeasuredPoint(segment, batch, profile.latency_ms)
+              for segment, batch, profile in (measured.for_variant(variant.name) if measured else ())
+              if segment.gpu == product.name and profile.source is ProfileSource.MEASURED]
+    if len(points) >= MIN_POINTS:
+        return correct(variant, product, points).estimate
+    return lambda mig, mps, batch: estimate(variant, product, product.profile(mig), mps, batch, coefficients)

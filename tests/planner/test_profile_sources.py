@@ -1,10 +1,10 @@
 import pytest
 
 from tessera.planner.catalog import gpu_product
-from tessera.planner.measured import load_parvagpu_dir
+from tessera.planner.measured import add_rows, load_parvagpu_dir, read_parvagpu_dir
 from tessera.planner.model import ProfilePoint, Slo, SystemSpec, Task, Variant
 from tessera.planner.profile_sources import build_profile_store
-from tessera.planner.profiles import DEFAULT_BATCHES, ProfileSource, SegmentType
+from tessera.planner.profiles import DEFAULT_BATCHES, ProfileSource, ProfileStore, SegmentType
 
 
 def system(*variants: Variant, profiles=(), name="shop") -> SystemSpec:
@@ -82,3 +82,20 @@ def test_measured_rows_outside_the_batches_and_mps_degrees_stay_out(measurements
     wider = build_profile_store([system(RESNET50)], "A100-80GB", measured=measured, batches=(1, 64))
     profile = wider.get("resnet50", SegmentType(gpu="A100-80GB", mig_profile="7g.80gb"), 64)
     assert profile.source is ProfileSource.MEASURED
+
+
+def test_a_measured_variant_gets_corrected_estimates_on_the_segments_it_was_not_measured_on(measurements):
+    rows = [r for r in read_parvagpu_dir(measurements) if r.variant == "resnet50"]
+    measured_1g_3g = add_rows(ProfileStore(), [r for r in rows if r.segment.mig_profile in ("1g.10gb", "3g.40gb")])
+    corrected = build_profile_store([system(RESNET50)], "A100-80GB", measured=measured_1g_3g)
+    plain = build_profile_store([system(RESNET50)], "A100-80GB")
+    held_out = [r for r in rows if r.segment.mig_profile == "7g.80gb" and r.batch in DEFAULT_BATCHES
+                and r.segment.mps in (1, 2, 3, 4)]
+
+    def median_error(store) -> float:
+        errors = sorted(abs(store.get("resnet50", r.segment, r.batch).latency_ms / r.latency_ms - 1) for r in held_out)
+        return errors[len(errors) // 2]
+
+    profile = corrected.get("resnet50", held_out[0].segment, held_out[0].batch)
+    assert profile.source is ProfileSource.ESTIMATED  # closer, still an estimate
+    assert median_error(corrected) < 0.75 * median_error(plain)

@@ -1,0 +1,1 @@
+"""Test fixtures shared between test areas (real servers started on loopback)."""
