@@ -114,7 +114,9 @@ class Reconciler:
             self.reconcile_children(pool, members.get(pool.key, []), children, outcome)
             for system in members.get(pool.key, []):
                 self.write_status(system, *system_status(system, outcome))
-            metrics.record_pool(pool.key, outcome.plan, pool.gpus)
+            metrics.record_pool(pool.key, outcome.plan, pool.gpus, [
+                layout for node, node_plan in outcome.placement.nodes.items()
+                if outcome.mig.get(node) and outcome.mig[node].applied for layout in node_plan.layouts.values()])
             if outcome.requeue_after is not None:
                 requeue.append(outcome.requeue_after)
         for system in members.get(None, []):
