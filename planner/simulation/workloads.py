@@ -1,0 +1,177 @@
+"""Demand over time: bursty rate traces and the Poisson arrivals they drive.
+
+A trace is a rate *shape*: a multiplier per time bin with mean 1. A system's
+arrival rate in a bin is its planned demand (the spec's `demand_rps`) times
+the multiplier, so one trace drives several systems of different sizes, and
+a plan made for the trace's mean is the spec as written, one made for its
+p95 rate the spec's demand times `trace.p95()`.
+
+The built-in traces are fixed here, with their seeds, before any result was
+computed from them (docs/serving-simulation.md lists the parameters):
+
+- MMPP: a continuous-time Markov chain over demand levels (seconds to a
+  minute), the burstiness of a shared front end.
+- Diurnal with bursts: a day's sinusoid compressed into the trace's length
+  (minutes to hours in a real day), with flash crowds on top (tens of
+  seconds), several time scales in one trace.
+- Replay: a recorded rate series from CSV (`time_s,rate`), resampled to the
+  bin width and rescaled to mean 1.
+"""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+BIN_S = 1.0
+
+
+@dataclass(frozen=True)
+class RateTrace:
+    """A rate shape: `multiplier[i]` holds during [i * bin_s, (i + 1) * bin_s)."""
+
+    name: str
+    multiplier: np.ndarray
+    bin_s: float = BIN_S
+
+    @property
+    def duration_s(self) -> float:
+        return len(self.multiplier) * self.bin_s
+
+    def p95(self) -> float:
+        return float(np.percentile(self.multiplier, 95))
+
+    def scaled_to_mean_one(self) -> "RateTrace":
+        mean = float(self.multiplier.mean())
+        if not mean > 0:
+            raise ValueError(f"trace {self.name!r}: its mean rate is {mean}, not positive")
+        return RateTrace(self.name, self.multiplier / mean, self.bin_s)
+
+
+@dataclass(frozen=True)
+class MmppParameters:
+    """Levels of demand (relative) and how long each lasts on average.
+
+    From a level the chain jumps to one of the others, chosen uniformly.
+    """
+
+    levels: tuple[float, ...] = (0.6, 1.0, 1.8)
+    mean_dwell_s: tuple[float, ...] = (40.0, 60.0, 15.0)
+    seed: int = 14
+
+
+@dataclass(frozen=True)
+class DiurnalParameters:
+    """A compressed day (one sinusoid over the trace) with flash crowds on top."""
+
+    amplitude: float = 0.4  # trough 0.6, peak 1.4 of the daily mean
+    bursts_per_hour: float = 30.0
+    burst_height: tuple[float, float] = (0.5, 1.5)  # added to the multiplier, uniform in this range
+    burst_duration_s: tuple[float, float] = (5.0, 30.0)  # uniform
+    seed: int = 1914
+
+
+def mmpp(duration_s: float, parameters: MmppParameters = MmppParameters(), bin_s: float = BIN_S) -> RateTrace:
+    """A Markov-modulated rate, averaged per bin, scaled to mean 1."""
+    rng = np.random.default_rng(parameters.seed)
+    levels = np.asarray(parameters.levels, dtype=float)
+    dwell = np.asarray(parameters.mean_dwell_s, dtype=float)
+    if len(levels) != len(dwell) or len(levels) < 2:
+        raise ValueError("MMPP: give at least two levels, each with its mean dwell time")
+    bins = _bin_count(duration_s, bin_s)
+    edges = np.arange(bins + 1) * bin_s
+    # The level as a step function: change points and the level after each.
+    times, states = [0.0], [int(rng.integers(len(levels)))]
+    while times[-1] < edges[-1]:
+        times.append(times[-1] + rng.exponential(dwell[states[-1]]))
+        others = [s for s in range(len(levels)) if s != states[-1]]
+        states.append(int(rng.choice(others)))
+    area = _step_integral(np.asarray(times), levels[np.asarray(states)], edges)
+    return RateTrace("mmpp", area / bin_s).scaled_to_mean_one()
+
+
+def diurnal_with_bursts(duration_s: float, parameters: DiurnalParameters = DiurnalParameters(),
+                        bin_s: float = BIN_S) -> RateTrace:
+    rng = np.random.default_rng(parameters.seed)
+    bins = _bin_count(duration_s, bin_s)
+    centres = (np.arange(bins) + 0.5) * bin_s
+    multiplier = 1 - parameters.amplitude * np.cos(2 * np.pi * centres / (bins * bin_s))
+    bursts = rng.poisson(parameters.bursts_per_hour * bins * bin_s / 3600)
+    for _ in range(bursts):
+        start = rng.uniform(0, bins * bin_s)
+        length = rng.uniform(*parameters.burst_duration_s)
+        height = rng.uniform(*parameters.burst_height)
+        multiplier += height * ((centres >= start) & (centres < start + length))
+    return RateTrace("diurnal", multiplier).scaled_to_mean_one()
+
+
+def constant(duration_s: float, bin_s: float = BIN_S) -> RateTrace:
+    """Steady Poisson demand: the latency model's own assumption."""
+    return RateTrace("constant", np.ones(_bin_count(duration_s, bin_s)), bin_s)
+
+
+def replay_csv(path: str | Path, bin_s: float = BIN_S) -> RateTrace:
+    """A recorded series (`time_s,rate` with a header), held between samples, scaled to mean 1."""
+    path = Path(path)
+    times, rates = [], []
+    with path.open(newline="") as handle:
+        reader = csv.reader(handle)
+        header = [cell.strip() for cell in next(reader, [])]
+        if header[:2] != ["time_s", "rate"]:
+            raise ValueError(f"{path}: the header must be time_s,rate; got {','.join(header) or 'nothing'}")
+        for line, record in enumerate(reader, start=2):
+            if not record or not "".join(record).strip():
+                continue
+            try:
+                time_s, rate = float(record[0]), float(record[1])
+            except (ValueError, IndexError):
+                raise ValueError(f"{path}:{line}: expected two numbers, got {record}") from None
+            if rate < 0 or (times and time_s <= times[-1]):
+                raise ValueError(f"{path}:{line}: rates must be >= 0 and times increasing, got {record}")
+            times.append(time_s)
+            rates.append(rate)
+    if len(times) < 2:
+        raise ValueError(f"{path}: a replay needs at least two samples")
+    times_arr = np.asarray(times) - times[0]
+    bins = _bin_count(times_arr[-1], bin_s)
+    edges = np.arange(bins + 1) * bin_s
+    area = _step_integral(times_arr, np.asarray(rates), edges)
+    return RateTrace(path.stem, area / bin_s, bin_s).scaled_to_mean_one()
+
+
+BUILT_IN = {"mmpp": mmpp, "diurnal": diurnal_with_bursts, "constant": constant}
+
+
+def built_in(name: str, duration_s: float) -> RateTrace:
+    try:
+        return BUILT_IN[name](duration_s)
+    except KeyError:
+        raise ValueError(f"unknown trace {name!r}: use one of {sorted(BUILT_IN)} or a CSV file") from None
+
+
+def poisson_arrivals(trace: RateTrace, mean_rps: float, rng: np.random.Generator) -> np.ndarray:
+    """Sorted arrival times (s) of a Poisson process whose rate follows the trace."""
+    counts = rng.poisson(trace.multiplier * mean_rps * trace.bin_s)
+    starts = np.repeat(np.arange(len(counts)) * trace.bin_s, counts)
+    times = starts + rng.random(starts.size) * trace.bin_s
+    # Times are sorted between bins already; sorting within them is the rest.
+    return np.sort(times, kind="stable")
+
+
+def _bin_count(duration_s: float, bin_s: float) -> int:
+    if not duration_s > 0:
+        raise ValueError(f"a trace needs a positive duration, got {duration_s}")
+    return max(1, int(round(duration_s / bin_s)))
+
+
+def _step_integral(times: np.ndarray, values: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    """Integral over each [edges[i], edges[i+1]) of the step function values[j] on [times[j], times[j+1])."""
+    breaks = np.append(times, np.inf)
+    cumulative = np.concatenate([[0.0], np.cumsum(values * np.diff(np.minimum(breaks, edges[-1])))])
+    def area_up_to(t):
+        j = np.searchsorted(times, t, side="right") - 1
+        return cumulative[j] + values[j] * (t - times[j])
+    return np.diff(area_up_to(edges))
