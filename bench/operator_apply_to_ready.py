@@ -104,7 +104,7 @@ def run(nodes: int, gpus_per_node: int, workdir: Path) -> dict:
         metrics_port = free_port()
         log = open(workdir / "operator.log", "wb")
         operator = subprocess.Popen(
-            [sys.executable, "-P", "-m", "tessera.cli", "operator", "--kubeconfig", str(cluster.kubeconfig),
+            [sys.executable, "-P", "-m", "tessera", "operator", "--kubeconfig", str(cluster.kubeconfig),
              "--namespace", NAMESPACE, "--mig-config-propagation", str(PROPAGATION_S), "--debounce", "0.3",
              "--metrics-port", str(metrics_port), "--health-port", str(free_port())],
             stdout=log, stderr=subprocess.STDOUT, cwd=workdir)

@@ -196,7 +196,3 @@ def crds_command(write: bool) -> None:
 from tessera.simulate_cli import simulate  # noqa: E402  (it reuses the options defined above)
 
 main.add_command(simulate)
-
-
-if __name__ == "__main__":
-    main()

@@ -76,7 +76,7 @@ class OperatorProcess:
     runs: int = 0
 
     def command(self) -> list[str]:
-        return [sys.executable, "-P", "-m", "tessera.cli", "operator", "--kubeconfig", str(self.kubeconfig),
+        return [sys.executable, "-P", "-m", "tessera", "operator", "--kubeconfig", str(self.kubeconfig),
                 "--namespace", self.namespace, "--node-selector", self.pool.selector,
                 "--state-namespace", self.state_namespace, "--mig-config-propagation", "1.5",
                 "--resync", str(self.resync_s), "--debounce", "0.3", "--solve-time-limit", "120",

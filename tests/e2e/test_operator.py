@@ -1,6 +1,6 @@
 """The operator end to end on the real test cluster: `kubectl apply` to model servers on MIG instances.
 
-The operator runs as a subprocess (`python -m tessera.cli operator`) against
+The operator runs as a subprocess (`python -m tessera operator`) against
 the test cluster; the MIG-manager stand-in plays the GPU Operator. What is
 checked is what the stand-in, the scheduler and the Deployment controller
 did with tessera's writes (node GPU states, pod placement, available
