@@ -57,7 +57,9 @@ def _structural(node: Any, definitions: dict[str, Any]) -> Any:
     for key, value in node.items():
         if key in DROPPED_KEYS:
             continue
-        if key == "exclusiveMinimum":
+        if key == "exclusiveMinimum" and isinstance(value, bool):
+            schema[key] = value  # already in OpenAPI v3.0 form (a nullable field is converted twice)
+        elif key == "exclusiveMinimum":
             schema["minimum"] = value
             schema["exclusiveMinimum"] = True
         elif key == "additionalProperties" and value is False:
