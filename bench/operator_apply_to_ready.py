@@ -13,7 +13,8 @@ applies traffic-analysis, social-media and ar-assistant together and records:
 - peak resident memory (VmHWM) of the operator process and of its solver worker;
 - event-loop stalls from the operator's own metrics (largest, and the histogram).
 
-Results: bench/results/operator_apply_to_ready.{json,md}.
+Results: bench/results/operator_apply_to_ready.{json,md}, and what `kubectl get` and `kubectl
+describe` showed at the end in bench/results/operator_kubectl.txt (quoted in docs/operator.md).
 """
 
 from __future__ import annotations
@@ -124,6 +125,11 @@ def run(nodes: int, gpus_per_node: int, workdir: Path) -> dict:
         to_ready = time.monotonic() - started
         for pid in child_pids(operator.pid):
             solver_peak = max(solver_peak, peak_rss_mb(pid))
+        kubectl_views = {
+            " ".join(args): subprocess.run([*kubectl, *args], check=True, capture_output=True, text=True).stdout
+            for args in (("get", "compoundinferencesystems", "-n", NAMESPACE),
+                         ("describe", "compoundinferencesystem", "traffic-analysis", "-n", NAMESPACE),
+                         ("get", "deployments,services", "-n", NAMESPACE, "-o", "wide"))}
         time.sleep(12)  # two more reconciles' worth of event-loop samples
         metrics = scrape(metrics_port)
         text = (workdir / "operator.log").read_text()
@@ -142,6 +148,7 @@ def run(nodes: int, gpus_per_node: int, workdir: Path) -> dict:
             "event_loop_lag_max_s": metrics.get("tessera_event_loop_lag_max_seconds"),
             "event_loop_lag_samples": metrics.get("tessera_event_loop_lag_seconds_count"),
             "event_loop_lag_buckets": lag_buckets,
+            "kubectl": kubectl_views,
         }
     finally:
         if operator is not None:
@@ -180,6 +187,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="tessera-bench-operator-") as folder:
         result = run(args.nodes, args.gpus_per_node, Path(folder))
     RESULTS.mkdir(exist_ok=True)
+    views = result.pop("kubectl")
+    (RESULTS / "operator_kubectl.txt").write_text("".join(f"$ kubectl {command}\n{text}\n" for command, text in views.items()))
     (RESULTS / "operator_apply_to_ready.json").write_text(json.dumps(result, indent=2) + "\n")
     (RESULTS / "operator_apply_to_ready.md").write_text(markdown(result))
     print(markdown(result))

@@ -27,6 +27,7 @@ SYSTEMS = {"small": {"demand_rps": 200}, "smaller": {"demand_rps": 80}}
 CONVERGE_S = 60
 FIRST_RUN_TIMEOUT_S = 240
 POINTS = [*KILL_POINTS, "after-deployment:2"]
+MIG_CONFIGMAP = "tessera-mig-parted-config"  # the one the test ClusterPolicy names
 
 
 def _apply(kubectl, operator: OperatorProcess) -> list[str]:
@@ -47,6 +48,15 @@ def _stray_deployment(api_client, custom, operator: OperatorProcess) -> None:
                  "template": {"metadata": {"labels": {"stray": "yes"}},
                               "spec": {"containers": [{"name": "x", "image": "registry.invalid/x"}]}}},
     })
+
+
+def _forget_mig_configs(core) -> None:
+    """Earlier tests' plans wrote the same content-addressed configs: start from no ConfigMap, so this run writes it."""
+    try:
+        core.delete_namespaced_config_map(MIG_CONFIGMAP, "gpu-operator")
+    except client.ApiException as error:
+        if error.status != 404:
+            raise
 
 
 def _assert_converged(api_client, custom, operator: OperatorProcess, reference: dict) -> float:
@@ -91,11 +101,13 @@ def reference(cluster, core, tmp_path_factory, kubectl, crds, mig_manager, api_c
 
 @pytest.mark.parametrize("point", POINTS)
 def test_a_restart_after_a_kill_converges_to_the_same_children(point, reference, run_operator, api_client, custom,
-                                                               kubectl):
+                                                               kubectl, core):
     operator = run_operator(nodes=2)
     _apply(kubectl, operator)
     if point == "after-stale-delete":
         _stray_deployment(api_client, custom, operator)
+    if point == "after-mig-configmap":
+        _forget_mig_configs(core)
     operator.start(exit_at=point)
     assert operator.wait_exit(timeout=FIRST_RUN_TIMEOUT_S) == EXIT_CODE, operator.log_text()
     operator.start()
