@@ -92,7 +92,9 @@ def reference(cluster, core, tmp_path_factory, kubectl, crds, mig_manager, api_c
         wait_ready(client.CustomObjectsApi(api_client), operator.namespace, list(SYSTEMS), FIRST_RUN_TIMEOUT_S,
                    operator)
         time.sleep(2)  # let the last Deployment status settle
-        yield signature(api_client, operator.namespace, pool)
+        made = signature(api_client, operator.namespace, pool)
+        operator.stop()  # a running reference operator would rewrite the MIG configs the tests reset
+        yield made
     finally:
         operator.stop()
         core.delete_namespace(operator.namespace)
