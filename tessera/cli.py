@@ -24,6 +24,7 @@ from tessera.planner.input_files import InputError, quote, shorten
 from tessera.planner.measured import load_parvagpu_dir
 from tessera.planner.model import Pool, SystemSpec
 from tessera.planner.profile_sources import build_profile_store
+from tessera.operator_cli import operator
 from tessera.place_cli import place
 from tessera.planner.solve import PlannerOptions
 from tessera.planner.spec_file import load_systems
@@ -66,6 +67,7 @@ def main(log_level: str) -> None:
 
 main.add_command(twin)
 main.add_command(place)
+main.add_command(operator)
 
 
 def _pool_options(command):

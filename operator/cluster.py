@@ -1,0 +1,201 @@
+"""The only module that talks to the Kubernetes API.
+
+Reads come back as plain dicts (the API's own JSON shapes); writes are
+server-side apply under one field manager for tessera's children, merge
+patches where tessera must remove what another manager owns (a node's MIG
+state label), and deletes preconditioned on the uid tessera saw. All calls
+are blocking: the reconciler runs them in a worker thread, never on the
+event loop.
+"""
+
+from __future__ import annotations
+
+import json
+
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from tessera.operator import naming
+from tessera.operator.settings import OperatorSettings
+from tessera.operator.systems import PLURAL
+
+GROUP, VERSION = "tessera.ai", "v1alpha1"
+CLUSTER_POLICY = ("nvidia.com", "v1", "clusterpolicies")
+DEFAULT_MIG_CONFIGMAP = "default-mig-parted-config"
+APPLY = "application/apply-patch+yaml"
+MERGE = "application/merge-patch+json"
+POOL_STATE_PREFIX = "tessera-pool-"
+
+
+class Cluster:
+    def __init__(self, api_client: client.ApiClient, settings: OperatorSettings) -> None:
+        self.api_client = api_client
+        self.settings = settings
+        self.core = client.CoreV1Api(api_client)
+        self.apps = client.AppsV1Api(api_client)
+        self.custom = client.CustomObjectsApi(api_client)
+        self.writes = 0
+
+    def _plain(self, obj) -> dict:
+        return self.api_client.sanitize_for_serialization(obj)
+
+    # -- reads -----------------------------------------------------------------
+    def list_systems(self) -> list[dict]:
+        if not self.settings.namespaces:
+            return self.custom.list_cluster_custom_object(GROUP, VERSION, PLURAL)["items"]
+        return [item for namespace in self.settings.namespaces
+                for item in self.custom.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL)["items"]]
+
+    def list_nodes(self) -> list[dict]:
+        selector = ",".join(f"{k}={v}" for k, v in sorted(self.settings.node_selector.items()))
+        return [self._plain(n) for n in self.core.list_node(label_selector=selector or None).items]
+
+    def list_children(self) -> list[dict]:
+        """tessera's Deployments and Services in the watched namespaces."""
+        selector = f"{naming.MANAGED_BY}={naming.MANAGED_BY_VALUE}"
+        found = []
+        for namespace in self.settings.namespaces or [None]:
+            if namespace is None:
+                deployments = self.apps.list_deployment_for_all_namespaces(label_selector=selector).items
+                services = self.core.list_service_for_all_namespaces(label_selector=selector).items
+            else:
+                deployments = self.apps.list_namespaced_deployment(namespace, label_selector=selector).items
+                services = self.core.list_namespaced_service(namespace, label_selector=selector).items
+            found += [{**self._plain(d), "kind": "Deployment", "apiVersion": "apps/v1"} for d in deployments]
+            found += [{**self._plain(s), "kind": "Service", "apiVersion": "v1"} for s in services]
+        return found
+
+    def mig_configs_in_use(self) -> set[str]:
+        """The MIG configs any node of the cluster names (also nodes outside tessera's selector)."""
+        nodes = self.core.list_node(label_selector="nvidia.com/mig.config").items
+        return {n.metadata.labels["nvidia.com/mig.config"] for n in nodes}
+
+    def gpu_pods_on(self, node: str) -> list[str]:
+        """Pods on a node that hold GPUs or MIG instances (mig-manager does not drain them)."""
+        pods = self.core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node}").items
+        holding = []
+        for pod in pods:
+            if pod.status.phase in ("Succeeded", "Failed"):
+                continue
+            for container in pod.spec.containers:
+                asked = {**((container.resources and container.resources.limits) or {}),
+                         **((container.resources and container.resources.requests) or {})}
+                if any(r == "nvidia.com/gpu" or r.startswith("nvidia.com/mig-") for r in asked):
+                    holding.append(f"{pod.metadata.namespace}/{pod.metadata.name}")
+                    break
+        return holding
+
+    def mig_configmap_name(self) -> str:
+        """The ConfigMap the GPU Operator's ClusterPolicy names for mig-manager."""
+        group, version, plural = CLUSTER_POLICY
+        try:
+            policy = self.custom.get_cluster_custom_object(group, version, plural, self.settings.cluster_policy)
+        except ApiException as error:
+            if error.status == 404:
+                return self.settings.mig_configmap_fallback
+            raise
+        config = ((policy.get("spec") or {}).get("migManager") or {}).get("config") or {}
+        return config.get("name") or DEFAULT_MIG_CONFIGMAP
+
+    def read_configmap(self, namespace: str, name: str) -> dict | None:
+        try:
+            return self._plain(self.core.read_namespaced_config_map(name, namespace))
+        except ApiException as error:
+            if error.status == 404:
+                return None
+            raise
+
+    # -- writes ----------------------------------------------------------------
+    def write_configmap(self, namespace: str, name: str, data: dict[str, str], annotations: dict[str, str],
+                        exists: bool) -> None:
+        """Creates the ConfigMap or merge-patches the given keys (others, and other managers', stay)."""
+        self.writes += 1
+        body = {"metadata": {"name": name, "annotations": annotations}, "data": data}
+        if exists:
+            self.core.patch_namespaced_config_map(name, namespace, body, _content_type=MERGE)
+        else:
+            self.core.create_namespaced_config_map(namespace, body)
+
+    def ensure_namespace(self, name: str) -> None:
+        try:
+            self.core.read_namespace(name)
+        except ApiException as error:
+            if error.status != 404:
+                raise
+            self.writes += 1
+            self.core.create_namespace({"metadata": {"name": name}})
+
+    def patch_node(self, name: str, patch: dict) -> None:
+        self.writes += 1
+        self.core.patch_node(name, patch, _content_type=MERGE)
+
+    def apply(self, body: dict) -> None:
+        """Server-side apply under tessera's field manager."""
+        self.writes += 1
+        name, namespace = body["metadata"]["name"], body["metadata"]["namespace"]
+        kwargs = {"field_manager": naming.FIELD_MANAGER, "force": True, "_content_type": APPLY}
+        if body["kind"] == "Deployment":
+            self.apps.patch_namespaced_deployment(name, namespace, body, **kwargs)
+        elif body["kind"] == "Service":
+            self.core.patch_namespaced_service(name, namespace, body, **kwargs)
+        else:
+            raise ValueError(f"tessera applies no {body['kind']}")
+
+    def delete_child(self, obj: dict) -> None:
+        """Deletes a child, only the very object seen (uid precondition)."""
+        self.writes += 1
+        metadata = obj["metadata"]
+        options = client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=metadata["uid"]),
+                                          propagation_policy="Background")
+        try:
+            if obj["kind"] == "Deployment":
+                self.apps.delete_namespaced_deployment(metadata["name"], metadata["namespace"], body=options)
+            else:
+                self.core.delete_namespaced_service(metadata["name"], metadata["namespace"], body=options)
+        except ApiException as error:
+            if error.status not in (404, 409):
+                raise
+
+    def patch_system_status(self, namespace: str, name: str, status: dict) -> None:
+        self.writes += 1
+        try:
+            self.custom.patch_namespaced_custom_object_status(GROUP, VERSION, namespace, PLURAL, name,
+                                                              {"status": status}, _content_type=MERGE)
+        except ApiException as error:
+            if error.status != 404:  # deleted meanwhile: nothing to report on
+                raise
+
+    def post_event(self, body: dict) -> None:
+        self.writes += 1
+        try:
+            self.core.create_namespaced_event(body["metadata"]["namespace"], body)
+        except ApiException as error:
+            if error.status not in (404, 409):
+                raise
+
+    # -- the pool's stored plan -------------------------------------------------
+    def pool_state_name(self, pool_key: str) -> str:
+        return naming.dns_label(f"{POOL_STATE_PREFIX}{pool_key}")
+
+    def read_pool_state(self, pool_key: str) -> dict[str, str]:
+        found = self.read_configmap(self.settings.state_namespace, self.pool_state_name(pool_key))
+        return (found or {}).get("data") or {}
+
+    def delete_pool_state(self, pool_key: str) -> None:
+        self.writes += 1
+        try:
+            self.core.delete_namespaced_config_map(self.pool_state_name(pool_key), self.settings.state_namespace)
+        except ApiException as error:
+            if error.status != 404:
+                raise
+
+    def write_pool_state(self, pool_key: str, data: dict[str, str]) -> None:
+        self.ensure_namespace(self.settings.state_namespace)
+        name = self.pool_state_name(pool_key)
+        exists = self.read_configmap(self.settings.state_namespace, name) is not None
+        body_annotations = {naming.SCHEMA_LABEL: naming.SCHEMA_VERSION}
+        self.write_configmap(self.settings.state_namespace, name, data, body_annotations, exists)
+
+
+def dumps(value) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))

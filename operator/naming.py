@@ -1,0 +1,108 @@
+"""Names, labels and annotations of everything tessera writes, stated once.
+
+Kubernetes names and label values are at most 63 characters; where a
+readable name would be longer, it keeps a readable prefix and ends in a hash
+of the whole, so names stay deterministic and distinct. Labels, annotations
+and MIG config names carry SCHEMA_VERSION, so a later tessera can tell its
+own older objects apart.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+
+SCHEMA_VERSION = "v1"
+FIELD_MANAGER = "tessera"
+GROUP = "tessera.ai"
+
+MANAGED_BY = "app.kubernetes.io/managed-by"
+MANAGED_BY_VALUE = "tessera"
+SYSTEM_LABEL = f"{GROUP}/system"
+TASK_LABEL = f"{GROUP}/task"
+SCHEMA_LABEL = f"{GROUP}/schema"
+CHILD_KIND_LABEL = f"{GROUP}/component"
+APPLIED_HASH = f"{GROUP}/applied-hash"
+"""Hash of what tessera applied to a child: equal hash, no write (an idle resync writes nothing)."""
+MIG_CONFIG_WRITTEN_PREFIX = f"written.{GROUP}/"
+"""ConfigMap annotation per tessera MIG config: when it was first written (its propagation clock)."""
+MIG_CONFIG_REQUESTED = f"{GROUP}/mig-config-requested"
+"""Node annotation: the MIG config tessera last asked mig-manager for."""
+
+MAX_NAME = 63
+# A Deployment's pods are named <deployment>-<10 chars>-<5 chars>: keep room for both.
+MAX_DEPLOYMENT_NAME = MAX_NAME - 17
+HASH_CHARS = 8
+MIG_CONFIG_PREFIX = f"tessera-{SCHEMA_VERSION}-"
+
+
+def digest(value) -> str:
+    """A stable short hash of any JSON-serialisable value."""
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def dns_label(text: str, limit: int = MAX_NAME) -> str:
+    """A DNS-1035 label (lower case, digits, '-', starting with a letter) of at most `limit` characters.
+
+    Characters a label cannot hold become '-' (`object_detection` ->
+    `object-detection`); a text too long keeps a readable head and ends in a
+    hash of the whole text, so that long names stay distinct.
+    """
+    cleaned = re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-")
+    if not cleaned or not cleaned[0].isalpha():
+        cleaned = f"t-{cleaned}".rstrip("-")
+    if len(cleaned) <= limit:
+        return cleaned
+    head = cleaned[: limit - HASH_CHARS - 1].rstrip("-")
+    return f"{head}-{digest(text)[:HASH_CHARS]}"
+
+
+def label_value(text: str) -> str:
+    """A label value (at most 63 characters) that identifies `text`."""
+    if len(text) <= MAX_NAME and re.fullmatch(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]", text):
+        return text
+    return dns_label(text)
+
+
+def service_name(system: str, task: str) -> str:
+    """The stable Service of a task: `<system>-<task>`, cleaned to a DNS label."""
+    return dns_label(f"{system}-{task}")
+
+
+def deployment_name(system: str, task: str, identity: dict) -> str:
+    """One Deployment per (task configuration, node): readable head, hash of the identity."""
+    head = dns_label(f"{system}-{task}", MAX_DEPLOYMENT_NAME - HASH_CHARS - 1)
+    return f"{head}-{digest(identity)[:HASH_CHARS]}"
+
+
+def mig_config_name(entries: list) -> str:
+    """Content-addressed: the same layout always has the same name, a new layout a new name."""
+    return f"{MIG_CONFIG_PREFIX}{digest(entries)[:12]}"
+
+
+def is_tessera_mig_config(name: str) -> bool:
+    return name.startswith("tessera-")
+
+
+def child_labels(system: str, task: str | None, component: str) -> dict[str, str]:
+    labels = {
+        MANAGED_BY: MANAGED_BY_VALUE,
+        SCHEMA_LABEL: SCHEMA_VERSION,
+        SYSTEM_LABEL: label_value(system),
+        CHILD_KIND_LABEL: component,
+    }
+    if task is not None:
+        labels[TASK_LABEL] = label_value(task)
+    return labels
+
+
+def selector_labels(system: str, task: str) -> dict[str, str]:
+    """What a task's Service selects: every replica of the task, on every node."""
+    return {MANAGED_BY: MANAGED_BY_VALUE, SYSTEM_LABEL: label_value(system), TASK_LABEL: label_value(task)}
+
+
+def env_name(text: str) -> str:
+    """An environment variable name part: `car_classification` -> `CAR_CLASSIFICATION`."""
+    return re.sub(r"[^A-Z0-9]+", "_", text.upper()).strip("_")

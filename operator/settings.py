@@ -1,0 +1,34 @@
+"""The operator's configuration: what `tessera operator` takes on its command line."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+
+class OperatorSettings(BaseModel):
+    namespaces: list[str] = Field(default_factory=list, description="Namespaces to watch; empty: all.")
+    node_selector: dict[str, str] = Field(
+        default_factory=dict, description="Only nodes with these labels form pools (recommend a taint as well).")
+    state_namespace: str = Field(default="tessera-system", description="Where tessera keeps each pool's plan.")
+    gpu_operator_namespace: str = Field(default="gpu-operator", description="Namespace of the mig-parted ConfigMap.")
+    cluster_policy: str = Field(default="cluster-policy", description="The GPU Operator's ClusterPolicy.")
+    mig_configmap_fallback: str = Field(
+        default="tessera-mig-parted-config",
+        description="mig-parted ConfigMap used when the ClusterPolicy names none.")
+    mig_config_propagation_s: float = Field(
+        default=90.0, ge=0,
+        description="Seconds between writing a MIG config and relabelling a node for it: a mounted "
+                    "ConfigMap reaches mig-manager only after a delay.")
+    resync_s: float = Field(default=60.0, gt=0, description="Period of the level-triggered resync.")
+    debounce_s: float = Field(default=1.0, ge=0, description="Quiet time collecting events into one re-plan.")
+    solve_time_limit_s: float = Field(default=60.0, gt=0, description="Solver time per pool plan.")
+    solve_memory_mb: int = Field(default=2048, ge=256, description="Address-space cap of the solver process.")
+    default_image: str = Field(
+        default="registry.invalid/tessera/model-server:unset",
+        description="Image of variants that name none (the planner still plans them).")
+    server_port: int = Field(default=8000, ge=1, le=65535, description="Port of the model servers (KServe V2 HTTP).")
+    health_port: int = Field(default=8080, ge=0, le=65535, description="Liveness/readiness port; 0: off.")
+    metrics_port: int = Field(default=9090, ge=0, le=65535, description="Prometheus metrics port; 0: off.")
+
+    def watches(self, namespace: str) -> bool:
+        return not self.namespaces or namespace in self.namespaces

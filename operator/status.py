@@ -1,0 +1,180 @@
+"""Status and Events of CompoundInferenceSystems: conditions, phase, plan summary.
+
+Every condition reason is a named constant; messages say what a user can do.
+Status is built as plain dicts here, in one module, so that the typed status
+models (operator/api.py) can replace the dicts locally. An Event is posted
+when a condition changes status or reason (or the plan changes): a decision,
+not a heartbeat, so an idle resync posts none.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+from tessera.operator import naming
+from tessera.operator.systems import SystemRef
+from tessera.planner.plan import Plan
+
+# Condition types.
+READY = "Ready"
+PLANNED = "Planned"
+PROGRESSING = "Progressing"
+DEGRADED = "Degraded"
+MIG_LAYOUT_APPLIED = "MigLayoutApplied"
+PROFILES_ESTIMATED = "ProfilesEstimated"
+INVALID = "Invalid"
+CONDITION_ORDER = (READY, PLANNED, PROGRESSING, DEGRADED, MIG_LAYOUT_APPLIED, PROFILES_ESTIMATED, INVALID)
+
+# Reasons.
+INVALID_SPEC = "InvalidSpec"
+SLO_UNREACHABLE = "SloUnreachable"
+MISSING_PROFILES = "MissingProfiles"
+SPEC_VALID = "SpecValid"
+NO_GPU_POOL = "NoGpuPool"
+PLANNING = "Planning"
+PLAN_FOUND = "PlanFound"
+SOLVE_FAILED = "SolveFailed"
+LAST_GOOD_PLAN = "LastGoodPlanKept"
+INSUFFICIENT_CAPACITY = "InsufficientCapacity"
+DEMAND_SERVED = "DemandServed"
+MIG_PENDING = "MigLayoutPending"
+MIG_APPLIED = "MigLayoutApplied"
+MIG_FAILED = "MigLayoutFailed"
+NODE_IN_USE = "NodeInUse"
+ESTIMATED = "BuiltInEstimate"
+MEASURED_OR_GIVEN = "MeasuredOrGiven"
+SERVERS_STARTING = "ServersStarting"
+SERVERS_READY = "ServersReady"
+SERVERS_UNAVAILABLE = "ServersUnavailable"
+RECONCILED = "Reconciled"
+
+# Phases, shown by `kubectl get`.
+PHASE_INVALID = "Invalid"
+PHASE_PENDING = "Pending"
+PHASE_PARTITIONING = "Partitioning"
+PHASE_DEPLOYING = "Deploying"
+PHASE_READY = "Ready"
+PHASE_DEGRADED = "Degraded"
+
+WARNING_REASONS = {INVALID_SPEC, SLO_UNREACHABLE, MISSING_PROFILES, NO_GPU_POOL, SOLVE_FAILED, LAST_GOOD_PLAN,
+                   INSUFFICIENT_CAPACITY, MIG_FAILED, NODE_IN_USE, SERVERS_UNAVAILABLE}
+
+
+@dataclass(frozen=True)
+class Condition:
+    type: str
+    status: bool
+    reason: str
+    message: str
+
+    def as_dict(self, generation: int, since: str) -> dict:
+        return {"type": self.type, "status": "True" if self.status else "False", "reason": self.reason,
+                "message": self.message, "lastTransitionTime": since, "observedGeneration": generation}
+
+
+@dataclass(frozen=True)
+class EventSpec:
+    type: str
+    reason: str
+    message: str
+
+
+def now_rfc3339() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def build_status(generation: int, phase: str, conditions: list[Condition], summary: dict | None,
+                 previous: dict, now: str) -> dict:
+    """The new status; a condition keeps its lastTransitionTime while its status stays the same."""
+    before = {c.get("type"): c for c in previous.get("conditions") or []}
+    ordered = sorted(conditions, key=lambda c: CONDITION_ORDER.index(c.type))
+    listed = []
+    for condition in ordered:
+        old = before.get(condition.type)
+        unchanged = old is not None and old.get("status") == ("True" if condition.status else "False")
+        listed.append(condition.as_dict(generation, old["lastTransitionTime"] if unchanged else now))
+    status = {"observedGeneration": generation, "phase": phase, "conditions": listed}
+    if summary is not None:
+        status["plan"] = summary
+    elif previous.get("plan") is not None:
+        status["plan"] = previous["plan"]  # the last good plan's summary stays while it keeps running
+    return status
+
+
+def status_changed(previous: dict, new: dict) -> bool:
+    keys = ("observedGeneration", "phase", "conditions", "plan")
+    return any(previous.get(key) != new.get(key) for key in keys)
+
+
+def events_for(previous: dict, new: dict) -> list[EventSpec]:
+    """One Event per changed decision: a condition's status or reason, or a new plan."""
+    before = {c["type"]: c for c in previous.get("conditions") or []}
+    events = []
+    for condition in new["conditions"]:
+        if condition["type"] == PROGRESSING:
+            continue  # it names the same step as Ready's reason: one Event is enough
+        old = before.get(condition["type"])
+        if old and (old["status"], old["reason"]) == (condition["status"], condition["reason"]):
+            if not (condition["type"] == PLANNED and old["message"] != condition["message"]):
+                continue
+        if old is None and condition["status"] == "False" and condition["reason"] not in WARNING_REASONS:
+            continue  # a fresh object's "not yet" conditions are no news
+        kind = "Warning" if condition["reason"] in WARNING_REASONS else "Normal"
+        events.append(EventSpec(kind, condition["reason"], f"{condition['type']}: {condition['message']}"))
+    return events
+
+
+def event_body(system: SystemRef, event: EventSpec, now: str) -> dict:
+    name = f"{system.name[:200]}.{naming.digest([system.uid, event.reason, event.message, now])[:16]}"
+    return {
+        "apiVersion": "v1", "kind": "Event",
+        "metadata": {"name": name, "namespace": system.namespace},
+        "involvedObject": {"apiVersion": system.owner_reference()["apiVersion"], "kind": "CompoundInferenceSystem",
+                           "name": system.name, "namespace": system.namespace, "uid": system.uid},
+        "type": event.type, "reason": event.reason, "message": event.message[:1024],
+        "source": {"component": "tessera-operator"}, "reportingComponent": "tessera.ai/operator",
+        "reportingInstance": "tessera-operator",
+        "firstTimestamp": now, "lastTimestamp": now, "count": 1,
+    }
+
+
+def plan_summary(plan: Plan, system_key: str, nodes_by_config: dict[tuple[str, int], list[str]],
+                 gpus: int, slices: int) -> dict:
+    """What `kubectl describe` shows of a system's share of its pool's plan (small at 50 tasks)."""
+    summary = next(s for s in plan.systems if s.system == system_key)
+    served = summary.served_rps / summary.demand_rps if summary.demand_rps > 0 else 1.0
+    tasks = []
+    sources: dict[str, int] = {}
+    for task in (t for t in plan.tasks if t.system == system_key):
+        configs = []
+        for index, config in enumerate(task.configs):
+            sources[config.source.value] = sources.get(config.source.value, 0) + config.replicas
+            configs.append({"migProfile": config.segment.mig_profile, "mpsProcesses": config.segment.mps,
+                            "batchSize": config.batch, "replicas": config.replicas,
+                            "batchLatencyMilliseconds": round(config.batch_latency_ms, 2),
+                            "profileSource": config.source.value,
+                            "nodes": nodes_by_config.get((task.task, index), [])})
+        tasks.append({"task": task.task, "variant": task.variant,
+                      "latencyBudgetMilliseconds": round(task.budget_ms, 1),
+                      "stageLatencyMilliseconds": round(task.stage_latency_ms, 1), "configs": configs})
+    return {
+        "gpuProduct": plan.gpu,
+        "gpus": gpus,
+        "slices": slices,
+        "demandRps": round(summary.demand_rps, 3),
+        "servedRps": round(summary.served_rps, 3),
+        "servedFraction": round(served, 4),
+        "worstPathLatencyMilliseconds": round(summary.worst_path_latency_ms, 1),
+        "latencySloMilliseconds": summary.latency_slo_ms,
+        "worstPathAccuracy": round(summary.worst_path_accuracy, 4),
+        "accuracySlo": summary.accuracy_slo,
+        "profileSources": sources,
+        "solver": {"status": plan.solver.status, "mipGap": _finite(plan.solver.mip_gap),
+                   "solveSeconds": round(plan.solver.solve_s, 2)},
+        "tasks": tasks,
+    }
+
+
+def _finite(value: float) -> float | None:
+    return round(value, 6) if value == value and abs(value) != float("inf") else None

@@ -1,0 +1,54 @@
+"""`tessera operator`: run the kopf operator against a cluster."""
+
+from __future__ import annotations
+
+import click
+
+from tessera.operator.settings import OperatorSettings
+
+DEFAULTS = OperatorSettings()
+
+
+def _selector(_ctx, _param, values: tuple[str, ...]) -> dict[str, str]:
+    selector = {}
+    for value in values:
+        key, sep, label = value.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"{value!r} is not KEY=VALUE")
+        selector[key] = label
+    return selector
+
+
+@click.command("operator")
+@click.option("--kubeconfig", type=click.Path(exists=True, dir_okay=False),
+              help="Run out of cluster with this kubeconfig (default: in cluster, else ~/.kube/config).")
+@click.option("--namespace", "namespaces", multiple=True, help="Watch this namespace (repeatable); default: all.")
+@click.option("--node-selector", "node_selector", multiple=True, callback=_selector, metavar="KEY=VALUE",
+              help="Only nodes with this label form GPU pools (repeatable).")
+@click.option("--state-namespace", default=DEFAULTS.state_namespace, show_default=True,
+              help="Namespace where each pool's plan is stored.")
+@click.option("--gpu-operator-namespace", default=DEFAULTS.gpu_operator_namespace, show_default=True,
+              help="Namespace of the mig-parted ConfigMap that the ClusterPolicy names.")
+@click.option("--mig-config-propagation", "mig_config_propagation_s", type=click.FloatRange(min=0),
+              default=DEFAULTS.mig_config_propagation_s, show_default=True,
+              help="Seconds between writing a MIG config and relabelling nodes for it.")
+@click.option("--resync", "resync_s", type=click.FloatRange(min=1), default=DEFAULTS.resync_s, show_default=True,
+              help="Seconds between level-triggered resyncs.")
+@click.option("--debounce", "debounce_s", type=click.FloatRange(min=0), default=DEFAULTS.debounce_s,
+              show_default=True, help="Quiet seconds that collect events into one re-plan.")
+@click.option("--solve-time-limit", "solve_time_limit_s", type=click.FloatRange(min=1),
+              default=DEFAULTS.solve_time_limit_s, show_default=True, help="Solver seconds per pool plan.")
+@click.option("--solve-memory", "solve_memory_mb", type=click.IntRange(min=256), default=DEFAULTS.solve_memory_mb,
+              show_default=True, help="Memory cap of the solver process, MB.")
+@click.option("--default-image", default=DEFAULTS.default_image, show_default=True,
+              help="Model-server image for variants that name none.")
+@click.option("--health-port", type=click.IntRange(0, 65535), default=DEFAULTS.health_port, show_default=True,
+              help="Port of /healthz and /readyz; 0: off.")
+@click.option("--metrics-port", type=click.IntRange(0, 65535), default=DEFAULTS.metrics_port, show_default=True,
+              help="Port of the Prometheus metrics; 0: off.")
+def operator(kubeconfig, **options) -> None:
+    """Run the tessera operator (kopf): plan every GPU pool, partition MIG, run the model servers."""
+    from tessera.operator.main import run
+
+    options["namespaces"] = list(options["namespaces"])
+    run(OperatorSettings(**options), kubeconfig)

@@ -1,0 +1,45 @@
+"""Fixtures of the operator's end-to-end tests (imported by the test modules that use them)."""
+
+from __future__ import annotations
+
+import pytest
+from kubernetes import client
+
+from .operator_harness import EXAMPLES, OperatorProcess, delete_pool, make_pool, new_namespace
+
+CRDS = EXAMPLES.parent / "crds"
+
+
+@pytest.fixture(scope="module")
+def crds(kubectl):
+    kubectl("apply", "-f", str(CRDS))
+    kubectl("wait", "--for=condition=Established", "crd/compoundinferencesystems.tessera.ai", "--timeout=60s")
+
+
+@pytest.fixture
+def custom(api_client) -> client.CustomObjectsApi:
+    return client.CustomObjectsApi(api_client)
+
+
+@pytest.fixture
+def run_operator(cluster, core, tmp_path, crds, mig_manager):
+    """Factory: a fresh pool of fake H100 nodes, a namespace, and an operator process watching them."""
+    started = []
+
+    def make(nodes: int, resync_s: float = 5.0) -> OperatorProcess:
+        pool = make_pool(core, nodes)
+        operator = OperatorProcess(cluster.kubeconfig, tmp_path, new_namespace(core, "op"), pool,
+                                   state_namespace=f"tessera-{pool.id}", resync_s=resync_s)
+        started.append(operator)
+        return operator
+
+    yield make
+    for operator in started:
+        operator.stop()
+        core.delete_namespace(operator.namespace)
+        delete_pool(core, operator.pool)
+        try:
+            core.delete_namespace(operator.state_namespace)
+        except client.ApiException as error:
+            if error.status != 404:
+                raise

@@ -1,0 +1,151 @@
+"""The operator end to end on the real test cluster: `kubectl apply` to model servers on MIG instances.
+
+The operator runs as a subprocess (`python -m tessera operator`) against
+the test cluster; the MIG-manager stand-in plays the GPU Operator. What is
+checked is what the stand-in, the scheduler and the Deployment controller
+did with tessera's writes (node GPU states, pod placement, available
+replicas), not tessera's own view of them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import yaml
+
+from cluster.gpu_nodes import gpu_states
+from cluster.kube import wait_for
+
+from .operator_fixtures import crds, custom, run_operator  # noqa: F401  (fixtures)
+from .operator_harness import (
+    EXAMPLES, OperatorProcess, apply_examples, audit_lines, children, condition, gpu_resource, is_true,
+    operator_writes, pinned_node, systems, system_yaml, wait_ready,
+)
+
+READY_TIMEOUT_S = 240
+
+
+def _planned_layouts(core, operator: OperatorProcess) -> dict[str, list]:
+    """Per node, per GPU, the layout of the operator's stored plan (None: MIG off / untouched)."""
+    (state,) = [c for c in core.list_namespaced_config_map(operator.state_namespace).items
+                if c.metadata.name.startswith("tessera-pool-")]
+    plan = json.loads(state.data["plan"])
+    slots = json.loads(state.data["slots"])
+    layouts = {node: [None] * 8 for node in operator.pool.nodes}
+    for gpu in plan["gpus"]:
+        node, index = slots[gpu["index"]]
+        layouts[node][index] = {profile: count for profile, count in gpu["layout"]}
+    return layouts
+
+
+def test_three_examples_run_on_the_mig_instances_of_their_plan(run_operator, core, custom, api_client, kubectl):
+    operator = run_operator(nodes=4).start()
+    names = apply_examples(kubectl, operator.namespace)
+    found = wait_ready(custom, operator.namespace, names, READY_TIMEOUT_S, operator)
+
+    # The stand-in applied exactly the planned layouts, GPU by GPU.
+    planned = _planned_layouts(core, operator)
+    for node in operator.pool.nodes:
+        assert gpu_states(core.read_node(node)) == planned[node], node
+
+    # Deployments pinned to planned nodes request the planned MIG resources; their pods run there.
+    deployments, services = children(api_client, operator.namespace)
+    held = Counter()
+    for deployment in deployments:
+        node = pinned_node(deployment)
+        resource = gpu_resource(deployment)
+        held[(node, resource)] += deployment.spec.replicas
+        assert deployment.status.available_replicas == deployment.spec.replicas
+        selector = ",".join(f"{k}={v}" for k, v in deployment.spec.selector.match_labels.items())
+        pods = core.list_namespaced_pod(operator.namespace, label_selector=selector).items
+        assert len(pods) == deployment.spec.replicas
+        assert all(p.status.phase == "Running" and p.spec.node_name == node for p in pods)
+    for (node, resource), replicas in held.items():
+        profile = resource.removeprefix("nvidia.com/mig-")
+        assert replicas <= sum((gpu or {}).get(profile, 0) for gpu in planned[node]), (node, resource)
+
+    # Every system Ready with its plan summary, which agrees with the Deployments.
+    for name in names:
+        summary = found[name]["status"]["plan"]
+        assert found[name]["status"]["phase"] in ("Ready", "Degraded")
+        assert summary["servedFraction"] == 1 and summary["gpus"] >= 1
+        planned_replicas = sum(c["replicas"] for t in summary["tasks"] for c in t["configs"])
+        running = sum(d.spec.replicas for d in deployments if d.metadata.labels["tessera.ai/system"] == name)
+        assert running == planned_replicas, name
+        assert {s.metadata.name for s in services} >= {f"{name}-{t['task'].replace('_', '-')}"
+                                                       for t in summary["tasks"]}
+
+    table = kubectl("get", "compoundinferencesystems", "-n", operator.namespace).stdout
+    header = table.splitlines()[0].split()
+    assert header[:7] == ["NAME", "PHASE", "READY", "GPUS", "SLICES", "SERVED", "LATENCY-MS"]
+    assert all(" True " in line for line in table.splitlines()[1:])
+
+
+def test_an_idle_resync_writes_nothing_by_the_audit_log(run_operator, cluster, custom, kubectl):
+    operator = run_operator(nodes=2, resync_s=3.0).start()
+    names = apply_examples(kubectl, operator.namespace, ("single-model.yaml",))
+    wait_ready(custom, operator.namespace, names, READY_TIMEOUT_S, operator)
+    wait_for(lambda: "reconciled (resync" in operator.log.read_text(), 30, "a first resync")
+    start = audit_lines(cluster.audit_log)
+    resyncs_before = operator.log.read_text().count("reconciled (resync")
+    wait_for(lambda: operator.log.read_text().count("reconciled (resync") >= resyncs_before + 3, 30,
+             "three more resyncs")
+    assert operator_writes(cluster.audit_log, start) == []
+    assert operator_writes(cluster.audit_log, 0), "the audit log records the operator's writes at all"
+
+
+def test_systems_the_planner_cannot_use_are_invalid_and_the_others_keep_running(run_operator, custom, kubectl):
+    operator = run_operator(nodes=2).start()
+    kubectl("apply", "-n", operator.namespace, "-f", str(EXAMPLES / "single-model.yaml"))
+    cyclic = yaml.safe_load(system_yaml("cyclic"))
+    cyclic["spec"]["tasks"].append({"name": "second", "variants": [cyclic["spec"]["tasks"][0]["variants"][0]]})
+    cyclic["spec"]["edges"] = [{"source": "image_classification", "target": "second"},
+                               {"source": "second", "target": "image_classification"}]
+    kubectl("apply", "-n", operator.namespace, "-f", "-", input=yaml.safe_dump(cyclic))
+    kubectl("apply", "-n", operator.namespace, "-f", "-", input=system_yaml("too-fast", slo={"latency_ms": 0.5}))
+
+    wait_ready(custom, operator.namespace, ["single-model"], READY_TIMEOUT_S, operator)
+    found = wait_for(lambda: (s := systems(custom, operator.namespace)) and all(
+        is_true(s[n], "Invalid") for n in ("cyclic", "too-fast")) and s, 60, "both Invalid")
+    assert condition(found["cyclic"], "Invalid")["reason"] == "InvalidSpec"
+    assert "cycle" in condition(found["cyclic"], "Invalid")["message"]
+    assert condition(found["too-fast"], "Invalid")["reason"] == "SloUnreachable"
+    assert found["too-fast"]["status"]["phase"] == "Invalid"
+    assert operator.alive()
+    events = kubectl("get", "events", "-n", operator.namespace, "-o", "json").stdout
+    reasons = {(e["involvedObject"]["name"], e["reason"]) for e in json.loads(events)["items"]}
+    assert {("cyclic", "InvalidSpec"), ("too-fast", "SloUnreachable")} <= reasons
+
+
+def test_a_system_turned_invalid_keeps_its_last_good_plan_running(run_operator, custom, api_client, kubectl):
+    operator = run_operator(nodes=2).start()
+    kubectl("apply", "-n", operator.namespace, "-f", "-", input=system_yaml("steady"))
+    kubectl("apply", "-n", operator.namespace, "-f", "-", input=system_yaml("changing"))
+    wait_ready(custom, operator.namespace, ["steady", "changing"], READY_TIMEOUT_S, operator)
+    before = {d.metadata.uid for d in children(api_client, operator.namespace)[0]}
+
+    kubectl("apply", "-n", operator.namespace, "-f", "-", input=system_yaml("changing", slo={"latency_ms": 0.5}))
+    wait_for(lambda: is_true(systems(custom, operator.namespace)["changing"], "Invalid"), 60, "changing Invalid")
+    wait_for(lambda: "reconciled" in operator.log.read_text(), 10, "a reconcile")
+    found = systems(custom, operator.namespace)
+    assert is_true(found["steady"], "Ready")
+    assert condition(found["changing"], "Planned")["reason"] == "LastGoodPlanKept"
+    after = children(api_client, operator.namespace)[0]
+    assert {d.metadata.uid for d in after} == before
+    assert all(d.status.available_replicas == d.spec.replicas for d in after)
+
+
+def test_deleting_the_systems_leaves_no_tessera_object(run_operator, core, custom, api_client, kubectl):
+    operator = run_operator(nodes=2).start()
+    names = apply_examples(kubectl, operator.namespace, ("single-model.yaml",))
+    wait_ready(custom, operator.namespace, names, READY_TIMEOUT_S, operator)
+    kubectl("delete", "-n", operator.namespace, "compoundinferencesystems", "--all", "--wait=true")
+
+    def nothing_left():
+        deployments, services = children(api_client, operator.namespace)
+        pods = core.list_namespaced_pod(operator.namespace).items
+        state = core.list_namespaced_config_map(operator.state_namespace).items
+        return not (deployments or services or pods or [c for c in state if c.metadata.name.startswith("tessera-pool-")])
+    wait_for(nothing_left, 60, "no tessera object left", interval=0.5)
+    assert operator.alive()

@@ -1,0 +1,89 @@
+"""Names, labels and pools: deterministic, within Kubernetes' limits, read from GPU feature discovery labels."""
+
+from __future__ import annotations
+
+import re
+
+from tessera.operator import naming
+from tessera.operator.pools import catalog_product, group_pools, node_facts, node_profile_name
+from tessera.planner.catalog import gpu_product
+
+from .conftest import H100_LABEL, gpu_node, pool_of
+
+DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+
+
+def test_service_names_are_dns_labels_within_63_characters():
+    assert naming.service_name("traffic", "object_detection") == "traffic-object-detection"
+    long = naming.service_name("a" * 60, "object_detection")
+    assert len(long) <= 63 and DNS_1035.match(long)
+    assert naming.service_name("9lives", "x").startswith("t-")
+
+
+def test_long_names_stay_distinct():
+    assert naming.service_name("a" * 60, "task-one") != naming.service_name("a" * 60, "task-two")
+
+
+def test_deployment_names_leave_room_for_pod_names_and_differ_by_node():
+    identity = {"system": "s", "task": "t", "node": "gpu-1"}
+    name = naming.deployment_name("x" * 80, "object_detection", identity)
+    assert len(name) <= 46 and DNS_1035.match(name)
+    assert name == naming.deployment_name("x" * 80, "object_detection", dict(identity))
+    assert name != naming.deployment_name("x" * 80, "object_detection", {**identity, "node": "gpu-2"})
+
+
+def test_mig_config_names_are_content_addressed_and_versioned():
+    entries = [{"devices": [0], "mig-enabled": True, "mig-devices": {"3g.40gb": 2}}]
+    name = naming.mig_config_name(entries)
+    assert name.startswith(f"tessera-{naming.SCHEMA_VERSION}-")
+    assert name == naming.mig_config_name([dict(e) for e in entries])
+    assert name != naming.mig_config_name([{**entries[0], "mig-devices": {"7g.80gb": 1}}])
+
+
+def test_label_values_longer_than_63_characters_are_shortened():
+    assert len(naming.label_value("n" * 70 + "/" + "s" * 70)) <= 63
+    assert naming.label_value("shop/traffic") != "shop/traffic"  # '/' is not allowed in a label value
+
+
+def test_gfd_product_labels_map_to_catalog_gpus():
+    assert catalog_product("NVIDIA-H100-80GB-HBM3").name == "H100-80GB"
+    assert catalog_product("NVIDIA-A100-SXM4-40GB").name == "A100-40GB"
+    assert catalog_product("NVIDIA-A100-SXM4-80GB").name == "A100-80GB"
+    assert catalog_product("NVIDIA-H200", gpu_memory_mib=143771).name == "H200-141GB"
+    assert catalog_product("Tesla-T4") is None
+
+
+def test_node_facts_read_mig_state_and_advertised_profiles():
+    node = gpu_node("gpu-0", extra_labels={
+        "nvidia.com/mig.config": "tessera-v1-abc", "nvidia.com/mig.config.state": "success",
+        "nvidia.com/mig-3g.40gb.count": "4", "nvidia.com/mig-3g.40gb.memory": "40192",
+        "nvidia.com/mig-3g.40gb.slices.gi": "3"})
+    facts = node_facts(node, "tessera.ai/mig-config-requested")
+    assert (facts.gpu_count, facts.mig_config, facts.mig_state) == (8, "tessera-v1-abc", "success")
+    assert facts.advertised_counts() == {"3g.40gb": 4}
+    assert node_facts({"metadata": {"name": "cpu", "labels": {}}}, "x") is None
+
+
+def test_a_profile_advertised_under_another_name_keeps_the_nodes_name():
+    node = gpu_node("gpu-0", extra_labels={"nvidia.com/mig-1g.12gb.count": "7", "nvidia.com/mig-1g.12gb.memory": "11264",
+                                           "nvidia.com/mig-1g.12gb.slices.gi": "1"})
+    facts = node_facts(node, "x")
+    h100 = gpu_product("H100-80GB")
+    assert node_profile_name(h100.profile("1g.10gb"), facts.advertised) == "1g.12gb"
+    assert node_profile_name(h100.profile("3g.40gb"), facts.advertised) == "3g.40gb"
+
+
+def test_pools_hold_schedulable_nodes_of_one_product_in_name_order():
+    nodes = [gpu_node("b"), gpu_node("a"), gpu_node("c", unschedulable=True), gpu_node("d", ready=False),
+             gpu_node("e", product="NVIDIA-A100-SXM4-40GB", gpus=4), gpu_node("f", product="Tesla-T4")]
+    pools, unknown = group_pools([node_facts(n, "x") for n in nodes])
+    assert [(p.key, [n.name for n in p.nodes]) for p in pools] == [
+        ("NVIDIA-A100-SXM4-40GB", ["e"]), (H100_LABEL, ["a", "b"])]
+    assert [u.product_label for u in unknown] == ["Tesla-T4"]
+
+
+def test_pool_slots_walk_nodes_by_name_then_gpu_index():
+    pool = pool_of(gpu_node("gpu-b", gpus=2), gpu_node("gpu-a", gpus=2))
+    assert [(node.name, index) for node, index in pool.slots()] == [
+        ("gpu-a", 0), ("gpu-a", 1), ("gpu-b", 0), ("gpu-b", 1)]
+    assert pool.gpus == 4
