@@ -356,7 +356,7 @@ class Reconciler:
         for system in systems:
             if system.spec is None or system.ref.key in outcome.invalid:
                 continue  # an invalid system's children stay exactly as its last good plan made them
-            for (system_key, task_name), task in sorted(placement.tasks.items()):
+            for system_key, task_name in sorted(placement.tasks):
                 if system_key != system.ref.key:
                     continue
                 body = builders.service(system.ref, task_name, self.settings.server_port)

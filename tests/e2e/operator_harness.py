@@ -162,7 +162,7 @@ def wait_ready(custom, namespace: str, names: list[str], timeout: float, operato
     except TimeoutError:
         found = systems(custom, namespace)
         states = {n: (found.get(n, {}).get("status") or {}).get("conditions") for n in names}
-        raise AssertionError(f"not Ready in {timeout}s: {json.dumps(states, indent=1)}\n{operator.log_text()}")
+        raise AssertionError(f"not Ready in {timeout}s: {json.dumps(states, indent=1)}\n{operator.log_text()}") from None
 
 
 def children(api_client: client.ApiClient, namespace: str) -> tuple[list, list]:
