@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import threading
 import time
 from dataclasses import dataclass, field
@@ -479,8 +480,7 @@ def system_status(system: SystemObject, outcome: PoolOutcome) -> Verdict:
                                   st.Condition(st.PROGRESSING, True, reason, message), valid], None
 
     gpus = outcome.gpus_of.get(key, [])
-    summary = st.plan_summary(plan, key, _nodes_by_config(outcome, key), gpus=len(gpus),
-                              slices=_slices(plan, gpus, key))
+    summary = st.plan_summary(plan, key, gpus=len(gpus), slices=_slices(plan, gpus, key))
     conditions = [valid, _planned(plan, summary, outcome), _degraded(plan, key, summary),
                   _profiles_estimated(summary)]
     mig = _mig_condition(outcome, key)
@@ -490,32 +490,42 @@ def system_status(system: SystemObject, outcome: PoolOutcome) -> Verdict:
     if ready:
         conditions.append(st.Condition(st.READY, True, st.SERVERS_READY, servers.message))
         conditions.append(st.Condition(st.PROGRESSING, False, st.RECONCILED, "the cluster matches the plan"))
-        degraded = summary["servedFraction"] < 1
+        degraded = not _serves_all(summary)
         return (st.PHASE_DEGRADED if degraded else st.PHASE_READY), conditions, summary
     blocker = servers if mig.status else mig
     conditions.append(st.Condition(st.READY, False, blocker.reason, blocker.message))
     stuck = blocker.reason in (st.MIG_FAILED, st.NODE_IN_USE)
     conditions.append(st.Condition(st.PROGRESSING, not stuck, blocker.reason, blocker.message))
-    return (st.PHASE_DEPLOYING if mig.status else st.PHASE_PARTITIONING), conditions, summary
+    return st.PHASE_DEPLOYING, conditions, summary
 
 
 def _planned(plan: Plan, summary: dict, outcome: PoolOutcome) -> st.Condition:
-    gap = summary["solver"]["mipGap"]
+    gap = plan.solver.mip_gap
     text = (f"{summary['slices']} compute slices on {summary['gpus']} GPU(s) of {plan.gpu}; solver "
-            f"{plan.solver.status}, MIP gap {'unknown' if gap is None else f'{100 * gap:.2f}%'}")
+            f"{plan.solver.status}, MIP gap {f'{100 * gap:.2f}%' if math.isfinite(gap) else 'unknown'}")
     if outcome.solve_error:
         return st.Condition(st.PLANNED, True, st.LAST_GOOD_PLAN,
                             f"the last plan keeps running ({text}); the re-plan failed: {outcome.solve_error}")
     return st.Condition(st.PLANNED, True, st.PLAN_FOUND, text)
 
 
+def _served_fraction(summary: dict) -> float:
+    demand = summary["demandRequestsPerSecond"]
+    return summary["servedRequestsPerSecond"] / demand if demand > 0 else 1.0
+
+
+def _serves_all(summary: dict) -> bool:
+    return _served_fraction(summary) >= 1 - 1e-5
+
+
 def _degraded(plan: Plan, key: str, summary: dict) -> st.Condition:
-    if summary["servedFraction"] >= 1 - 1e-5:
+    if _serves_all(summary):
         return st.Condition(st.DEGRADED, False, st.DEMAND_SERVED, "the plan serves all demand within the SLOs")
     why = "; ".join(line.removeprefix(f"{key}: ") for line in plan.diagnosis if line.startswith(f"{key}:"))
     return st.Condition(st.DEGRADED, True, st.INSUFFICIENT_CAPACITY,
-                        f"the pool serves {100 * summary['servedFraction']:.0f}% of the demand "
-                        f"({summary['servedRps']:g} of {summary['demandRps']:g} requests/s)"
+                        f"the pool serves {100 * _served_fraction(summary):.0f}% of the demand "
+                        f"({summary['servedRequestsPerSecond']:g} of {summary['demandRequestsPerSecond']:g} "
+                        "requests/s)"
                         + (f": {why}" if why else "") + "; add GPU nodes to the pool")
 
 
@@ -573,13 +583,6 @@ def _available(live: dict, body: dict) -> bool:
             and (status.get("observedGeneration") or 0) >= (live["metadata"].get("generation") or 0)
             and (status.get("availableReplicas") or 0) >= replicas
             and (status.get("updatedReplicas") or 0) >= replicas)
-
-
-def _nodes_by_config(outcome: PoolOutcome, key: str) -> dict[tuple[str, int], list[str]]:
-    nodes: dict[tuple[str, int], list[str]] = {}
-    for server in sorted(outcome.placement.servers_of(key)):
-        nodes.setdefault((server.task, server.config), []).append(server.node)
-    return nodes
 
 
 def _slices(plan: Plan, gpus: list[PlacedGpu], key: str) -> int:

@@ -13,8 +13,11 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from tessera.operator import naming
+from tessera.operator.api import (ConfigurationSummary, Phase, ProfileSourceCounts, SystemPlanSummary,
+                                  TaskPlanSummary)
 from tessera.operator.systems import SystemRef
 from tessera.planner.plan import Plan
+from tessera.planner.profiles import ProfileSource
 
 # Condition types.
 READY = "Ready"
@@ -49,13 +52,12 @@ SERVERS_READY = "ServersReady"
 SERVERS_UNAVAILABLE = "ServersUnavailable"
 RECONCILED = "Reconciled"
 
-# Phases, shown by `kubectl get`.
-PHASE_INVALID = "Invalid"
-PHASE_PENDING = "Pending"
-PHASE_PARTITIONING = "Partitioning"
-PHASE_DEPLOYING = "Deploying"
-PHASE_READY = "Ready"
-PHASE_DEGRADED = "Degraded"
+# Phases, shown by `kubectl get` (the API's; MIG partitioning is part of deploying).
+PHASE_INVALID = Phase.INVALID
+PHASE_PENDING = Phase.PENDING
+PHASE_DEPLOYING = Phase.DEPLOYING
+PHASE_READY = Phase.READY
+PHASE_DEGRADED = Phase.DEGRADED
 
 WARNING_REASONS = {INVALID_SPEC, SLO_UNREACHABLE, MISSING_PROFILES, NO_GPU_POOL, SOLVE_FAILED, LAST_GOOD_PLAN,
                    INSUFFICIENT_CAPACITY, MIG_FAILED, NODE_IN_USE, SERVERS_UNAVAILABLE}
@@ -139,42 +141,23 @@ def event_body(system: SystemRef, event: EventSpec, now: str) -> dict:
     }
 
 
-def plan_summary(plan: Plan, system_key: str, nodes_by_config: dict[tuple[str, int], list[str]],
-                 gpus: int, slices: int) -> dict:
-    """What `kubectl describe` shows of a system's share of its pool's plan (small at 50 tasks)."""
+def plan_summary(plan: Plan, system_key: str, gpus: int, slices: int) -> dict:
+    """What `kubectl describe` shows of a system's share of its pool's plan, in the API's typed shape
+    (SystemPlanSummary): small at 50 tasks."""
     summary = next(s for s in plan.systems if s.system == system_key)
-    served = summary.served_rps / summary.demand_rps if summary.demand_rps > 0 else 1.0
+    sources = {source.value: 0 for source in ProfileSource}
     tasks = []
-    sources: dict[str, int] = {}
     for task in (t for t in plan.tasks if t.system == system_key):
-        configs = []
-        for index, config in enumerate(task.configs):
-            sources[config.source.value] = sources.get(config.source.value, 0) + config.replicas
-            configs.append({"migProfile": config.segment.mig_profile, "mpsProcesses": config.segment.mps,
-                            "batchSize": config.batch, "replicas": config.replicas,
-                            "batchLatencyMilliseconds": round(config.batch_latency_ms, 2),
-                            "profileSource": config.source.value,
-                            "nodes": nodes_by_config.get((task.task, index), [])})
-        tasks.append({"task": task.task, "variant": task.variant,
-                      "latencyBudgetMilliseconds": round(task.budget_ms, 1),
-                      "stageLatencyMilliseconds": round(task.stage_latency_ms, 1), "configs": configs})
-    return {
-        "gpuProduct": plan.gpu,
-        "gpus": gpus,
-        "slices": slices,
-        "demandRps": round(summary.demand_rps, 3),
-        "servedRps": round(summary.served_rps, 3),
-        "servedFraction": round(served, 4),
-        "worstPathLatencyMilliseconds": round(summary.worst_path_latency_ms, 1),
-        "latencySloMilliseconds": summary.latency_slo_ms,
-        "worstPathAccuracy": round(summary.worst_path_accuracy, 4),
-        "accuracySlo": summary.accuracy_slo,
-        "profileSources": sources,
-        "solver": {"status": plan.solver.status, "mipGap": _finite(plan.solver.mip_gap),
-                   "solveSeconds": round(plan.solver.solve_s, 2)},
-        "tasks": tasks,
-    }
-
-
-def _finite(value: float) -> float | None:
-    return round(value, 6) if value == value and abs(value) != float("inf") else None
+        for config in task.configs:
+            sources[config.source.value] += config.replicas
+        tasks.append(TaskPlanSummary(
+            name=task.task, variant=task.variant,
+            configurations=[ConfigurationSummary(mig_profile=c.segment.mig_profile, mps=c.segment.mps,
+                                                 batch=c.batch, replicas=c.replicas) for c in task.configs]))
+    typed = SystemPlanSummary(
+        gpu=plan.gpu, gpus=gpus, slices=slices,
+        predicted_latency_ms=round(summary.worst_path_latency_ms, 1),
+        predicted_accuracy=round(min(summary.worst_path_accuracy, 1.0), 4),
+        demand_rps=round(summary.demand_rps, 3), served_rps=round(summary.served_rps, 3),
+        profile_sources=ProfileSourceCounts(**sources), tasks=tasks)
+    return typed.model_dump(by_alias=True, mode="json", exclude_none=True)

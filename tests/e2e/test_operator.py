@@ -69,16 +69,16 @@ def test_three_examples_run_on_the_mig_instances_of_their_plan(run_operator, cor
     for name in names:
         summary = found[name]["status"]["plan"]
         assert found[name]["status"]["phase"] in ("Ready", "Degraded")
-        assert summary["servedFraction"] == 1 and summary["gpus"] >= 1
-        planned_replicas = sum(c["replicas"] for t in summary["tasks"] for c in t["configs"])
+        assert summary["servedRequestsPerSecond"] == summary["demandRequestsPerSecond"] and summary["gpus"] >= 1
+        planned_replicas = sum(c["replicas"] for t in summary["tasks"] for c in t["configurations"])
         running = sum(d.spec.replicas for d in deployments if d.metadata.labels["tessera.ai/system"] == name)
         assert running == planned_replicas, name
-        assert {s.metadata.name for s in services} >= {f"{name}-{t['task'].replace('_', '-')}"
+        assert {s.metadata.name for s in services} >= {f"{name}-{t['name']}"
                                                        for t in summary["tasks"]}
 
     table = kubectl("get", "compoundinferencesystems", "-n", operator.namespace).stdout
     header = table.splitlines()[0].split()
-    assert header[:7] == ["NAME", "PHASE", "READY", "GPUS", "SLICES", "SERVED", "LATENCY-MS"]
+    assert header[:7] == ["NAME", "READY", "PHASE", "GPUS", "SLICES", "ACCURACY", "LATENCY-MS"]
     assert all(" True " in line for line in table.splitlines()[1:])
 
 
@@ -103,7 +103,7 @@ def test_systems_the_planner_cannot_use_are_invalid_and_the_others_keep_running(
     cyclic["spec"]["edges"] = [{"source": "image_classification", "target": "second"},
                                {"source": "second", "target": "image_classification"}]
     kubectl("apply", "-n", operator.namespace, "-f", "-", input=yaml.safe_dump(cyclic))
-    kubectl("apply", "-n", operator.namespace, "-f", "-", input=system_yaml("too-fast", slo={"latency_ms": 0.5}))
+    kubectl("apply", "-n", operator.namespace, "-f", "-", input=system_yaml("too-fast", slo={"latencyMilliseconds": 0.5}))
 
     wait_ready(custom, operator.namespace, ["single-model"], READY_TIMEOUT_S, operator)
     found = wait_for(lambda: (s := systems(custom, operator.namespace)) and all(
@@ -125,7 +125,7 @@ def test_a_system_turned_invalid_keeps_its_last_good_plan_running(run_operator, 
     wait_ready(custom, operator.namespace, ["steady", "changing"], READY_TIMEOUT_S, operator)
     before = {d.metadata.uid for d in children(api_client, operator.namespace)[0]}
 
-    kubectl("apply", "-n", operator.namespace, "-f", "-", input=system_yaml("changing", slo={"latency_ms": 0.5}))
+    kubectl("apply", "-n", operator.namespace, "-f", "-", input=system_yaml("changing", slo={"latencyMilliseconds": 0.5}))
     wait_for(lambda: is_true(systems(custom, operator.namespace)["changing"], "Invalid"), 60, "changing Invalid")
     wait_for(lambda: "reconciled" in operator.log.read_text(), 10, "a reconcile")
     found = systems(custom, operator.namespace)

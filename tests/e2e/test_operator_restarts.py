@@ -23,7 +23,7 @@ from tessera.operator.testhooks import EXIT_CODE, KILL_POINTS
 from .operator_fixtures import crds, custom, run_operator  # noqa: F401  (fixtures)
 from .operator_harness import OperatorProcess, children, gpu_resource, pinned_node, signature, system_yaml, systems, wait_ready
 
-SYSTEMS = {"small": {"demand_rps": 200}, "smaller": {"demand_rps": 80}}
+SYSTEMS = {"small": {"demandRequestsPerSecond": 200}, "smaller": {"demandRequestsPerSecond": 80}}
 CONVERGE_S = 60
 FIRST_RUN_TIMEOUT_S = 240
 POINTS = [*KILL_POINTS, "after-deployment:2"]

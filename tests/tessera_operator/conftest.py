@@ -37,18 +37,19 @@ def system_ref() -> SystemRef:
 
 @pytest.fixture
 def spec() -> SystemSpec:
-    return SystemSpec.model_validate({
-        "name": "shop/traffic",
-        "slo": {"latency_ms": 250, "accuracy": 0.8},
-        "demand_rps": 50,
+    validated = SystemSpec.model_validate({
+        "name": "traffic",
+        "slo": {"latencyMilliseconds": 250, "accuracy": 0.8},
+        "demandRequestsPerSecond": 50,
         "tasks": [
-            {"name": "object_detection", "variants": [
-                {"name": "yolov5m", "accuracy": 1.0, "memory_gb": 2.5, "image": "example.org/yolo:1",
+            {"name": "object-detection", "variants": [
+                {"name": "yolov5m", "accuracy": 1.0, "gpuMemoryGigabytes": 2.5, "image": "example.org/yolo:1",
                  "args": ["--model", "yolov5m"]}]},
-            {"name": "car_classification", "variants": [{"name": "effnet-b0", "accuracy": 1.0, "memory_gb": 1.0}]},
+            {"name": "car-classification", "variants": [{"name": "effnet-b0", "accuracy": 1.0, "gpuMemoryGigabytes": 1.0}]},
         ],
-        "edges": [{"source": "object_detection", "target": "car_classification", "factor": 2.0}],
-    })
+        "edges": [{"source": "object-detection", "target": "car-classification", "factor": 2.0}],
+    }, by_alias=True)
+    return validated.model_copy(update={"name": "shop/traffic"})  # the operator keys systems namespace/name
 
 
 def _config(profile: str, mps: int, batch: int, replicas: int) -> ConfigPlan:
@@ -61,17 +62,17 @@ def _config(profile: str, mps: int, batch: int, replicas: int) -> ConfigPlan:
 def plan() -> Plan:
     """Detection on two 3g.40gb instances of GPU 0, classification (MPS 2) on a 1g.10gb of GPU 1."""
     tasks = [
-        TaskPlan(system="shop/traffic", task="object_detection", variant="yolov5m", normalised_accuracy=1.0,
+        TaskPlan(system="shop/traffic", task="object-detection", variant="yolov5m", normalised_accuracy=1.0,
                  demand_rps=50, budget_ms=125, stage_latency_ms=60, configs=[_config("3g.40gb", 1, 8, 2)]),
-        TaskPlan(system="shop/traffic", task="car_classification", variant="effnet-b0", normalised_accuracy=1.0,
+        TaskPlan(system="shop/traffic", task="car-classification", variant="effnet-b0", normalised_accuracy=1.0,
                  demand_rps=100, budget_ms=125, stage_latency_ms=60, configs=[_config("1g.10gb", 2, 4, 1)]),
     ]
     gpus = [
         GpuPlan(index=0, layout=[("3g.40gb", 2)], instances=[
-            InstancePlan(mig_profile="3g.40gb", system="shop/traffic", task="object_detection", config=0),
-            InstancePlan(mig_profile="3g.40gb", system="shop/traffic", task="object_detection", config=0)]),
+            InstancePlan(mig_profile="3g.40gb", system="shop/traffic", task="object-detection", config=0),
+            InstancePlan(mig_profile="3g.40gb", system="shop/traffic", task="object-detection", config=0)]),
         GpuPlan(index=1, layout=[("1g.10gb", 7)], instances=[
-            InstancePlan(mig_profile="1g.10gb", system="shop/traffic", task="car_classification", config=0),
+            InstancePlan(mig_profile="1g.10gb", system="shop/traffic", task="car-classification", config=0),
             *[InstancePlan(mig_profile="1g.10gb") for _ in range(6)]]),
     ]
     return Plan(gpu="H100-80GB", pool_gpus=2, features="A+S+T", headroom=0.1, tasks=tasks, gpus=gpus, paths=[],

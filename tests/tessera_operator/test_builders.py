@@ -24,7 +24,7 @@ def test_plan_gpu_indices_map_onto_the_free_node_gpus_in_order(plan):
     assert placement.nodes["gpu-a"].layouts == {3: (("3g.40gb", 2),)}
     assert placement.nodes["gpu-b"].layouts == {0: (("1g.10gb", 7),)}
     assert {(k.task, k.node): n for k, n in placement.servers.items()} == {
-        ("object_detection", "gpu-a"): 2, ("car_classification", "gpu-b"): 1}
+        ("object-detection", "gpu-a"): 2, ("car-classification", "gpu-b"): 1}
 
 
 def test_a_share_holds_the_whole_gpus_of_one_system(plan):
@@ -68,7 +68,7 @@ def test_one_patch_sets_the_mig_config_and_removes_the_state_label():
 
 def test_a_deployment_is_pinned_to_its_node_and_requests_one_mig_instance(plan, spec, system_ref):
     placement = _placement(plan)
-    key = next(k for k in placement.servers if k.task == "object_detection")
+    key = next(k for k in placement.servers if k.task == "object-detection")
     body = builders.deployment(system_ref, spec, key, placement.tasks[(key.system, key.task)], 2, "gpu-a",
                                "3g.40gb", SETTINGS)
     pod = body["spec"]["template"]["spec"]
@@ -82,20 +82,20 @@ def test_a_deployment_is_pinned_to_its_node_and_requests_one_mig_instance(plan, 
 
 def test_the_environment_carries_batch_delay_processes_and_downstream_service_urls(plan, spec, system_ref):
     placement = _placement(plan)
-    detection = next(k for k in placement.servers if k.task == "object_detection")
-    env = _env(builders.deployment(system_ref, spec, detection, placement.tasks[("shop/traffic", "object_detection")],
+    detection = next(k for k in placement.servers if k.task == "object-detection")
+    env = _env(builders.deployment(system_ref, spec, detection, placement.tasks[("shop/traffic", "object-detection")],
                                    2, "gpu-a", "3g.40gb", SETTINGS))
     assert env["TESSERA_BATCH_SIZE"] == "8"
     assert env["TESSERA_PROCESSES"] == "1"
     assert env["TESSERA_MAX_BATCH_DELAY_MS"] == "85"  # budget 125 - 2 x 20 ms batch latency
     url = "http://traffic-car-classification.shop.svc:8000"
     assert env["TESSERA_DOWNSTREAM_CAR_CLASSIFICATION_URL"] == url
-    assert env["TESSERA_DOWNSTREAM_URLS"] == f"car_classification={url}"
+    assert env["TESSERA_DOWNSTREAM_URLS"] == f"car-classification={url}"
 
 
 def test_an_mps_configuration_runs_its_processes_in_one_pod_with_an_mps_pipe_directory(plan, spec, system_ref):
     placement = _placement(plan)
-    key = next(k for k in placement.servers if k.task == "car_classification")
+    key = next(k for k in placement.servers if k.task == "car-classification")
     body = builders.deployment(system_ref, spec, key, placement.tasks[(key.system, key.task)], 1, "gpu-b",
                                "1g.10gb", SETTINGS)
     env = _env(body)
@@ -107,8 +107,8 @@ def test_an_mps_configuration_runs_its_processes_in_one_pod_with_an_mps_pipe_dir
 
 def test_a_service_selects_every_replica_of_its_task(plan, spec, system_ref):
     placement = _placement(plan)
-    service = builders.service(system_ref, "object_detection", 8000)
-    key = next(k for k in placement.servers if k.task == "object_detection")
+    service = builders.service(system_ref, "object-detection", 8000)
+    key = next(k for k in placement.servers if k.task == "object-detection")
     deployment = builders.deployment(system_ref, spec, key, placement.tasks[(key.system, key.task)], 2, "gpu-a",
                                      "3g.40gb", SETTINGS)
     pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
@@ -119,7 +119,7 @@ def test_a_service_selects_every_replica_of_its_task(plan, spec, system_ref):
 def test_every_child_has_the_owner_reference_and_tessera_labels(plan, spec, system_ref):
     placement = _placement(plan)
     key = next(iter(placement.servers))
-    children = [builders.service(system_ref, "object_detection", 8000),
+    children = [builders.service(system_ref, "object-detection", 8000),
                 builders.deployment(system_ref, spec, key, placement.tasks[(key.system, key.task)], 1, key.node,
                                     "3g.40gb", SETTINGS)]
     for child in children:
@@ -132,6 +132,6 @@ def test_every_child_has_the_owner_reference_and_tessera_labels(plan, spec, syst
 
 
 def test_the_applied_hash_follows_the_content(plan, spec, system_ref):
-    first = builders.service(system_ref, "object_detection", 8000)
-    assert builders.applied_hash(first) == builders.applied_hash(builders.service(system_ref, "object_detection", 8000))
-    assert builders.applied_hash(first) != builders.applied_hash(builders.service(system_ref, "object_detection", 9000))
+    first = builders.service(system_ref, "object-detection", 8000)
+    assert builders.applied_hash(first) == builders.applied_hash(builders.service(system_ref, "object-detection", 8000))
+    assert builders.applied_hash(first) != builders.applied_hash(builders.service(system_ref, "object-detection", 9000))

@@ -14,8 +14,8 @@ DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 
 
 def test_service_names_are_dns_labels_within_63_characters():
-    assert naming.service_name("traffic", "object_detection") == "traffic-object-detection"
-    long = naming.service_name("a" * 60, "object_detection")
+    assert naming.service_name("traffic", "object-detection") == "traffic-object-detection"
+    long = naming.service_name("a" * 60, "object-detection")
     assert len(long) <= 63 and DNS_1035.match(long)
     assert naming.service_name("9lives", "x").startswith("t-")
 
@@ -26,10 +26,10 @@ def test_long_names_stay_distinct():
 
 def test_deployment_names_leave_room_for_pod_names_and_differ_by_node():
     identity = {"system": "s", "task": "t", "node": "gpu-1"}
-    name = naming.deployment_name("x" * 80, "object_detection", identity)
+    name = naming.deployment_name("x" * 80, "object-detection", identity)
     assert len(name) <= 46 and DNS_1035.match(name)
-    assert name == naming.deployment_name("x" * 80, "object_detection", dict(identity))
-    assert name != naming.deployment_name("x" * 80, "object_detection", {**identity, "node": "gpu-2"})
+    assert name == naming.deployment_name("x" * 80, "object-detection", dict(identity))
+    assert name != naming.deployment_name("x" * 80, "object-detection", {**identity, "node": "gpu-2"})
 
 
 def test_mig_config_names_are_content_addressed_and_versioned():

@@ -11,8 +11,8 @@ from tessera.operator.systems import read_system
 from .conftest import gpu_node, pool_of
 
 SYSTEM = {"apiVersion": "tessera.ai/v1alpha1", "kind": "CompoundInferenceSystem",
-          "spec": {"slo": {"latency_ms": 100}, "demand_rps": 10,
-                   "tasks": [{"name": "t", "variants": [{"name": "v", "accuracy": 1, "memory_gb": 1}]}]}}
+          "spec": {"slo": {"latencyMilliseconds": 100}, "demandRequestsPerSecond": 10,
+                   "tasks": [{"name": "t", "variants": [{"name": "v", "accuracy": 1, "gpuMemoryGigabytes": 1}]}]}}
 
 
 def _system(name: str, annotations: dict | None = None, **spec) -> dict:
