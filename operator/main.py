@@ -13,6 +13,7 @@ from kubernetes import client, config
 from prometheus_client import start_http_server
 
 from tessera import __version__
+from tessera.logs import FORMAT, configure_logging
 from tessera.operator import naming
 from tessera.operator.cluster import Cluster
 from tessera.operator.controller import Controller
@@ -35,8 +36,10 @@ def run(settings: OperatorSettings, kubeconfig: str | None) -> None:
     """Runs the operator until it is stopped (SIGTERM/SIGINT)."""
     global _settings, _kubeconfig
     _settings, _kubeconfig = settings, kubeconfig
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("kopf").setLevel(logging.WARNING)  # one line per watch event is noise
+    # The operator logs each decision at info; kopf only its warnings (one line per watch event is noise).
+    logging.basicConfig(level=logging.WARNING, format=FORMAT)
+    if logging.getLogger("tessera").getEffectiveLevel() > logging.INFO:
+        configure_logging("info")
     if kubeconfig:
         os.environ["KUBECONFIG"] = kubeconfig  # kopf's own login reads it too
     from tessera.operator import handlers  # noqa: F401  (registers the handlers)
