@@ -19,7 +19,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "bench" / "results" / "package_footprint.md"
-EXTRAS = {"offline": ["scipy", "scikit-learn", "pyarrow", "matplotlib"], "numba": ["numba"]}
+EXTRAS = {"offline": ["scikit-learn", "pyarrow", "matplotlib"], "numba": ["numba"]}
 
 # Run inside an environment: every distribution with its version and installed bytes.
 SIZES = """

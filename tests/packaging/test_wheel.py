@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-EXTRAS_MODULES = ("sklearn", "matplotlib", "pyarrow", "scipy", "numba", "llvmlite")  # offline and numba extras
+EXTRAS_MODULES = ("sklearn", "matplotlib", "pyarrow", "numba", "llvmlite")  # offline and numba extras
 
 pytestmark = pytest.mark.package
 
