@@ -100,8 +100,8 @@ def test_systems_the_planner_cannot_use_are_invalid_and_the_others_keep_running(
     kubectl("apply", "-n", operator.namespace, "-f", str(EXAMPLES / "single-model.yaml"))
     cyclic = yaml.safe_load(system_yaml("cyclic"))
     cyclic["spec"]["tasks"].append({"name": "second", "variants": [cyclic["spec"]["tasks"][0]["variants"][0]]})
-    cyclic["spec"]["edges"] = [{"source": "image_classification", "target": "second"},
-                               {"source": "second", "target": "image_classification"}]
+    cyclic["spec"]["edges"] = [{"source": "image-classification", "target": "second"},
+                               {"source": "second", "target": "image-classification"}]
     kubectl("apply", "-n", operator.namespace, "-f", "-", input=yaml.safe_dump(cyclic))
     kubectl("apply", "-n", operator.namespace, "-f", "-", input=system_yaml("too-fast", slo={"latencyMilliseconds": 0.5}))
 
