@@ -10,10 +10,10 @@ variables in serving and in profiling.
 from __future__ import annotations
 
 ENV_BATCH_SIZE = "TESSERA_BATCH_SIZE"  # largest batch the server forms (rows)
-ENV_BATCH_DELAY_MS = "TESSERA_BATCH_DELAY_MS"  # longest a server waits to fill a batch, ms
+ENV_BATCH_DELAY_MS = "TESSERA_MAX_BATCH_DELAY_MS"  # longest a server waits to fill a batch, ms
 ENV_PROCESSES = "TESSERA_PROCESSES"  # server processes (the MPS degree) sharing the device
 ENV_MODEL_NAME = "TESSERA_MODEL_NAME"  # the model name in the protocol's paths
-ENV_HTTP_PORT = "TESSERA_HTTP_PORT"  # the REST port
+ENV_HTTP_PORT = "TESSERA_PORT"  # the REST port
 
 DEFAULT_HTTP_PORT = 8080
 
