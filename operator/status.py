@@ -13,20 +13,20 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from tessera.operator import naming
-from tessera.operator.api import (ConfigurationSummary, Phase, ProfileSourceCounts, SystemPlanSummary,
+from tessera.operator.api import (ConditionType, ConfigurationSummary, Phase, ProfileSourceCounts, SystemPlanSummary,
                                   TaskPlanSummary)
 from tessera.operator.systems import SystemRef
 from tessera.planner.plan import Plan
 from tessera.planner.profiles import ProfileSource
 
-# Condition types.
-READY = "Ready"
-PLANNED = "Planned"
-PROGRESSING = "Progressing"
-DEGRADED = "Degraded"
-MIG_LAYOUT_APPLIED = "MigLayoutApplied"
-PROFILES_ESTIMATED = "ProfilesEstimated"
-INVALID = "Invalid"
+# Condition types: the API's (operator/api.py), the ones a CompoundInferenceSystem carries.
+READY = ConditionType.READY
+PLANNED = ConditionType.PLANNED
+PROGRESSING = ConditionType.PROGRESSING
+DEGRADED = ConditionType.DEGRADED
+MIG_LAYOUT_APPLIED = ConditionType.MIG_LAYOUT_APPLIED
+PROFILES_ESTIMATED = ConditionType.PROFILES_ESTIMATED
+INVALID = ConditionType.INVALID
 CONDITION_ORDER = (READY, PLANNED, PROGRESSING, DEGRADED, MIG_LAYOUT_APPLIED, PROFILES_ESTIMATED, INVALID)
 
 # Reasons.
