@@ -193,17 +193,18 @@ def validate_cmd(seeds: int, workers: int, runs_csv: Path | None, out: Path | No
               "starved real/twin/dt"]:
         t.add_column(c, justify="right")
     for x in rows:
-        t.add_row(str(x["n"]), str(x["A"]), str(x["rank"]), "low" if x["low_rate"] else "high", f"{x['real']:.0f}", f"{x['twin']:.0f}",
-                  _pct(x["err"]), _pct(x["dt_err"]) if np.isfinite(x["dt_err"]) else "-",
-                  f"{int(x['real_starved'])}/{int(x['twin_starved'])}/{int(x['dt_starved'])}")
+        t.add_row(str(x.n_adapters), str(x.max_loras), str(x.max_rank), "low" if x.low_rate else "high",
+                  f"{x.real_throughput:.0f}", f"{x.twin_throughput:.0f}",
+                  _pct(x.err), _pct(x.dt_err) if np.isfinite(x.dt_err) else "-",
+                  f"{int(x.real_starved)}/{int(x.twin_starved)}/{int(x.dt_starved)}")
     console.print(t)
     summ = validate.summarize(rows)
     s = Table(title=f"summary ({seeds} seeds per run; fit on one max-rank half, judged on the other)")
     for c in ["runs", "n", "median err", "p90 err", "dt median", "dt p90", "starv. agree", "dt agree"]:
         s.add_column(c, justify="right", no_wrap=True)
-    for k, v in summ.items():
-        s.add_row(k, str(v["n"]), _pct(v["median"]), _pct(v["p90"]), _pct(v["dt_median"]), _pct(v["dt_p90"]),
-                  f"{v['agree']}/{v['n']}", f"{v['dt_agree']}/{v['n']}")
+    for group, v in summ.items():
+        s.add_row(group, str(v.n), _pct(v.median), _pct(v.p90), _pct(v.dt_median), _pct(v.dt_p90),
+                  f"{v.agree}/{v.n}", f"{v.dt_agree}/{v.n}")
     console.print(s)
     for k, p in fitted.items():
         console.print(f"fitted on max-rank {k}: step={p.step} overhead={p.overhead} lengths={p.lengths}")
@@ -213,8 +214,7 @@ def validate_cmd(seeds: int, workers: int, runs_csv: Path | None, out: Path | No
         validation_png(rows, png)
         console.print(f"plots written to {png}")
     if out:
-        out.write_text(json.dumps({"rows": rows, "summary": summ,
-                                   "fitted": {k: p.to_dict() for k, p in fitted.items()}}, indent=1, default=float))
+        out.write_text(json.dumps(validate.validation_report(rows, fitted), indent=1))
 
 
 @twin.command("memory")
@@ -231,10 +231,12 @@ def memory_cmd(kv_csv: Path | None) -> None:
     for m in ["qwen", "llama"]:
         prof = load_profile(m)
         rows = read_kv_capacity(path, prof.model)
-        agree = sum((y is None) == prof.refuses_to_start(a, r) for a, r, y in rows)
-        errs = [abs(prof.kv_tokens(a, r) - y) / y for a, r, y in rows if y is not None]
-        t.add_row(prof.model, str(len(rows)), str(sum(y is None for *_, y in rows)),
-                  str(sum(prof.refuses_to_start(a, r) for a, r, _ in rows)), f"{agree}/{len(rows)}",
+        refused = [prof.refuses_to_start(row.max_loras, row.max_lora_rank) for row in rows]
+        agree = sum((row.gpu_kv_cache_tokens is None) == r for row, r in zip(rows, refused))
+        errs = [abs(prof.kv_tokens(row.max_loras, row.max_lora_rank) - row.gpu_kv_cache_tokens) / row.gpu_kv_cache_tokens
+                for row in rows if row.gpu_kv_cache_tokens is not None]
+        t.add_row(prof.model, str(len(rows)), str(sum(row.gpu_kv_cache_tokens is None for row in rows)),
+                  str(sum(refused)), f"{agree}/{len(rows)}",
                   _pct(float(np.median(errs))), _pct(float(np.max(errs))))
     console.print(t)
 
@@ -246,7 +248,7 @@ def fit_memory_cmd(kv_csv: Path, model: str) -> None:
     """Fit the memory model of MODEL from a kv_capacity-style CSV; prints the YAML section."""
     from tessera.planner.twin.profile import fit_memory_model, read_kv_capacity
 
-    console.print(yaml.safe_dump({"memory": fit_memory_model(read_kv_capacity(kv_csv, model))}))
+    console.print(yaml.safe_dump({"memory": fit_memory_model(read_kv_capacity(kv_csv, model)).model_dump()}))
 
 
 @twin.command("calibrate")
@@ -351,20 +353,15 @@ def predict_runs_cmd(model: str, seeds: int, workers: int, out: Path | None) -> 
     for c in ["adapters", "A_max", "rank", "rate mix", "Qwen real tok/s", f"{model} twin tok/s", "ratio",
               "starved", "memory error"]:
         t.add_column(c, justify="right")
-    rows = []
-    for r in runs:
-        x = table[r.idx]
-        ratio = x["throughput"] / x["offered"] if x["offered"] else float("nan")
-        rows.append(dict(n=r.n_adapters, A=r.max_loras, rank=r.max_rank, low_rate=r.low_rate, qwen_real=r.throughput,
-                         twin=x["throughput"], ratio=ratio, starved=bool(ratio < STARVATION_RATIO) and not x["memory_error"],
-                         memory_error=x["memory_error"]))
-        t.add_row(str(r.n_adapters), str(r.max_loras), str(r.max_rank), "low" if r.low_rate else "high",
-                  f"{r.throughput:.0f}", "-" if x["memory_error"] else f"{x['throughput']:.0f}",
-                  "-" if x["memory_error"] else f"{ratio:.3f}", str(rows[-1]["starved"]), str(x["memory_error"]))
+    rows = validate.predict_runs(runs, table)
+    for x in rows:
+        t.add_row(str(x.n_adapters), str(x.max_loras), str(x.max_rank), "low" if x.low_rate else "high",
+                  f"{x.qwen_real:.0f}", "-" if x.memory_error else f"{x.twin:.0f}",
+                  "-" if x.memory_error else f"{x.ratio:.3f}", str(x.starved), str(x.memory_error))
     console.print(t)
-    me = sum(r["memory_error"] for r in rows)
-    st = sum(r["starved"] for r in rows)
+    me = sum(x.memory_error for x in rows)
+    st = sum(x.starved for x in rows)
     console.print(f"{len(rows)} configurations: {me} refuse to start (memory), {st} starved, "
                   f"{len(rows) - me - st} healthy")
     if out:
-        out.write_text(json.dumps(rows, indent=1))
+        out.write_text(json.dumps([x.model_dump() for x in rows], indent=1))

@@ -31,10 +31,10 @@ from .server import ServerModel
 
 
 def server_capacity_rps(model: ServerModel, smallest_rank: int) -> float:
-    step, run_ms = model.profile.step, model.profile.overhead.get("run_ms", 0.0)
+    step, run_ms = model.profile.step, model.profile.overhead.run_ms
     budget_batch = ServerConfig(max_loras=1).max_num_batched_tokens / (1.0 + PROMPT_TOKENS / OUTPUT_TOKENS)
     batch = min(model.profile.kv_tokens(1, smallest_rank) / KV_TOKENS_PER_RUNNING, budget_batch)
-    step_ms = (step["a_ms"] + step["b_ms"] * batch) * (step["lora_c0"] + step["lora_c1"]) + run_ms * batch
+    step_ms = (step.a_ms + step.b_ms * batch) * (step.lora_c0 + step.lora_c1) + run_ms * batch
     finished_rps = batch * 1000.0 / (OUTPUT_TOKENS * step_ms)
     return finished_rps / STARVATION_RATIO
 

@@ -23,7 +23,6 @@ The twin check then judges every adapter's served fraction itself.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -96,7 +95,7 @@ class ServerModel:
     def __init__(self, problem: PlacementProblem):
         profile = load_profile(problem.model)
         if problem.max_model_len:
-            profile = dataclasses.replace(profile, max_model_len=int(problem.max_model_len))
+            profile = profile.with_updates(max_model_len=int(problem.max_model_len))
         if profile.model not in MODEL_IDS:
             raise ValueError(f"model {profile.model!r} has no trained predictors (known: {', '.join(MODEL_IDS)})")
         self.profile = profile
@@ -114,7 +113,7 @@ class ServerModel:
     def most_startable_slots(self, max_lora_rank: int) -> int:
         """Most slots a server with this --max-lora-rank starts with (the memory model)."""
         memory = self.profile.memory
-        low, high = 0, max(1, int(memory["c0"] // (memory["per_rank_slot"] * max_lora_rank + memory["per_slot"])))
+        low, high = 0, max(1, int(memory.c0 // (memory.per_rank_slot * max_lora_rank + memory.per_slot)))
         while low < high:
             mid = (low + high + 1) // 2
             low, high = (mid, high) if self.starts(mid, max_lora_rank) else (low, mid - 1)

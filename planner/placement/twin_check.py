@@ -54,8 +54,8 @@ def check_server(case: ServerCase) -> TwinCheck:
         return TwinCheck(starts=False, wall_s=time.perf_counter() - started)
     drawn = Workload(ranks=ranks, rates=rates, duration_s=CHECK_HOUR_S)
     # lengths as the twin draws them (its calibrated spread); early stops are left to simulate()
-    sigma = case.profile.lengths.get("sigma", 0.6)
-    times, adapter_of, prompts, outputs, _ = generate_requests(drawn, np.random.default_rng([case.seed, 1]), 0.0, sigma)
+    times, adapter_of, prompts, outputs, _ = generate_requests(drawn, np.random.default_rng([case.seed, 1]), 0.0,
+                                                               case.profile.lengths.sigma)
     trace = Workload(ranks=ranks, rates=rates, duration_s=CHECK_HOUR_S,
                      trace={"t": times, "adapter": adapter_of, "prompt": prompts, "output": outputs})
     result = simulate(trace, case.profile, config, seed=case.seed, keep_requests=True)

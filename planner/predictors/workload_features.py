@@ -88,9 +88,8 @@ def server_constants() -> ServerConstants:
     step = {}
     for name, model_id in MODEL_IDS.items():
         profile = load_profile(name)
-        step[model_id] = StepConstants(profile.step["a_ms"], profile.step["b_ms"], profile.step["lora_c0"],
-                                       profile.step["lora_c1"], profile.overhead.get("run_ms", 0.0),
-                                       profile.overhead.get("wait_ms", 0.0))
+        step[model_id] = StepConstants(profile.step.a_ms, profile.step.b_ms, profile.step.lora_c0,
+                                       profile.step.lora_c1, profile.overhead.run_ms, profile.overhead.wait_ms)
     budget = ServerConfig(max_loras=1).max_num_batched_tokens / (1.0 + PROMPT_TOKENS / OUTPUT_TOKENS)
     return ServerConstants(step, budget, float(OUTSTANDING_REQUEST_CAP))
 

@@ -1,4 +1,5 @@
-"""The twin's input files, one validated schema each: workloads, model profiles, kv-capacity CSVs.
+"""The twin's input files, one validated schema each: workloads, the sections of a model profile
+(the profile itself is tessera.planner.twin.profile.ServerProfile), kv-capacity CSVs.
 
 Every number is finite and inside a stated physical range (in the field's
 description), and a workload's expected work is bounded: simulated duration
@@ -27,7 +28,7 @@ MAX_LORAS = 4096
 
 
 class _File(BaseModel):
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, frozen=True)
 
 
 Rank = Annotated[int, Field(ge=1, le=MAX_RANK, description=f"LoRA rank, 1..{MAX_RANK}.")]
@@ -119,9 +120,6 @@ def load_workload_file(path: str | Path) -> WorkloadFile:
 
 # ---- model profiles -------------------------------------------------------------------------
 
-NonNegative = Annotated[float, Field(ge=0, le=1e6)]
-
-
 class StepCoefficients(_File):
     """step_ms = (a + b x decoding + c x prefill tokens) x (lora_c0 + lora_c1 x adapters in the batch)."""
 
@@ -133,6 +131,8 @@ class StepCoefficients(_File):
 
 
 class Overhead(_File):
+    """Scheduler time per step beside the step's compute: fixed, per running and per waiting request."""
+
     c0_ms: float = Field(default=0.0, ge=0, le=1e3, description="Scheduler overhead per step, 0..1000 ms.")
     run_ms: float = Field(default=0.0, ge=0, le=1e3, description="Per running request, 0..1000 ms.")
     wait_ms: float = Field(default=0.0, ge=0, le=1e3, description="Per waiting request, 0..1000 ms.")
@@ -147,35 +147,10 @@ class MemoryModel(_File):
 
 
 class Lengths(_File):
+    """Request lengths the twin draws: lognormal, some stopping early."""
+
     eos_fraction: float = Field(default=0.0, ge=0, le=1, description="Share of requests stopping early, 0..1.")
     sigma: float = Field(default=0.6, gt=0, le=3, description="Lognormal shape of request lengths, (0, 3].")
-
-
-class ProfileFile(_File):
-    """A twin model profile (`planner/twin/profiles/*.yaml`, or a path given as a workload's model)."""
-
-    model: str = Field(min_length=1, max_length=256)
-    gpu: str = Field(default="unknown", min_length=1, max_length=256)
-    max_model_len: int = Field(ge=16, le=1 << 21, description="Longest sequence the server accepts, tokens.")
-    block_size: int = Field(default=16, ge=1, le=256, description="KV block, tokens.")
-    prealloc_blocks: int = Field(default=0, ge=0, le=1 << 20)
-    step: StepCoefficients
-    overhead: Overhead = Field(default_factory=Overhead)
-    load_ms: dict[Annotated[int, Field(ge=1, le=MAX_RANK)], Annotated[float, Field(ge=0, le=1e5)]] = Field(
-        min_length=1, max_length=64, description="Adapter load time (ms) by rank.")
-    memory: MemoryModel
-    lengths: Lengths = Field(default_factory=Lengths)
-
-
-def validate_profile(data, where: str) -> ProfileFile:
-    if not isinstance(data, dict):
-        raise InputError(f"{where}: expected a profile mapping (model, max_model_len, step, load_ms, memory), "
-                         f"got {type(data).__name__}")
-    return validate(ProfileFile, data, where)
-
-
-def load_profile_file(path: str | Path) -> ProfileFile:
-    return validate_profile(load_yaml(path), str(path))
 
 
 # ---- kv_capacity CSV ------------------------------------------------------------------------
@@ -184,7 +159,7 @@ KV_COLUMNS = ("model", "max_loras", "max_lora_rank", "gpu_kv_cache_tokens")
 
 
 class KvCapacityRow(_File):
-    model_config = ConfigDict(extra="ignore", allow_inf_nan=False)
+    model_config = ConfigDict(extra="ignore", allow_inf_nan=False, frozen=True)
 
     model: str = Field(min_length=1, max_length=256)
     max_loras: int = Field(ge=1, le=MAX_LORAS)

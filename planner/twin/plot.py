@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from .sim import STARVATION_RATIO
+from .sim import STARVATION_RATIO, TwinResult
+
+if TYPE_CHECKING:
+    from .validate import ScoredRun
 
 
-def timeline_png(res, path: str | Path, title: str = "") -> None:
+def timeline_png(res: TwinResult, path: str | Path, title: str = "") -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -28,7 +32,7 @@ def timeline_png(res, path: str | Path, title: str = "") -> None:
     plt.close(fig)
 
 
-def validation_png(rows: list[dict], path: str | Path, threshold: float = STARVATION_RATIO) -> None:
+def validation_png(rows: list[ScoredRun], path: str | Path, threshold: float = STARVATION_RATIO) -> None:
     """Real vs twin on the judged halves: throughput beside the original twin, and the
     throughput / offered ratio whose quadrants around the starvation rule show starvation agreement."""
     import matplotlib
@@ -37,21 +41,21 @@ def validation_png(rows: list[dict], path: str | Path, threshold: float = STARVA
     import matplotlib.pyplot as plt
     import numpy as np
 
-    real = np.array([r["real"] for r in rows])
+    real = np.array([r.real_throughput for r in rows])
     fig, ax = plt.subplots(1, 2, figsize=(11, 5))
     lim = (real.min() * 0.8, real.max() * 1.25)
     ax[0].plot(lim, lim, color="grey", lw=0.8)
-    ax[0].scatter(real, [r["dt"] for r in rows], s=14, marker="x", color="tab:grey", label="original twin (dt_*)")
+    ax[0].scatter(real, [r.dt_throughput for r in rows], s=14, marker="x", color="tab:grey", label="original twin (dt_*)")
     for rank, color in ((16, "tab:blue"), (32, "tab:orange")):
-        sel = [r for r in rows if r["rank"] == rank]
-        ax[0].scatter([r["real"] for r in sel], [r["twin"] for r in sel], s=14, color=color,
-                      label=f"tessera twin, max rank {rank} (fit on {sel[0]['calibrated_on'] if sel else '-'})")
+        sel = [r for r in rows if r.max_rank == rank]
+        ax[0].scatter([r.real_throughput for r in sel], [r.twin_throughput for r in sel], s=14, color=color,
+                      label=f"tessera twin, max rank {rank} (fit on {sel[0].calibrated_on if sel else '-'})")
     ax[0].set(xscale="log", yscale="log", xlim=lim, ylim=lim, xlabel="real throughput (tok/s)",
               ylabel="predicted throughput (tok/s)", title="throughput, judged halves")
     ax[0].legend(fontsize=8)
-    agree = np.array([r["real_starved"] == r["twin_starved"] for r in rows])
-    rr = np.array([r["real_ratio"] for r in rows])
-    tr = np.array([r["twin_ratio"] for r in rows])
+    agree = np.array([r.real_starved == r.twin_starved for r in rows])
+    rr = np.array([r.real_ratio for r in rows])
+    tr = np.array([r.twin_ratio for r in rows])
     ax[1].scatter(rr[agree], tr[agree], s=14, color="tab:green", label=f"starvation agrees ({agree.sum()})")
     ax[1].scatter(rr[~agree], tr[~agree], s=30, color="tab:red", label=f"disagrees ({(~agree).sum()})")
     ax[1].axvline(threshold, color="grey", lw=0.8)

@@ -10,18 +10,17 @@ per-slot term (extra-vocabulary buffers; visible on Llama-3.1-8B).
 
 from __future__ import annotations
 
-import copy
-from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
 import yaml
+from pydantic import BaseModel, ConfigDict, Field
 
-from tessera.planner.input_files import InputError, parse_yaml_documents, quote
+from tessera.planner.input_files import InputError, load_yaml, parse_yaml_documents, quote, validate
 
-from .files import ProfileFile, load_profile_file, read_kv_rows, validate_profile
+from .files import MAX_RANK, KvCapacityRow, Lengths, MemoryModel, Overhead, StepCoefficients, read_kv_rows
 
 ALIASES = {
     "qwen": "qwen2.5-7b-instruct",
@@ -32,26 +31,29 @@ ALIASES = {
 }
 
 
-@dataclass
-class ServerProfile:
-    """Constants of one LLM server (base model on a GPU) for the twin; not the planner's
-    per-variant latency Profile (tessera.planner.profiles)."""
+class ServerProfile(BaseModel):
+    """Constants of one LLM server (base model on a GPU) for the twin, as its profile file states them
+    (``planner/twin/profiles/*.yaml`` or a path given as a workload's model); not the planner's per-variant
+    latency Profile (tessera.planner.profiles)."""
 
-    model: str
-    gpu: str
-    max_model_len: int
-    block_size: int
-    prealloc_blocks: int
-    step: dict[str, float]
-    overhead: dict[str, float]
-    load_ms: dict[int, float]
-    memory: dict[str, float]
-    lengths: dict[str, float] = field(default_factory=dict)
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, frozen=True)
+
+    model: str = Field(min_length=1, max_length=256)
+    gpu: str = Field(default="unknown", min_length=1, max_length=256)
+    max_model_len: int = Field(ge=16, le=1 << 21, description="Longest sequence the server accepts, tokens.")
+    block_size: int = Field(default=16, ge=1, le=256, description="KV block, tokens.")
+    prealloc_blocks: int = Field(default=0, ge=0, le=1 << 20)
+    step: StepCoefficients
+    overhead: Overhead = Field(default_factory=Overhead)
+    load_ms: dict[Annotated[int, Field(ge=1, le=MAX_RANK)], Annotated[float, Field(ge=0, le=1e5)]] = Field(
+        min_length=1, max_length=64, description="Adapter load time (ms) by rank.")
+    memory: MemoryModel
+    lengths: Lengths = Field(default_factory=Lengths)
 
     # ---- memory model ----
     def kv_tokens(self, max_loras: int, max_rank: int) -> float:
-        m = self.memory
-        return m["c0"] - m["per_rank_slot"] * max_loras * max_rank - m["per_slot"] * max_loras
+        memory = self.memory
+        return memory.c0 - memory.per_rank_slot * max_loras * max_rank - memory.per_slot * max_loras
 
     def kv_blocks(self, max_loras: int, max_rank: int) -> int:
         return max(0, int(self.kv_tokens(max_loras, max_rank)) // self.block_size)
@@ -62,41 +64,33 @@ class ServerProfile:
 
     def load_time_ms(self, rank: int) -> float:
         ranks = sorted(self.load_ms)
-        vals = [self.load_ms[r] for r in ranks]
-        return float(np.interp(rank, ranks, vals))
+        return float(np.interp(rank, ranks, [self.load_ms[r] for r in ranks]))
 
-    def with_updates(self, **sections: dict[str, float]) -> "ServerProfile":
-        p = copy.deepcopy(self)
-        for name, upd in sections.items():
-            getattr(p, name).update(upd)
-        return p
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "model": self.model, "gpu": self.gpu, "max_model_len": self.max_model_len,
-            "block_size": self.block_size, "prealloc_blocks": self.prealloc_blocks,
-            "step": dict(self.step), "overhead": dict(self.overhead),
-            "load_ms": {int(k): float(v) for k, v in self.load_ms.items()},
-            "memory": dict(self.memory), "lengths": dict(self.lengths),
-        }
+    def with_updates(self, **changes: Any) -> ServerProfile:
+        """A copy with fields replaced, a section's given as the fields to replace in it
+        (``step={"a_ms": 12.0}``, ``max_model_len=2048``), validated as a profile file is: a misspelt
+        field or an out-of-range value raises."""
+        data = self.model_dump()
+        for name, value in changes.items():
+            data[name] = {**data[name], **value} if isinstance(getattr(self, name), BaseModel) else value
+        return ServerProfile.model_validate(data)
 
     def save(self, path: str | Path) -> None:
-        Path(path).write_text(yaml.safe_dump(self.to_dict(), sort_keys=False))
+        Path(path).write_text(yaml.safe_dump(self.model_dump(), sort_keys=False))
 
 
-def _from_file(f: ProfileFile) -> ServerProfile:
-    return ServerProfile(
-        model=f.model, gpu=f.gpu, max_model_len=f.max_model_len, block_size=f.block_size,
-        prealloc_blocks=f.prealloc_blocks, step=f.step.model_dump(), overhead=f.overhead.model_dump(),
-        load_ms=dict(f.load_ms), memory=f.memory.model_dump(), lengths=f.lengths.model_dump(),
-    )
+def validate_profile(data: object, where: str) -> ServerProfile:
+    if not isinstance(data, dict):
+        raise InputError(f"{where}: expected a profile mapping (model, max_model_len, step, load_ms, memory), "
+                         f"got {type(data).__name__}")
+    return validate(ServerProfile, data, where)
 
 
 def load_profile(name_or_path: str | Path) -> ServerProfile:
     """Load a shipped profile by model name (``qwen``, ``llama``...) or a YAML path (validated)."""
     p = Path(str(name_or_path))
     if p.suffix in (".yaml", ".yml"):
-        return _from_file(load_profile_file(p))
+        return validate_profile(load_yaml(p), str(p))
     key = ALIASES.get(str(name_or_path).lower())
     if key is None:
         raise InputError(f"unknown profile {quote(str(name_or_path))}; expected a shipped one "
@@ -104,23 +98,22 @@ def load_profile(name_or_path: str | Path) -> ServerProfile:
     text = resources.files("tessera.planner.twin").joinpath(f"profiles/{key}.yaml").read_text()
     where = f"shipped profile {key}"
     (data,) = parse_yaml_documents(text, where)
-    return _from_file(validate_profile(data, where))
+    return validate_profile(data, where)
 
 
-def read_kv_capacity(path: str | Path, model: str) -> list[tuple[int, int, float | None]]:
-    """(max_loras, max_rank, kv tokens or None when the engine refused) rows of one model."""
+def read_kv_capacity(path: str | Path, model: str) -> list[KvCapacityRow]:
+    """The rows of one model (by name or alias) in a kv_capacity CSV."""
     want = ALIASES.get(model.lower(), model.lower())
-    return [(r.max_loras, r.max_lora_rank, r.gpu_kv_cache_tokens) for r in read_kv_rows(path)
-            if ALIASES.get(r.model.lower(), r.model.lower()) == want]
+    return [row for row in read_kv_rows(path) if ALIASES.get(row.model.lower(), row.model.lower()) == want]
 
 
-def fit_memory_model(rows: list[tuple[int, int, float | None]]) -> dict[str, float]:
+def fit_memory_model(rows: list[KvCapacityRow]) -> MemoryModel:
     """Least squares of KV tokens on (1, slots x max rank, slots) over the started configurations."""
-    ok = [(a, r, y) for a, r, y in rows if y is not None]
-    if len(ok) < 3:
+    started = [row for row in rows if row.gpu_kv_cache_tokens is not None]
+    if len(started) < 3:
         raise ValueError("need at least 3 measured configurations to fit the memory model")
-    A = np.array([[1.0, a * r, a] for a, r, _ in ok])
-    y = np.array([y for *_, y in ok])
-    c, *_ = np.linalg.lstsq(A, y, rcond=None)
-    return {"c0": round(float(c[0]), 1), "per_rank_slot": round(float(-c[1]), 4),
-            "per_slot": round(float(-c[2]), 4)}
+    design = np.array([[1.0, row.max_loras * row.max_lora_rank, row.max_loras] for row in started])
+    tokens = np.array([row.gpu_kv_cache_tokens for row in started], dtype=float)
+    c, *_ = np.linalg.lstsq(design, tokens, rcond=None)
+    return MemoryModel(c0=round(float(c[0]), 1), per_rank_slot=round(float(-c[1]), 4),
+                       per_slot=round(float(-c[2]), 4))

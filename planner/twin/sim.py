@@ -86,14 +86,14 @@ def engine_params(profile: ServerProfile, cfg: ServerConfig, duration: float, kv
     p[engine.P_BLOCK] = profile.block_size
     p[engine.P_PREALLOC] = profile.prealloc_blocks
     p[engine.P_CAP] = min(cfg.outstanding_cap, 2**31 - 1)
-    p[engine.P_STEP_A] = s["a_ms"]
-    p[engine.P_STEP_B] = s["b_ms"]
-    p[engine.P_STEP_C] = s.get("c_ms", 0.0)
-    p[engine.P_LORA_C0] = s["lora_c0"]
-    p[engine.P_LORA_C1] = s["lora_c1"]
-    p[engine.P_OVH_C0] = o.get("c0_ms", 0.0)
-    p[engine.P_OVH_RUN] = o.get("run_ms", 0.0)
-    p[engine.P_OVH_WAIT] = o.get("wait_ms", 0.0)
+    p[engine.P_STEP_A] = s.a_ms
+    p[engine.P_STEP_B] = s.b_ms
+    p[engine.P_STEP_C] = s.c_ms
+    p[engine.P_LORA_C0] = s.lora_c0
+    p[engine.P_LORA_C1] = s.lora_c1
+    p[engine.P_OVH_C0] = o.c0_ms
+    p[engine.P_OVH_RUN] = o.run_ms
+    p[engine.P_OVH_WAIT] = o.wait_ms
     p[engine.P_SAMPLE_DT] = cfg.sample_dt
     return p
 
@@ -140,8 +140,8 @@ def simulate(workload: Workload, profile: ServerProfile, cfg: ServerConfig, seed
     kv_blocks = profile.kv_blocks(cfg.max_loras, max_rank)
 
     rng = np.random.default_rng(seed)
-    t, ad, p, o_max, o = generate_requests(workload, rng, profile.lengths.get("eos_fraction", 0.0),
-                                       profile.lengths.get("sigma", 0.6))
+    t, ad, p, o_max, o = generate_requests(workload, rng, profile.lengths.eos_fraction,
+                                           profile.lengths.sigma)
     n = t.shape[0]
     T = workload.duration_s
     offered = float(p.sum(dtype=np.int64) + o_max.sum(dtype=np.int64)) / T

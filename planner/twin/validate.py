@@ -19,11 +19,15 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any, TypeVar
 
 import numpy as np
+import numpy.typing as npt
+from pydantic import BaseModel, ConfigDict, Field
 
 from tessera.planner.input_files import InputError, csv_records, shorten
 
@@ -79,10 +83,17 @@ class RealRun:
         return max(self.rate_multiset) < 0.5
 
 
-def _f(x, default=float("nan")):
+FloatArray = npt.NDArray[np.float64]
+Number = TypeVar("Number", int, float)
+
+
+def _f(x: str | None, default: float = float("nan")) -> float:
+    """A number read from a cell; the default where the cell is missing or not a number."""
+    if x is None:
+        return default
     try:
         return float(x)
-    except (TypeError, ValueError):
+    except ValueError:
         return default
 
 
@@ -104,7 +115,7 @@ def load_runs(path: str | Path | None = None) -> list[RealRun]:
     return runs
 
 
-def _counted(column: str, text: str, parse, low: float, high: float) -> list:
+def _counted(column: str, text: str, parse: Callable[[str], Number], low: float, high: float) -> list[Number]:
     values = []
     for part in text.split():
         value = parse(part)
@@ -116,7 +127,7 @@ def _counted(column: str, text: str, parse, low: float, high: float) -> list:
     return values
 
 
-def _run_from_record(i: int, r: dict) -> RealRun:
+def _run_from_record(i: int, r: dict[str, str]) -> RealRun:
     mult = []
     for part in r["rate_counts"].split():
         if part.count("x") != 1:
@@ -157,40 +168,71 @@ def workload_for(run: RealRun, seed: int) -> Workload:
                     mean_input=run.mean_in, mean_output=run.mean_out)
 
 
-def _one(args):
-    run, profile, seed = args
+@dataclass(frozen=True)
+class SeedReplay:
+    """One real run replayed with one seed (one pairing of ranks and rates)."""
+
+    run_idx: int
+    throughput: float  # tokens/s
+    offered: float  # tokens/s
+    itl_ms: float
+    running: float  # mean running requests
+    memory_error: bool
+    min_served: float
+
+
+@dataclass(frozen=True)
+class Replay:
+    """One real run replayed in the twin, averaged over seeds."""
+
+    throughput: float  # tokens/s
+    offered: float  # tokens/s
+    itl_ms: float  # NaN when no seed measured an inter-token latency
+    running: float
+    memory_error: bool  # the server refused to start under any seed
+    min_served: float
+
+    @property
+    def ratio(self) -> float:
+        return self.throughput / self.offered if self.offered else float("nan")
+
+
+def _replay_one(job: tuple[RealRun, ServerProfile, int]) -> SeedReplay:
+    run, profile, seed = job
     res = simulate(workload_for(run, seed), profile,
                    ServerConfig(max_loras=run.max_loras, max_rank=run.max_rank,
                                 outstanding_cap=OUTSTANDING_REQUEST_CAP), seed=seed)
-    return run.idx, seed, res.throughput_tok_s, res.offered_tok_s, res.itl_mean_ms, res.mean_running, \
-        res.memory_error, res.min_served_fraction
+    return SeedReplay(run.idx, res.throughput_tok_s, res.offered_tok_s, res.itl_mean_ms, res.mean_running,
+                      res.memory_error, res.min_served_fraction)
 
 
-def replay(runs: list[RealRun], profile: ServerProfile, seeds: int = 5, workers: int = 2, progress=None):
-    """Per run: mean twin throughput, offered, ITL, running over seeds."""
+def _mean_over_seeds(seeds: list[SeedReplay]) -> Replay:
+    itl = np.array([s.itl_ms for s in seeds], float)
+    return Replay(throughput=float(np.mean([s.throughput for s in seeds])),
+                  offered=float(np.mean([s.offered for s in seeds])),
+                  itl_ms=float(np.nanmean(itl)) if np.isfinite(itl).any() else float("nan"),
+                  running=float(np.mean([s.running for s in seeds])),
+                  memory_error=any(s.memory_error for s in seeds),
+                  min_served=float(np.mean([s.min_served for s in seeds])))
+
+
+def replay(runs: list[RealRun], profile: ServerProfile, seeds: int = 5, workers: int = 2,
+           progress: Callable[[], object] | None = None) -> dict[int, Replay]:
+    """Per run (by its idx): the twin's means over seeds."""
     jobs = [(r, profile, s) for r in runs for s in range(seeds)]
     # heavy runs first so the pool stays balanced
     jobs.sort(key=lambda j: -j[0].arrivals)
-    out: dict[int, list] = {}
-    if workers <= 1:
-        it = map(_one, jobs)
-    else:
-        ex = ProcessPoolExecutor(workers)
-        it = ex.map(_one, jobs, chunksize=1)
-    for res in it:
-        out.setdefault(res[0], []).append(res)
-        if progress:
-            progress()
-    if workers > 1:
-        ex.shutdown()
-    table = {}
-    for idx, lst in out.items():
-        a = np.array([x[2:6] for x in lst], float)
-        table[idx] = dict(throughput=a[:, 0].mean(), offered=a[:, 1].mean(), itl=np.nanmean(a[:, 2]) if
-                          np.isfinite(a[:, 2]).any() else float("nan"),
-                          running=a[:, 3].mean(), memory_error=any(x[6] for x in lst),
-                          min_served=float(np.mean([x[7] for x in lst])))
-    return table
+    by_run: dict[int, list[SeedReplay]] = {}
+    pool = ProcessPoolExecutor(workers) if workers > 1 else None
+    try:
+        for one in pool.map(_replay_one, jobs, chunksize=1) if pool else map(_replay_one, jobs):
+            by_run.setdefault(one.run_idx, []).append(one)
+            if progress:
+                progress()
+    finally:
+        if pool:
+            pool.shutdown()
+    return {idx: _mean_over_seeds(lst) for idx, lst in by_run.items()}
 
 
 def expected_distinct(run: RealRun, k: float) -> float:
@@ -217,25 +259,26 @@ def calibrate(runs: list[RealRun], base: ServerProfile) -> ServerProfile:
     R, W, itl, pt, n = R[ok], W[ok], itl[ok], pt[ok], n[ok]
     s0 = base.step
 
-    def model(x):
+    def model(x: FloatArray) -> FloatArray:
         a, b, c, l1, w = x
         # prompt tokens per step = prompt tokens/s * step length; solve the fixed point once
-        step = itl.copy()
+        step: FloatArray = itl.copy()
         for _ in range(3):
             P = pt * step / 1000
-            step = (a + b * R + c * P) * (s0["lora_c0"] + l1 * n) + w * W
+            step = (a + b * R + c * P) * (s0.lora_c0 + l1 * n) + w * W
         return step
 
-    x0 = [s0["a_ms"], s0["b_ms"], 0.01, s0["lora_c1"], 0.0005]
+    x0 = [s0.a_ms, s0.b_ms, 0.01, s0.lora_c1, 0.0005]
     # absolute residuals (ms): the saturated runs, whose long steps set the
     # starved throughput, weigh more than the nearly idle ones
     fit = least_squares(lambda x: model(x) - itl, x0,
                         bounds=([1, 0.0, 0.0, 0.0, 0.0], [40, 1.0, 1.0, 0.2, 0.01]))
-    a, b, c, l1, w = fit.x
+    a, b, c, l1, w = (float(v) for v in fit.x)
     sigma = fit_length_sigma(runs, base)
-    return base.with_updates(step={"a_ms": round(float(a), 4), "b_ms": round(float(b), 5), "c_ms": round(float(c), 5),
-                                   "lora_c1": round(float(l1), 5)},
-                             overhead={"wait_ms": round(float(w), 6)}, lengths={"eos_fraction": round(eos, 4), "sigma": round(sigma, 3)})
+    return base.with_updates(step={"a_ms": round(a, 4), "b_ms": round(b, 5), "c_ms": round(c, 5),
+                                   "lora_c1": round(l1, 5)},
+                             overhead={"wait_ms": round(w, 6)},
+                             lengths={"eos_fraction": round(eos, 4), "sigma": round(sigma, 3)})
 
 
 def kv_tokens_per_running(runs: list[RealRun]) -> float:
@@ -264,52 +307,131 @@ def fit_length_sigma(runs: list[RealRun], base: ServerProfile) -> float:
     return (lo + hi) / 2
 
 
-def score(runs: list[RealRun], table: dict) -> list[dict]:
+class ScoredRun(BaseModel):
+    """One judged run: real beside twin beside the original twin (dt_*). Serialised by alias: the keys
+    of ``tessera twin validate --out`` (bench/results/validate.json)."""
+
+    model_config = ConfigDict(frozen=True, validate_by_name=True, serialize_by_alias=True)
+
+    idx: int
+    n_adapters: int = Field(alias="n")
+    max_loras: int = Field(alias="A")
+    max_rank: int = Field(alias="rank")
+    rate_label: str = Field(alias="rates")
+    real_throughput: float = Field(alias="real")  # tokens/s
+    twin_throughput: float = Field(alias="twin")
+    dt_throughput: float = Field(alias="dt")
+    err: float  # |twin - real| / real
+    dt_err: float  # the original twin's; NaN where it has none
+    real_starved: bool
+    twin_starved: bool
+    dt_starved: bool
+    low_rate: bool
+    real_itl: float
+    twin_itl: float
+    twin_ratio: float  # throughput / the run's ideal (offered) throughput
+    real_ratio: float
+    calibrated_on: int  # the max rank of the half the twin was fitted on
+
+
+def score(runs: list[RealRun], table: dict[int, Replay], calibrated_on: int) -> list[ScoredRun]:
     rows = []
     for r in runs:
         t = table[r.idx]
-        ratio = t["throughput"] / r.ideal
-        rows.append(dict(idx=r.idx, n=r.n_adapters, A=r.max_loras, rank=r.max_rank, rates=r.rate_label,
-                         real=r.throughput, twin=t["throughput"], dt=r.dt_throughput,
-                         err=abs(t["throughput"] - r.throughput) / r.throughput,
-                         dt_err=abs(r.dt_throughput - r.throughput) / r.throughput if np.isfinite(r.dt_throughput) else float("nan"),
-                         real_starved=r.starved, twin_starved=bool(ratio < STARVATION_RATIO), dt_starved=r.dt_starved,
-                         low_rate=r.low_rate, real_itl=r.itl_ms, twin_itl=t["itl"], twin_ratio=ratio,
-                         real_ratio=r.throughput / r.ideal))
+        ratio = t.throughput / r.ideal
+        rows.append(ScoredRun(
+            idx=r.idx, n_adapters=r.n_adapters, max_loras=r.max_loras, max_rank=r.max_rank, rate_label=r.rate_label,
+            real_throughput=r.throughput, twin_throughput=t.throughput, dt_throughput=r.dt_throughput,
+            err=abs(t.throughput - r.throughput) / r.throughput,
+            dt_err=abs(r.dt_throughput - r.throughput) / r.throughput if np.isfinite(r.dt_throughput) else float("nan"),
+            real_starved=r.starved, twin_starved=bool(ratio < STARVATION_RATIO), dt_starved=r.dt_starved,
+            low_rate=r.low_rate, real_itl=r.itl_ms, twin_itl=t.itl_ms, twin_ratio=ratio,
+            real_ratio=r.throughput / r.ideal, calibrated_on=calibrated_on))
     return rows
 
 
-def summarize(rows: list[dict]) -> dict:
-    def stats(sel):
-        e = np.array([x["err"] for x in sel])
-        d = np.array([x["dt_err"] for x in sel])
-        d = d[np.isfinite(d)]
-        return dict(n=len(sel), median=float(np.median(e)) if len(e) else float("nan"),
-                    p90=float(np.percentile(e, 90)) if len(e) else float("nan"),
-                    dt_median=float(np.median(d)) if len(d) else float("nan"),
-                    dt_p90=float(np.percentile(d, 90)) if len(d) else float("nan"),
-                    agree=sum(x["real_starved"] == x["twin_starved"] for x in sel),
-                    dt_agree=sum(x["real_starved"] == x["dt_starved"] for x in sel))
-    return {"all": stats(rows), "starved": stats([x for x in rows if x["real_starved"]]),
-            "unstarved": stats([x for x in rows if not x["real_starved"]]),
-            "low_rate": stats([x for x in rows if x["low_rate"]]),
-            "high_rate": stats([x for x in rows if not x["low_rate"]])}
+@dataclass(frozen=True)
+class ErrorSummary:
+    """Throughput error and starvation agreement of a group of judged runs, the twin's beside the original's."""
+
+    n: int
+    median: float
+    p90: float
+    dt_median: float
+    dt_p90: float
+    agree: int  # runs whose starvation the twin calls as measured
+    dt_agree: int
+
+
+def _error_summary(rows: list[ScoredRun]) -> ErrorSummary:
+    e = np.array([x.err for x in rows])
+    d = np.array([x.dt_err for x in rows])
+    d = d[np.isfinite(d)]
+    return ErrorSummary(n=len(rows), median=float(np.median(e)) if len(e) else float("nan"),
+                        p90=float(np.percentile(e, 90)) if len(e) else float("nan"),
+                        dt_median=float(np.median(d)) if len(d) else float("nan"),
+                        dt_p90=float(np.percentile(d, 90)) if len(d) else float("nan"),
+                        agree=sum(x.real_starved == x.twin_starved for x in rows),
+                        dt_agree=sum(x.real_starved == x.dt_starved for x in rows))
+
+
+def summarize(rows: list[ScoredRun]) -> dict[str, ErrorSummary]:
+    """By group of runs (all, starved, unstarved, low_rate, high_rate)."""
+    return {"all": _error_summary(rows), "starved": _error_summary([x for x in rows if x.real_starved]),
+            "unstarved": _error_summary([x for x in rows if not x.real_starved]),
+            "low_rate": _error_summary([x for x in rows if x.low_rate]),
+            "high_rate": _error_summary([x for x in rows if not x.low_rate])}
 
 
 def cross_validate(profile: ServerProfile, runs: list[RealRun] | None = None, seeds: int = 5,
-                   workers: int = 2, progress=None) -> tuple[list[dict], dict[int, ServerProfile]]:
+                   workers: int = 2, progress: Callable[[], object] | None = None,
+                   ) -> tuple[list[ScoredRun], dict[int, ServerProfile]]:
     """Calibrate on the max-rank-16 runs, judge the max-rank-32 runs; then the reverse."""
     runs = runs if runs is not None else load_runs()
-    rows: list[dict] = []
+    rows: list[ScoredRun] = []
     fitted = {}
     for cal_rank, val_rank in ((16, 32), (32, 16)):
         cal = [r for r in runs if r.max_rank == cal_rank]
         val = [r for r in runs if r.max_rank == val_rank]
         p = calibrate(cal, profile)
         fitted[cal_rank] = p
-        table = replay(val, p, seeds=seeds, workers=workers, progress=progress)
-        for row in score(val, table):
-            row["calibrated_on"] = cal_rank
-            rows.append(row)
-    rows.sort(key=lambda x: x["idx"])
+        rows += score(val, replay(val, p, seeds=seeds, workers=workers, progress=progress), cal_rank)
+    rows.sort(key=lambda x: x.idx)
     return rows, fitted
+
+
+def validation_report(rows: list[ScoredRun], fitted: dict[int, ServerProfile]) -> dict[str, Any]:
+    """What ``tessera twin validate --out`` writes (bench/results/validate.json): rows, summary, fitted profiles."""
+    return {"rows": [row.model_dump() for row in rows],
+            "summary": {group: asdict(stats) for group, stats in summarize(rows).items()},
+            "fitted": {rank: profile.model_dump() for rank, profile in fitted.items()}}
+
+
+class PredictedRun(BaseModel):
+    """A real run's configuration predicted for another model by its profile alone, Qwen's measurement beside
+    it. Serialised by alias: the keys of ``tessera twin predict-runs --out`` (bench/results/llama_predictions.json)."""
+
+    model_config = ConfigDict(frozen=True, validate_by_name=True, serialize_by_alias=True)
+
+    n_adapters: int = Field(alias="n")
+    max_loras: int = Field(alias="A")
+    max_rank: int = Field(alias="rank")
+    low_rate: bool
+    qwen_real: float  # tokens/s measured with Qwen
+    twin: float  # tokens/s the twin predicts for the other model
+    ratio: float  # throughput / offered
+    starved: bool
+    memory_error: bool
+
+
+def predict_runs(runs: list[RealRun], table: dict[int, Replay]) -> list[PredictedRun]:
+    """The replays of `runs` (by ``replay``) as predictions: starved when the server starts and serves
+    less than STARVATION_RATIO of what it is offered."""
+    predicted = []
+    for r in runs:
+        x = table[r.idx]
+        predicted.append(PredictedRun(
+            n_adapters=r.n_adapters, max_loras=r.max_loras, max_rank=r.max_rank, low_rate=r.low_rate,
+            qwen_real=r.throughput, twin=x.throughput, ratio=x.ratio,
+            starved=bool(x.ratio < STARVATION_RATIO) and not x.memory_error, memory_error=x.memory_error))
+    return predicted

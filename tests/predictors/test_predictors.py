@@ -32,7 +32,7 @@ def test_ci_regenerates_a_slice_of_the_training_set(table):
         row = run_config(draw_config(int(cids[i])))
         for col in ["ratio", "throughput", "offered", "starved", "memory_error", "preemptions", "kv_tokens"]:
             want = table.column(col)[i].as_py()
-            got = row[col]
+            got = getattr(row, col)
             if isinstance(want, float):
                 assert got == pytest.approx(want, rel=1e-9, abs=1e-9), (int(cids[i]), col)
             else:
@@ -47,12 +47,12 @@ def test_ci_regenerates_extra_seed_rows():
 
     ex = pq.read_table(train.SEEDS).to_pylist()
     assert len(ex) >= 500
-    light = [r for r in ex if draw_config(r["cid"])["n"] <= 64 and draw_config(r["cid"])["total"] < 20][:3]
+    light = [r for r in ex if draw_config(r["cid"]).n_adapters <= 64 and draw_config(r["cid"]).total_rate < 20][:3]
     assert light
     for r in light:
         k = (r["seed"] - r["cid"]) // EXTRA_SEED_BASE
         got = _reseed_one((r["cid"], k))
-        assert got["seed"] == r["seed"] and got["ratio"] == pytest.approx(r["ratio"], rel=1e-12)
+        assert got.seed == r["seed"] and got.ratio == pytest.approx(r["ratio"], rel=1e-12)
 
 
 def test_frame_features_match_single_call(table):
@@ -60,7 +60,7 @@ def test_frame_features_match_single_call(table):
     for i in range(20):
         cfg = draw_config(int(table.column("cid")[i].as_py()))
         ranks, rates = rates_for(cfg)
-        f = features(ranks, rates, cfg["a_max"], table.column("model")[i].as_py(),
+        f = features(ranks, rates, cfg.a_max, table.column("model")[i].as_py(),
                      table.column("kv_tokens")[i].as_py())
         assert np.allclose(f, X[i])
     assert X.shape[1] == len(FEATURES)

@@ -30,12 +30,12 @@ def trace(prompts, outputs, times=None, adapters=None):
 
 def _kv_tight_profile():
     # a tiny KV cache: forces preemptions (by recompute) and KV-blocked admission
-    return QWEN.with_updates(memory={"c0": 40000.0 + 16 * 10 + 10, "per_rank_slot": 0.0, "per_slot": 0.0})
+    return QWEN.with_updates(memory={"c0": 40000.0 + 16 * 10 + 10, "per_rank_slot": 0.0, "per_slot": 0.0},
+                             max_model_len=2048)
 
 
 def test_conservation_every_arrival_accounted_for():
     prof = _kv_tight_profile()
-    prof.max_model_len = 2048
     res = simulate(wl(64, [2.0, 1.0], duration=200), prof, ServerConfig(max_loras=16, outstanding_cap=3000),
                    seed=3, keep_requests=True)
     assert res.preemptions > 0 and res.dropped > 0  # the scenario exercises preemption and the cap
@@ -50,7 +50,6 @@ def test_conservation_every_arrival_accounted_for():
 
 def test_kv_blocks_never_over_capacity_under_pressure():
     prof = _kv_tight_profile()
-    prof.max_model_len = 2048
     res = simulate(wl(32, [3.0], duration=200), prof, ServerConfig(max_loras=32), seed=1)
     assert res.preemptions > 0
     assert res.max_kv_blocks <= res.kv_blocks
@@ -128,14 +127,15 @@ def test_memory_model_reproduces_kv_capacity_refusals():
         prof = load_profile(name)
         rows = read_kv_capacity(path, prof.model)
         assert len(rows) == 42
-        for a, r, y in rows:
+        for row in rows:
+            a, r, y = row.max_loras, row.max_lora_rank, row.gpu_kv_cache_tokens
             assert prof.refuses_to_start(a, r) == (y is None), (name, a, r)
             if y is not None:
                 assert abs(prof.kv_tokens(a, r) - y) / y < 0.08
         # the shipped coefficients are the documented fit
         fit = fit_memory_model(rows)
-        for k, v in fit.items():
-            assert prof.memory[k] == pytest.approx(v, rel=1e-3)
+        for k, v in fit.model_dump().items():
+            assert getattr(prof.memory, k) == pytest.approx(v, rel=1e-3)
 
 
 def test_outputs_present():
@@ -153,7 +153,6 @@ def test_c_and_numba_builds_give_identical_results(monkeypatch):
     if ckernel.load() is None:
         pytest.skip("no C compiler")
     prof = _kv_tight_profile()
-    prof.max_model_len = 2048
     w = wl(48, [2.0, 0.5, 0.1], duration=120)
     cfg = ServerConfig(max_loras=8, outstanding_cap=2000)
     monkeypatch.setenv("TESSERA_TWIN_ENGINE", "c")
@@ -175,7 +174,6 @@ def test_progress_reporting_run_is_bit_identical(monkeypatch, engine):
         pytest.skip("no C compiler")
     monkeypatch.setenv("TESSERA_TWIN_ENGINE", engine)
     prof = _kv_tight_profile()
-    prof.max_model_len = 2048
     w = wl(48, [2.0, 0.5, 0.1], duration=120)
     cfg = ServerConfig(max_loras=8, outstanding_cap=2000)
     a = simulate(w, prof, cfg, seed=5, keep_requests=True)
