@@ -10,14 +10,17 @@ a node at a time), and every replica on the instance it already has.
 from __future__ import annotations
 
 from collections import Counter, deque
+from collections.abc import Sequence
 
 from tessera.planner.catalog import Layout
 from tessera.planner.errors import PlannerBug
 from tessera.planner.nodes import PlannableGpu, PoolGpus
 from tessera.planner.plan import ConfigPlan, GpuPlan, InstancePlan, Plan, TaskPlan
+from tessera.planner.profiles import SegmentType
 
-ConfigKey = tuple  # (system, task, variant, segment, batch)
-GpuKey = tuple  # (node, device) on a pool of nodes, (None, index) on a plain pool
+ConfigKey = tuple[str, str, str, SegmentType, int]  # (system, task, variant, segment, batch)
+GpuKey = tuple[str | None, int | None]  # (node, device) on a pool of nodes, (None, index) on a plain pool
+Replica = tuple[str, str, int]  # (system, task, index of the task's configuration)
 
 
 def layout_of(gpu: GpuPlan) -> Layout:
@@ -46,7 +49,8 @@ def current_replica_counts(current: Plan) -> dict[ConfigKey, int]:
     return counts
 
 
-def _config_key(tasks_by_key: dict, instance: InstancePlan) -> ConfigKey | None:
+def _config_key(tasks_by_key: dict[tuple[str | None, str | None], TaskPlan], instance: InstancePlan,
+                ) -> ConfigKey | None:
     if instance.config is None:
         return None
     task = tasks_by_key.get((instance.system, instance.task))
@@ -84,11 +88,11 @@ class _Chooser:
         wanted = Counter(dict(layout_counts))
         free = self.pool.free
         for node in dict.fromkeys(g.node for g in free if g.node is not None):
-            kept = [g for g in free if g.node == node and self.current[self.key(g)]]
-            needs = Counter(self.current[self.key(g)] for g in kept)
+            kept = [(g, layout) for g in free if g.node == node and (layout := self.current[self.key(g)])]
+            needs = Counter(layout for _, layout in kept)
             if kept and all(wanted[layout] >= count for layout, count in needs.items()):
-                for gpu in kept:
-                    self._take(gpu, self.current[self.key(gpu)], wanted)
+                for gpu, layout in kept:
+                    self._take(gpu, layout, wanted)
         for gpu in free:
             layout = self.current[self.key(gpu)]
             if gpu.index not in self.chosen and layout and wanted[layout] > 0:
@@ -102,18 +106,19 @@ class _Chooser:
                     raise PlannerBug(f"the plan uses more GPUs than the pool has free (layout {layout})")
                 self._take(rest.pop(0), layout, wanted)
 
-    def _take(self, gpu: PlannableGpu, layout: Layout, wanted: Counter) -> None:
+    def _take(self, gpu: PlannableGpu, layout: Layout, wanted: Counter[Layout]) -> None:
         self.chosen[gpu.index] = layout
         wanted[layout] -= 1
 
 
 def assign_gpus(tasks: list[TaskPlan], pool: PoolGpus, layout_counts: list[tuple[Layout, int]],
-                fixed_counts: list[tuple[Layout, Layout, int]] = (), current: Plan | None = None) -> list[GpuPlan]:
+                fixed_counts: Sequence[tuple[Layout, Layout, int]] = (), current: Plan | None = None,
+                ) -> list[GpuPlan]:
     chooser = _Chooser(pool, current)
     chooser.fixed(list(fixed_counts))
     chooser.free(layout_counts)
     gpus = {g.index: g for g in pool.gpus}
-    waiting: dict[ConfigKey, deque] = {}
+    waiting: dict[ConfigKey, deque[Replica]] = {}
     for task in tasks:
         for index, config in enumerate(task.configs):
             replicas = [(task.system, task.task, index)] * config.replicas
@@ -124,12 +129,12 @@ def assign_gpus(tasks: list[TaskPlan], pool: PoolGpus, layout_counts: list[tuple
         for index, layout in chooser.chosen.items()
     }
     # Fixed GPUs: at most their usable instances (the rest are held by others).
-    room = {index: Counter(dict(gpus[index].usable)) for index in slots if gpus[index].fixed}
+    room = {index: Counter(dict(usable)) for index in slots if (usable := gpus[index].usable) is not None}
     if current:
         _keep_current_instances(slots, room, waiting, current, {chooser.key(g): g.index for g in pool.gpus})
-    by_profile: dict[str, deque] = {}
-    for key, queue in waiting.items():
-        by_profile.setdefault(key[3].mig_profile, deque()).extend(queue)
+    by_profile: dict[str, deque[Replica]] = {}
+    for key, queued in waiting.items():
+        by_profile.setdefault(key[3].mig_profile, deque()).extend(queued)
     for index in sorted(slots):
         for slot, instance in enumerate(slots[index]):
             queue = by_profile.get(instance.mig_profile)
@@ -142,11 +147,12 @@ def assign_gpus(tasks: list[TaskPlan], pool: PoolGpus, layout_counts: list[tuple
                     instances=slots[i]) for i in sorted(slots)]
 
 
-def _has_room(room: dict[int, Counter], index: int, profile: str) -> bool:
+def _has_room(room: dict[int, Counter[str]], index: int, profile: str) -> bool:
     return index not in room or room[index][profile] > 0
 
 
-def _place(slots, room, index: int, slot: int, replica: tuple) -> None:
+def _place(slots: dict[int, list[InstancePlan]], room: dict[int, Counter[str]], index: int, slot: int,
+           replica: Replica) -> None:
     system, task, config = replica
     profile = slots[index][slot].mig_profile
     slots[index][slot] = InstancePlan(mig_profile=profile, system=system, task=task, config=config)
@@ -154,14 +160,14 @@ def _place(slots, room, index: int, slot: int, replica: tuple) -> None:
         room[index][profile] -= 1
 
 
-def _keep_current_instances(slots: dict[int, list[InstancePlan]], room: dict[int, Counter],
-                            waiting: dict[ConfigKey, deque], current: Plan, index_of: dict[GpuKey, int]) -> None:
+def _keep_current_instances(slots: dict[int, list[InstancePlan]], room: dict[int, Counter[str]],
+                            waiting: dict[ConfigKey, deque[Replica]], current: Plan, index_of: dict[GpuKey, int],
+                            ) -> None:
     """A replica stays on the instance it runs on when that GPU keeps its layout."""
-    current_tasks = {(t.system, t.task): t for t in current.tasks}
+    current_tasks: dict[tuple[str | None, str | None], TaskPlan] = {(t.system, t.task): t for t in current.tasks}
     for gpu in current.gpus:
         index = index_of.get(gpu_key(gpu.node, gpu.device, gpu.index))
-        kept = index in slots and [i.mig_profile for i in gpu.instances] == [s.mig_profile for s in slots[index]]
-        if not kept:
+        if index not in slots or [i.mig_profile for i in gpu.instances] != [s.mig_profile for s in slots[index]]:
             continue
         for slot, instance in enumerate(gpu.instances):
             key = _config_key(current_tasks, instance)

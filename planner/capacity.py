@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from pydantic import BaseModel, Field
 
 from tessera.planner.features import Features, all_feature_sets
@@ -37,7 +39,8 @@ class CapacityTable(BaseModel):
         return rows[features].total_rps / rows[baseline].total_rps
 
 
-def _row(systems, servable, pool, store, features, options) -> CapacityRow:
+def _row(systems: list[SystemSpec], servable: list[SystemSpec], pool: Pool, store: ProfileStore, features: Features,
+         options: PlannerOptions) -> CapacityRow:
     scale, report = max_common_scale(servable, pool, store, features, options)
     scale = scale if scale > 0 else 0.0  # max(-0.0, 0.0) is -0.0, which printed as a capacity
     demand = {s.name: (scale * s.demand_rps if s in servable else 0.0) for s in systems}
@@ -45,7 +48,8 @@ def _row(systems, servable, pool, store, features, options) -> CapacityRow:
                        unservable=[s.name for s in systems if s not in servable], solver=report)
 
 
-def _servable_alone(system, pool, store, features, options) -> bool:
+def _servable_alone(system: SystemSpec, pool: Pool, store: ProfileStore, features: Features,
+                    options: PlannerOptions) -> bool:
     try:
         scale, _ = max_common_scale([system], pool, store, features, options)
     except NoPlanError:
@@ -53,7 +57,8 @@ def _servable_alone(system, pool, store, features, options) -> bool:
     return scale > 1e-9
 
 
-def _capacity_row(systems, pool, store, features, options) -> CapacityRow:
+def _capacity_row(systems: list[SystemSpec], pool: Pool, store: ProfileStore, features: Features,
+                  options: PlannerOptions) -> CapacityRow:
     """The common scale of all systems; when that is zero, of those that can be served at all."""
     try:
         row = _row(systems, systems, pool, store, features, options)
@@ -75,7 +80,7 @@ def capacity(
     store: ProfileStore,
     feature_sets: list[Features] | None = None,
     options: PlannerOptions = PlannerOptions(),
-    progress=None,
+    progress: Callable[[Features], object] | None = None,
 ) -> CapacityTable:
     """For each feature subset, the largest common multiple of every system's demand the pool serves.
 

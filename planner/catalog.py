@@ -119,7 +119,8 @@ def gpu_product(name: str) -> GpuProduct:
 def _placements(profiles: tuple[MigProfile, ...]) -> Iterator[tuple[MigProfile, ...]]:
     """Every set of instances that fits on one GPU, as placed profiles in start order."""
 
-    def extend(first_free_start: int, used: frozenset[int], compute: int, chosen: tuple):
+    def extend(first_free_start: int, used: frozenset[int], compute: int,
+               chosen: tuple[MigProfile, ...]) -> Iterator[tuple[MigProfile, ...]]:
         yield chosen
         for start in range(first_free_start, MEMORY_SLICES):
             for profile in profiles:

@@ -28,7 +28,7 @@ from tessera.planner.catalog import COMPUTE_SLICES, MEMORY_SLICES, GpuProduct, M
 from tessera.planner.features import Features
 from tessera.planner.model import Pool, SystemSpec
 from tessera.planner.nodes import NodePool
-from tessera.planner.plan import ConfigPlan, Plan, TaskPlan
+from tessera.planner.plan import ConfigPlan, PathPlan, Plan, SystemSummary, TaskPlan
 from tessera.planner.profiles import ProfileStore
 
 REL_TOL = 1e-6
@@ -136,14 +136,15 @@ def check_plan(
 
 
 class _Checker:
-    def __init__(self, plan, systems, pool, store, features, options) -> None:
+    def __init__(self, plan: Plan, systems: list[SystemSpec], pool: Pool | NodePool, store: ProfileStore | None,
+                 features: Features, options: Any) -> None:
         self.plan: Plan = plan
         self.systems: list[SystemSpec] = systems
         self.pool = pool
         self.nodes: NodePool | None = pool if isinstance(pool, NodePool) else None
         # On nodes: GPUs of nodes not cordoned by others whose layout is known.
-        self.pool_gpus: int = pool.gpus if self.nodes is None else sum(
-            1 for node in pool.nodes if node.cordoned_by != "others" for layout in node.gpus if layout is not None)
+        self.pool_gpus: int = pool.gpus if not isinstance(pool, NodePool) else len(
+            [layout for node in pool.nodes if node.cordoned_by != "others" for layout in node.gpus if layout is not None])
         self.store: ProfileStore | None = store
         self.features: Features = features
         self.headroom: float = getattr(options, "headroom", plan.headroom)
@@ -156,6 +157,13 @@ class _Checker:
 
     def fail(self, message: str) -> None:
         self.errors.append(message)
+
+    @property
+    def product(self) -> GpuProduct:
+        """The pool's GPU product: `run` checks nothing past the pool without one."""
+        if self.gpu is None:
+            raise RuntimeError("the pool's GPU product is unknown")
+        return self.gpu
 
     def run(self) -> list[str]:
         self.check_pool()
@@ -309,7 +317,7 @@ class _Checker:
     def check_config(self, system: SystemSpec, tp: TaskPlan, index: int, config: ConfigPlan,
                      memory_gb: float) -> float:
         where = f"task {system.name}/{tp.task} config {index} ({config.segment}, batch {config.batch})"
-        gpu = self.gpu
+        gpu = self.product
         segment = config.segment
         if segment.gpu != gpu.name:
             self.fail(f"{where}: segment is on GPU product {segment.gpu!r}, the pool has {gpu.name!r}")
@@ -376,17 +384,18 @@ class _Checker:
         return stage
 
     # -- paths -----------------------------------------------------------
-    def check_paths(self, system: SystemSpec, task_plans, variants: dict[str, str], summary) -> None:
+    def check_paths(self, system: SystemSpec, task_plans: dict[tuple[str, str], TaskPlan], variants: dict[str, str],
+                    summary: SystemSummary) -> None:
         name = system.name
-        plan_paths: dict[tuple[str, ...], list] = {}
+        plan_paths: dict[tuple[str, ...], list[PathPlan]] = {}
         for path_plan in self.plan.paths:
             if path_plan.system == name:
                 plan_paths.setdefault(tuple(path_plan.tasks), []).append(path_plan)
-        for key, found in plan_paths.items():
+        for key, listed in plan_paths.items():
             if key not in system.paths:
                 self.fail(f"system {name}: plan lists path {' -> '.join(key)}, which the task graph does not have")
-            elif len(found) > 1:
-                self.fail(f"system {name}: path {' -> '.join(key)} is listed {len(found)} times")
+            elif len(listed) > 1:
+                self.fail(f"system {name}: path {' -> '.join(key)} is listed {len(listed)} times")
         worst_latency, worst_accuracy = 0.0, math.inf
         slo = system.slo
         for path in system.paths:
@@ -423,7 +432,7 @@ class _Checker:
 
     # -- GPUs ------------------------------------------------------------
     def check_gpus(self, task_plans: dict[tuple[str, str], TaskPlan]) -> None:
-        gpu = self.gpu
+        gpu = self.product
         plan = self.plan
         if len(plan.gpus) > self.pool_gpus:
             self.fail(f"plan lists {len(plan.gpus)} GPUs, the pool has {self.pool_gpus}")
@@ -435,11 +444,11 @@ class _Checker:
                 self.fail(f"GPU index {index} appears {count} times")
             if not 0 <= index < self.pool_gpus:
                 self.fail(f"GPU index {index} is outside the pool's 0..{self.pool_gpus - 1}")
-        assigned: Counter = Counter()
+        assigned: Counter[tuple[str | None, str | None, int | None]] = Counter()
         used, slices = 0, 0
         for gpu_plan in plan.gpus:
             where = f"GPU {gpu_plan.index}"
-            layout: Counter = Counter()
+            layout: Counter[str] = Counter()
             for profile_name, count in gpu_plan.layout:
                 if count < 0:
                     self.fail(f"{where}: layout has a negative count {count} of {profile_name}")
@@ -492,8 +501,8 @@ class _Checker:
     # -- nodes -----------------------------------------------------------
     def check_nodes(self, pool: NodePool) -> None:
         nodes = {node.name: node for node in pool.nodes}
-        seen: Counter = Counter()
-        occupied: dict[str, Counter] = {}
+        seen: Counter[tuple[str, int | None]] = Counter()
+        occupied: dict[str, Counter[str]] = {}
         for gpu_plan in self.plan.gpus:
             where = f"GPU {gpu_plan.index} ({gpu_plan.node}/{gpu_plan.device})"
             node = nodes.get(gpu_plan.node) if gpu_plan.node is not None else None
@@ -521,7 +530,7 @@ class _Checker:
                 self.fail(f"GPU {device} of node {name} appears {count} times")
         for name, used in occupied.items():
             node = nodes[name]
-            total: Counter = Counter()
+            total: Counter[str] = Counter()
             for layout in node.gpus:
                 total.update(layout or {})
             for profile, held in node.held.items():

@@ -151,8 +151,8 @@ def outcome_of(result: Plan) -> Planned | TimeLimit | Infeasible:
                                 f"{short}", plan=result, gap=report.mip_gap, cost=cost)
     if not result.fully_served:
         served = {s.system: ServedShare(demand_rps=s.demand_rps, served_rps=s.served_rps) for s in result.systems}
-        short = [key for key, share in served.items() if share.served_rps < share.demand_rps * (1 - 1e-5)]
-        return Infeasible(reason=f"the pool cannot serve all demand of {', '.join(short)}",
+        underserved = [key for key, share in served.items() if share.served_rps < share.demand_rps * (1 - 1e-5)]
+        return Infeasible(reason=f"the pool cannot serve all demand of {', '.join(underserved)}",
                           diagnosis=result.diagnosis, served=served, plan=result if result.gpus_used else None)
     return Planned(plan=result)
 

@@ -22,6 +22,7 @@ import csv
 import io
 import math
 import reprlib
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -29,7 +30,9 @@ import yaml
 from pydantic import BaseModel, ValidationError
 from yaml.composer import Composer
 from yaml.constructor import SafeConstructor
+from yaml.nodes import Node
 from yaml.resolver import Resolver
+from yaml.tokens import Token
 
 API_VERSION = "tessera.ai/v1alpha1"
 MAX_YAML_BYTES = 256 * 1024
@@ -74,11 +77,11 @@ def quote(value: Any) -> str:
 
 def shorten(text: Any) -> str:
     """Text (a name, say) cut to a short prefix, without quotes."""
-    text = str(text) if isinstance(text, (str, int, float)) else quote(text)
-    return text if len(text) <= MAX_QUOTE else text[:MAX_QUOTE] + "..."
+    shown = str(text) if isinstance(text, (str, int, float)) else quote(text)
+    return shown if len(shown) <= MAX_QUOTE else shown[:MAX_QUOTE] + "..."
 
 
-def field_path(location: tuple | list) -> str:
+def field_path(location: Sequence[Any]) -> str:
     """`tasks[0].variants[1].accuracy` from a pydantic location; long keys are cut."""
     text = ""
     for part in location:
@@ -105,7 +108,7 @@ def describe(error: ValidationError, prefix: str = "") -> str:
 
 
 def validate(model: type[Model], data: Any, where: str, prefix: str = "",
-             error_type: type[InputError] = InputError, **options) -> Model:
+             error_type: type[InputError] = InputError, **options: Any) -> Model:
     """`model` from `data` (`options` go to model_validate), or an InputError naming `where` and every failing field."""
     try:
         return model.model_validate(data, **options)
@@ -155,13 +158,14 @@ class _Refused(yaml.YAMLError):
     pass
 
 
-class _Limits:
+class _Limits(Composer):
     """Composer hooks: refuse the (n+1)-th alias and nesting deeper than the limit, before recursing."""
 
     _aliases = 0
     _depth = 0
+    check_event: Callable[..., bool]  # the parser's (PyYAML's Parser or libyaml's CParser), later in the MRO
 
-    def compose_node(self, parent, index):
+    def compose_node(self, parent: Node | None, index: int) -> Node | None:
         if self.check_event(yaml.AliasEvent):
             self._aliases += 1
             if self._aliases > MAX_ALIASES:
@@ -179,7 +183,7 @@ class _Limits:
 class BoundedLoader(_Limits, yaml.SafeLoader):
     """PyYAML's safe loader with the limits; nesting is also refused while scanning, before any token piles up."""
 
-    def fetch_flow_collection_start(self, token_class) -> None:
+    def fetch_flow_collection_start(self, token_class: type[Token]) -> None:
         if self.flow_level >= MAX_DEPTH:
             raise _Refused(f"nested deeper than {MAX_DEPTH} levels (line {self.line + 1})")
         super().fetch_flow_collection_start(token_class)
@@ -197,13 +201,13 @@ if yaml.__with_libyaml__:
         """libyaml's parser (seven times faster; it refuses flow nesting past 1000 itself) under the same
         Python composer hooks: Composer comes before CParser so that nodes are composed here, not in C."""
 
-        def __init__(self, stream) -> None:
+        def __init__(self, stream: str) -> None:
             CParser.__init__(self, stream)
             Composer.__init__(self)
             SafeConstructor.__init__(self)
             Resolver.__init__(self)
 
-    LOADER = _CBoundedLoader
+    LOADER: type[_Limits] = _CBoundedLoader
 else:  # pragma: no cover - PyYAML wheels ship libyaml
     LOADER = BoundedLoader
 
@@ -211,7 +215,7 @@ else:  # pragma: no cover - PyYAML wheels ship libyaml
 def parse_yaml_documents(text: str, where: str) -> list[Any]:
     """Every document of a YAML text, each with only finite numbers."""
     try:
-        documents = list(yaml.load_all(text, Loader=LOADER))
+        documents = list(yaml.load_all(text, Loader=LOADER))  # type: ignore[arg-type]  # stubs list PyYAML's own loaders only
     except _Refused as error:
         raise InputError(f"{where}: refused: {error}") from None
     except yaml.YAMLError as error:
@@ -244,7 +248,7 @@ def load_yaml(path: str | Path, max_bytes: int = MAX_YAML_BYTES) -> Any:
     return documents[0] if documents else None
 
 
-def require_finite(data: Any, where: str, location: tuple = ()) -> None:
+def require_finite(data: Any, where: str, location: tuple[Any, ...] = ()) -> None:
     """Refuse NaN and infinite numbers anywhere in parsed data, naming the field."""
     if isinstance(data, float) and not math.isfinite(data):
         raise InputError(f"{where}: {field_path(location) or 'value'}: {data} is not a finite number")
@@ -256,7 +260,8 @@ def require_finite(data: Any, where: str, location: tuple = ()) -> None:
             require_finite(value, where, (*location, index))
 
 
-def csv_records(path: str | Path, required: tuple[str, ...], exact: bool = False):
+def csv_records(path: str | Path, required: tuple[str, ...], exact: bool = False,
+                ) -> Iterator[tuple[int, dict[str, str]]]:
     """(line, record) of a CSV file within the size and row limits, its header checked for `required`."""
     text = read_text(path, MAX_CSV_BYTES)
     reader = csv.DictReader(io.StringIO(text))

@@ -15,16 +15,20 @@ from __future__ import annotations
 
 import math
 from functools import cached_property
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
+from pydantic.json_schema import JsonDict
 
 from tessera.planner.catalog import CATALOG
 
 DNS_1035_LABEL = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
 Name = Annotated[str, StringConstraints(min_length=1, max_length=63, pattern=DNS_1035_LABEL)]
 """A DNS-1035 label: lower-case letters, digits and '-', starting with a letter, at most 63 characters."""
-GpuProductName = Literal[tuple(CATALOG)]
+if TYPE_CHECKING:
+    GpuProductName = str  # a static checker cannot read the catalog's names
+else:
+    GpuProductName = Literal[tuple(CATALOG)]
 MIG_PROFILE_NAME = r"^[1-7]g\.[0-9]+gb$"
 C_IDENTIFIER = r"^[A-Za-z_][A-Za-z0-9_]*$"
 
@@ -41,12 +45,12 @@ MAX_MPS_DEGREE = 48  # MPS clients per GPU (Volta and later)
 MAX_PATHS = 1024  # source-to-sink paths: the planner constrains each; layered diamonds make them exponential
 
 
-def list_map(*keys: str) -> dict:
+def list_map(*keys: str) -> JsonDict:
     """Schema extras making a list a Kubernetes list-map: items unique on `keys`, merged by them."""
     return {"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": list(keys)}
 
 
-def cel(rule: str, message: str, field_path: str | None = None) -> dict:
+def cel(rule: str, message: str, field_path: str | None = None) -> JsonDict:
     """One CEL validation rule for the API server (x-kubernetes-validations)."""
     return {"rule": rule, "message": message, **({"fieldPath": field_path} if field_path else {})}
 

@@ -22,11 +22,14 @@ cordoned itself (to re-partition it) stays in.
 from __future__ import annotations
 
 from collections import Counter
-from typing import Literal, Mapping
+from typing import TYPE_CHECKING, Literal, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from tessera.planner.catalog import Layout, gpu_product, valid_layouts
+
+if TYPE_CHECKING:
+    from tessera.planner.model import Pool
 
 MIG_CONFIG_LABEL = "nvidia.com/mig.config"
 MIG_STATE_LABEL = "nvidia.com/mig.config.state"
@@ -145,11 +148,11 @@ def _trusted_layouts(labels: Mapping[str, str], gpus: int,
     config = configs.get(labels.get(MIG_CONFIG_LABEL, ""))
     if config is None or labels.get(MIG_STATE_LABEL) != "success" or len(config) != gpus:
         return None
-    expected = Counter()
+    expected: Counter[str] = Counter()
     for layout in config:
         expected.update(layout)
     prefix, suffix = MIG_COUNT_LABEL.split("{profile}")
-    advertised = Counter()
+    advertised: Counter[str] = Counter()
     for key, value in labels.items():
         if key.startswith(prefix) and key.endswith(suffix):
             try:
@@ -193,14 +196,14 @@ class PoolGpus(BaseModel):
 
     def fixed_groups(self) -> list[tuple[Layout, Layout, int]]:
         """(layout, usable instances, GPUs) of the fixed GPUs that offer tessera any instance."""
-        groups = Counter((g.current, g.usable) for g in self.gpus if g.fixed and g.usable)
+        groups = Counter((g.current, g.usable) for g in self.gpus if g.fixed and g.usable and g.current is not None)
         return [(layout, usable, count) for (layout, usable), count in sorted(groups.items())]
 
     def current_free_layouts(self) -> dict[Layout, int]:
         return dict(Counter(g.current for g in self.free if g.current))
 
 
-def pool_gpus(pool) -> PoolGpus:
+def pool_gpus(pool: Pool | NodePool) -> PoolGpus:
     """The plannable GPUs of a NodePool, or of a plain Pool (a count of GPUs, nothing known about them)."""
     if not isinstance(pool, NodePool):
         return PoolGpus(gpu=pool.gpu, gpus=tuple(PlannableGpu(index=i) for i in range(pool.gpus)))
@@ -209,8 +212,10 @@ def pool_gpus(pool) -> PoolGpus:
         devices = node.plannable_devices()
         usable = _usable_after_held(node, devices) if node.fixed else {}
         for device in devices:
+            layout = node.gpus[device]
             gpus.append(PlannableGpu(index=len(gpus), node=node.name, device=device,
-                                     current=as_layout(node.gpus[device]), usable=usable.get(device)))
+                                     current=as_layout(layout) if layout is not None else None,
+                                     usable=usable.get(device)))
     return PoolGpus(gpu=pool.gpu, gpus=tuple(gpus))
 
 

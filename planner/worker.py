@@ -24,7 +24,9 @@ import resource
 import threading
 import time
 
-from tessera.planner.contract import PlannerFailed, PlanRequest, TimeLimit, solve_request
+from multiprocessing.connection import Connection
+
+from tessera.planner.contract import Outcome, PlannerFailed, PlanRequest, TimeLimit, solve_request
 
 GRACE_S = 30.0  # model build, assignment and the checker, beyond the solver's own time limit
 _POLL_S = 0.05
@@ -34,13 +36,13 @@ class SolveCancelled(Exception):
     """The solve was cancelled before it answered."""
 
 
-def _child(request: PlanRequest, memory_limit_bytes: int | None, connection) -> None:
+def _child(request: PlanRequest, memory_limit_bytes: int | None, connection: Connection) -> None:
     if memory_limit_bytes:
         resource.setrlimit(resource.RLIMIT_AS, (memory_limit_bytes, memory_limit_bytes))
     try:
-        outcome = solve_request(request)
+        outcome: Outcome = solve_request(request)
     except MemoryError:
-        outcome = PlannerFailed(reason=f"the solve ran out of its memory cap of {memory_limit_bytes >> 20} MiB")
+        outcome = PlannerFailed(reason=f"the solve ran out of its memory cap of {(memory_limit_bytes or 0) >> 20} MiB")
     connection.send(outcome)
     connection.close()
 
@@ -60,7 +62,7 @@ class SolveHandle:
         send.close()  # the child holds the only sending end: its death ends the pipe
         self._deadline = time.monotonic() + wall_limit_s
         self._lock = threading.Lock()
-        self._outcome = None
+        self._outcome: Outcome | None = None
         self._cancelled = False
 
     @property
@@ -77,19 +79,21 @@ class SolveHandle:
         with self._lock:
             return self._cancelled or self._outcome is not None or self._settle(0.0)
 
-    def result(self, timeout: float | None = None):
+    def result(self, timeout: float | None = None) -> Outcome:
         """The outcome; waits up to `timeout` seconds (None: until the wall-time cap), else TimeoutError."""
         waited_until = None if timeout is None else time.monotonic() + timeout
         while True:
             with self._lock:
                 if self._cancelled:
                     raise SolveCancelled("the solve was cancelled")
-                if self._outcome is not None or self._settle(_POLL_S):
+                if self._outcome is None:
+                    self._settle(_POLL_S)
+                if self._outcome is not None:
                     return self._outcome
             if waited_until is not None and time.monotonic() >= waited_until:
                 raise TimeoutError(f"no outcome within {timeout} s")
 
-    async def wait(self):
+    async def wait(self) -> Outcome:
         """Await the outcome without blocking the event loop; cancelling the await cancels the solve."""
         try:
             return await asyncio.to_thread(self.result)

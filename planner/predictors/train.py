@@ -10,12 +10,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
+from tessera.planner.twin.profile import ServerProfile
 from tessera.planner.twin.sim import STARVATION_RATIO
 
+from .compile import FittedTree
 from .workload_features import FEATURES, TOKENS_PER_REQUEST, frame_features
+
+if TYPE_CHECKING:
+    from tessera.planner.twin.validate import RealRun
+
+# A pyarrow Table of the sweep (pyarrow ships no type stubs).
+SweepTable = Any
 
 HELD_OUT_A = (24, 96, 320)
 HELD_OUT_N = (48, 192, 448)
@@ -36,16 +46,16 @@ SEEDS = Path(__file__).with_name("data") / "twin_sweep_seeds.parquet"
 _A_INNER = (8, 16, 32, 48, 64, 128, 192, 256, 384)
 _N_INNER = (16, 32, 64, 96, 128, 256, 320, 384, 16)
 INNER_FOLDS = tuple(((a,), (n,)) for a, n in zip(_A_INNER, _N_INNER))
-CLF_PARAMS = dict(max_depth=10, min_samples_leaf=2, class_weight="balanced")
+CLF_PARAMS: dict[str, Any] = dict(max_depth=10, min_samples_leaf=2, class_weight="balanced")
 COMPILED = Path(__file__).with_name("_compiled.py")
 
 
-def smape(y, p) -> float:
+def smape(y: ArrayLike, p: ArrayLike) -> float:
     y, p = np.asarray(y, float), np.asarray(p, float)
     return float(np.mean(2 * np.abs(p - y) / np.maximum(np.abs(y) + np.abs(p), 1e-12)))
 
 
-def macro_f1(y, p) -> float:
+def macro_f1(y: ArrayLike, p: ArrayLike) -> float:
     from sklearn.metrics import f1_score
 
     return float(f1_score(np.asarray(y, int), np.asarray(p, int), average="macro"))
@@ -53,10 +63,10 @@ def macro_f1(y, p) -> float:
 
 @dataclass
 class Trained:
-    regressor: object  # ratio, all workloads
-    classifier: object  # starved flag
-    capacity: object  # log throughput (tokens/s) of starved workloads
-    metrics: dict
+    regressor: FittedTree  # ratio, all workloads
+    classifier: FittedTree  # starved flag
+    capacity: FittedTree  # log throughput (tokens/s) of starved workloads
+    metrics: dict[str, Any]
 
     def predict_ratio(self, X: np.ndarray) -> np.ndarray:
         """Hybrid: a starved workload's throughput is the server's capacity, which a tree
@@ -64,10 +74,11 @@ class Trained:
         starved = self.classifier.predict(X) == 1
         offered = X[:, FEATURES.index("total_rate")] * TOKENS_PER_REQUEST
         cap = np.minimum(np.exp(self.capacity.predict(X)) / offered, 1.0)
-        return np.where(starved, cap, np.clip(self.regressor.predict(X), 0, None))
+        ratio: np.ndarray = np.where(starved, cap, np.clip(self.regressor.predict(X), 0, None))
+        return ratio
 
 
-def load_table(path: Path = DATA):
+def load_table(path: Path = DATA) -> SweepTable:
     import pyarrow.parquet as pq
 
     t = pq.read_table(path)
@@ -83,9 +94,9 @@ def near_threshold_ids(band: float, path: Path = DATA) -> list[int]:
     return [int(c) for c in t.column("cid").to_numpy()[near]]
 
 
-def denoised_ratio(t, seeds_path: Path = SEEDS) -> np.ndarray:
+def denoised_ratio(t: SweepTable, seeds_path: Path | None = SEEDS) -> np.ndarray:
     """Per-row ratio averaged over the sweep's seed and any extra seeds in seeds_path."""
-    ratio = t.column("ratio").to_numpy().astype(float)
+    ratio: np.ndarray = t.column("ratio").to_numpy().astype(float)
     if seeds_path is None or not Path(seeds_path).exists():
         return ratio
     import pyarrow.parquet as pq
@@ -99,7 +110,7 @@ def denoised_ratio(t, seeds_path: Path = SEEDS) -> np.ndarray:
                      for i, c in enumerate(cid)])
 
 
-def split(t):
+def split(t: SweepTable) -> tuple[np.ndarray, np.ndarray]:
     a = t.column("a_max").to_numpy()
     n = t.column("n_adapters").to_numpy()
     test = np.isin(a, HELD_OUT_A) | np.isin(n, HELD_OUT_N)
@@ -151,7 +162,7 @@ def compile_trained(tr: Trained, path: Path = COMPILED) -> None:
                  f"Held-out metrics at training time: {tr.metrics}")
 
 
-def real_run_features(run, profile) -> list[float]:
+def real_run_features(run: RealRun, profile: ServerProfile) -> list[float]:
     from .workload_features import features
 
     n = run.n_adapters
@@ -162,7 +173,7 @@ def real_run_features(run, profile) -> list[float]:
     return features(ranks, rates, run.max_loras, profile.model, profile.kv_tokens(run.max_loras, run.max_rank))
 
 
-def evaluate_on_real(tr: Trained, runs=None) -> dict:
+def evaluate_on_real(tr: Trained, runs: list[RealRun] | None = None) -> dict[str, Any]:
     """Predictors (trained on 600 s twin workloads) against the real 3600 s Qwen runs."""
     from tessera.planner.twin.profile import load_profile
     from tessera.planner.twin.validate import load_runs
@@ -178,7 +189,8 @@ def evaluate_on_real(tr: Trained, runs=None) -> dict:
                 smape_ratio_unstarved=smape(y[s == 0], ph[s == 0]), smape_ratio_starved=smape(y[s == 1], ph[s == 1]))
 
 
-def tune(path: Path = DATA, depths=(6, 8, 10, 12), leaves=(1, 2, 3, 5, 8, 12, 20), weights=("balanced", None)) -> list:
+def tune(path: Path = DATA, depths: tuple[int, ...] = (6, 8, 10, 12), leaves: tuple[int, ...] = (1, 2, 3, 5, 8, 12, 20),
+         weights: tuple[str | None, ...] = ("balanced", None)) -> list[tuple[float, int, int, str | None]]:
     """Classifier hyper-parameters scored on INNER_FOLDS of the training levels only
     (the held-out levels are never looked at). Returns (mean macro-F1, depth, leaf,
     class_weight) best first; CLF_PARAMS holds the winner."""

@@ -25,12 +25,7 @@ from .engine import ITL_BINS, ITL_HI, ITL_LO
 
 
 @njit(cache=True)
-def _hkey(a, head, key):
-    return key[head[a]]
-
-
-@njit(cache=True)
-def _sift_up(i, heap, hpos, head, key):
+def _sift_up(i: int, heap: np.ndarray, hpos: np.ndarray, head: np.ndarray, key: np.ndarray) -> None:
     a = heap[i]
     ka = key[head[a]]
     while i > 0:
@@ -46,7 +41,7 @@ def _sift_up(i, heap, hpos, head, key):
 
 
 @njit(cache=True)
-def _sift_down(i, n, heap, hpos, head, key):
+def _sift_down(i: int, n: int, heap: np.ndarray, hpos: np.ndarray, head: np.ndarray, key: np.ndarray) -> None:
     a = heap[i]
     ka = key[head[a]]
     while True:
@@ -66,7 +61,7 @@ def _sift_down(i, n, heap, hpos, head, key):
 
 
 @njit(cache=True)
-def _heap_remove(a, nheap, heap, hpos, head, key):
+def _heap_remove(a: int, nheap: int, heap: np.ndarray, hpos: np.ndarray, head: np.ndarray, key: np.ndarray) -> int:
     i = hpos[a]
     hpos[a] = -1
     nheap -= 1
@@ -80,28 +75,28 @@ def _heap_remove(a, nheap, heap, hpos, head, key):
 
 
 @njit(cache=True)
-def _ceil_div(a, b):
+def _ceil_div(a: int, b: int) -> int:
     return (a + b - 1) // b
 
 
 @njit(cache=True, nogil=True)
 def simulate_kernel(
-    arr_t,  # float64[N] arrival times, sorted
-    arr_ad,  # int32[N] adapter of each request
-    prompt,  # int32[N] prompt tokens
-    out_len,  # int32[N] output tokens the request will produce
-    load_ms,  # float64[A] CPU->GPU load time of each adapter
-    params,  # float64[N_PARAMS]
+    arr_t: np.ndarray,  # float64[N] arrival times, sorted
+    arr_ad: np.ndarray,  # int32[N] adapter of each request
+    prompt: np.ndarray,  # int32[N] prompt tokens
+    out_len: np.ndarray,  # int32[N] output tokens the request will produce
+    load_ms: np.ndarray,  # float64[A] CPU->GPU load time of each adapter
+    params: np.ndarray,  # float64[N_PARAMS]
     # outputs
-    state,  # int8[N]
-    gen,  # int32[N] generated tokens
-    ttft,  # float32[N] time to first token (s)
-    ts_running,  # int32[S]
-    ts_waiting,  # int32[S]
-    ts_kv,  # float32[S]
-    itl_hist,  # float64[ITL_BINS]
-    stats,  # float64[N_STATS]
-):
+    state: np.ndarray,  # int8[N]
+    gen: np.ndarray,  # int32[N] generated tokens
+    ttft: np.ndarray,  # float32[N] time to first token (s)
+    ts_running: np.ndarray,  # int32[S]
+    ts_waiting: np.ndarray,  # int32[S]
+    ts_kv: np.ndarray,  # float32[S]
+    itl_hist: np.ndarray,  # float64[ITL_BINS]
+    stats: np.ndarray,  # float64[N_STATS]
+) -> tuple[int, int]:
     n_req = arr_t.shape[0]
     n_ad = load_ms.shape[0]
     duration = params[P_DURATION]

@@ -170,7 +170,7 @@ class KvCapacityRow(_File):
 def read_kv_rows(path: str | Path) -> list[KvCapacityRow]:
     rows = []
     for line, record in csv_records(path, KV_COLUMNS):
-        cells = {k: (v.strip() if isinstance(v, str) else v) for k, v in record.items()}
+        cells: dict[str, str | None] = {k: (v.strip() if isinstance(v, str) else v) for k, v in record.items()}
         cells["gpu_kv_cache_tokens"] = cells["gpu_kv_cache_tokens"] or None
         rows.append(validate(KvCapacityRow, cells, f"{path}:{line}"))
     return rows

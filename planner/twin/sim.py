@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -98,7 +99,8 @@ def engine_params(profile: ServerProfile, cfg: ServerConfig, duration: float, kv
     return p
 
 
-def _run_with_progress(kernel, args: tuple, stats: np.ndarray, progress, poll_s: float):
+def _run_with_progress(kernel: Callable[..., tuple[int, int]], args: tuple[np.ndarray, ...], stats: np.ndarray,
+                       progress: Callable[[float], object], poll_s: float) -> tuple[int, int]:
     """Run the kernel in a worker thread (the C call and the numba kernel release the
     GIL) and report the simulated time it has reached, read from ``stats[S_END_T]``
     which the kernel stores at every event, to ``progress(t)`` every ``poll_s``.
@@ -106,13 +108,14 @@ def _run_with_progress(kernel, args: tuple, stats: np.ndarray, progress, poll_s:
     differently, so results are bit-identical."""
     import threading
 
-    out: dict = {}
+    out: dict[str, tuple[int, int]] = {}
+    failed: list[BaseException] = []
 
-    def work():
+    def work() -> None:
         try:
             out["r"] = kernel(*args)
         except BaseException as e:  # re-raised in the caller's thread
-            out["e"] = e
+            failed.append(e)
 
     th = threading.Thread(target=work, name="twin-kernel", daemon=True)
     th.start()
@@ -121,14 +124,15 @@ def _run_with_progress(kernel, args: tuple, stats: np.ndarray, progress, poll_s:
         if not th.is_alive():
             break
         progress(float(stats[engine.S_END_T]))
-    if "e" in out:
-        raise out["e"]
+    if failed:
+        raise failed[0]
     progress(float(stats[engine.S_END_T]))
     return out["r"]
 
 
 def simulate(workload: Workload, profile: ServerProfile, cfg: ServerConfig, seed: int = 0,
-             keep_requests: bool = False, progress=None, poll_s: float = 0.1) -> TwinResult:
+             keep_requests: bool = False, progress: Callable[[float], object] | None = None,
+             poll_s: float = 0.1) -> TwinResult:
     """Simulate one workload. ``progress``, if given, is called with the simulated time
     (seconds, up to the duration) about every ``poll_s`` of wall time during the run."""
     max_rank = cfg.max_rank or workload.max_rank

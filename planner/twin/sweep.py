@@ -126,7 +126,7 @@ def rates_for(cfg: SweepConfig) -> tuple[IntArray, FloatArray]:
     elif cfg.mix == "tiered":
         w = np.array([4.0, 2.0, 1.0])[np.arange(n) % 3]
     elif cfg.mix == "zipf":
-        w = 1.0 / np.arange(1, n + 1) ** 0.8
+        w = np.asarray(1.0 / np.arange(1, n + 1) ** 0.8, dtype=np.float64)
     else:  # hot/cold: 10% of adapters carry 10x the rate
         w = np.where(np.arange(n) < max(1, n // 10), 10.0, 1.0)
     rng.shuffle(w)
@@ -218,7 +218,7 @@ def merge(out_dir: str | Path, dest: str | Path) -> int:
     parts = [pq.read_table(p) for p in sorted(Path(out_dir).glob("part-*.parquet"))]
     t = pa.concat_tables(parts).sort_by("cid")
     pq.write_table(t, dest, compression="zstd")
-    return t.num_rows
+    return int(t.num_rows)
 
 
 # Extra request-stream seeds for the workloads near the starvation threshold: one

@@ -128,7 +128,7 @@ def _counted(column: str, text: str, parse: Callable[[str], Number], low: float,
 
 
 def _run_from_record(i: int, r: dict[str, str]) -> RealRun:
-    mult = []
+    mult: list[float] = []
     for part in r["rate_counts"].split():
         if part.count("x") != 1:
             raise ValueError(f"rate_counts: {shorten(part)}: expected RATExCOUNT, as 0.1x4")

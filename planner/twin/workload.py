@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
+from numpy.typing import ArrayLike
 
 MAX_PROMPT = 1024
 MAX_TOTAL = 2048
@@ -29,7 +31,7 @@ class Workload:
     mean_input: float = 222.8
     mean_output: float = 199.9
     sigma: float | None = None  # lognormal shape; None: the profile's calibrated spread
-    trace: dict | None = None  # {"t":..., "adapter":..., "prompt":..., "output":...}
+    trace: dict[str, ArrayLike] | None = None  # {"t":..., "adapter":..., "prompt":..., "output":...}
     length_samples: tuple[np.ndarray, np.ndarray] | None = None  # (prompts, outputs) to resample
 
     def __post_init__(self) -> None:
@@ -53,21 +55,27 @@ def active_adapters(rates: np.ndarray) -> list[float]:
     return [float(np.sum(-np.expm1(-rates * tau))) for tau in ACTIVE_TAUS]
 
 
-def _lognormal_lengths(rng, n, mean, sigma, lo, hi):
+def _lognormal_lengths(rng: np.random.Generator, n: int, mean: float, sigma: float, lo: int,
+                       hi: int) -> npt.NDArray[np.int32]:
     """Lognormal lengths clipped to [lo, hi], mean matched after clipping."""
     z = rng.standard_normal(n)
     mu = np.log(mean) - sigma * sigma / 2
     for _ in range(30):  # fix the mean after clipping (monotone in mu)
         x = np.clip(np.exp(mu + sigma * z[:20000]), lo, hi)
-        m = x.mean()
+        m = float(x.mean())
         if abs(m - mean) < 0.05:
             break
-        mu += np.log(mean / m)
-    return np.clip(np.round(np.exp(mu + sigma * z)), lo, hi).astype(np.int32)
+        mu += float(np.log(mean / m))
+    lengths: npt.NDArray[np.int32] = np.clip(np.round(np.exp(mu + sigma * z)), lo, hi).astype(np.int32)
+    return lengths
+
+
+Requests = tuple[npt.NDArray[np.float64], npt.NDArray[np.int32], npt.NDArray[np.int32], npt.NDArray[np.int32],
+                 npt.NDArray[np.int32]]
 
 
 def generate_requests(w: Workload, rng: np.random.Generator, eos_fraction: float = 0.0,
-                      sigma: float = 0.6):
+                      sigma: float = 0.6) -> Requests:
     """Arrival times (sorted), adapter ids, prompt tokens, max_tokens, actual output tokens."""
     if w.trace is not None:
         t = np.asarray(w.trace["t"], np.float64)
@@ -82,8 +90,8 @@ def generate_requests(w: Workload, rng: np.random.Generator, eos_fraction: float
             ad = np.repeat(np.arange(w.n_adapters, dtype=np.int32), counts)
         else:
             ad = rng.choice(w.n_adapters, size=int(w.n_arrivals), p=w.rates / w.rates.sum()).astype(np.int32)
-        n = ad.shape[0]
-        t = rng.uniform(0.0, w.duration_s, n)
+        n = int(ad.shape[0])
+        t = rng.uniform(0.0, w.duration_s, size=n)
         order = np.argsort(t)
         t = t[order]
         ad = ad[order]
