@@ -221,7 +221,7 @@ def validate_cmd(seeds: int, workers: int, runs_csv: Path | None, out: Path | No
 @click.option("--kv-csv", type=click.Path(exists=True, path_type=Path), default=None)
 def memory_cmd(kv_csv: Path | None) -> None:
     """Check the shipped memory models against kv_capacity.csv (refusals to start and error)."""
-    from tessera.planner.twin.profile import load_profile, read_kv_capacity
+    from tessera.planner.twin.profile import check_memory_model, load_profile, read_kv_capacity
     from tessera.planner.twin.validate import find_data_dir
 
     path = kv_csv or find_data_dir() / "kv_capacity.csv"
@@ -230,14 +230,9 @@ def memory_cmd(kv_csv: Path | None) -> None:
         t.add_column(c, justify="right")
     for m in ["qwen", "llama"]:
         prof = load_profile(m)
-        rows = read_kv_capacity(path, prof.model)
-        refused = [prof.refuses_to_start(row.max_loras, row.max_lora_rank) for row in rows]
-        agree = sum((row.gpu_kv_cache_tokens is None) == r for row, r in zip(rows, refused))
-        errs = [abs(prof.kv_tokens(row.max_loras, row.max_lora_rank) - row.gpu_kv_cache_tokens) / row.gpu_kv_cache_tokens
-                for row in rows if row.gpu_kv_cache_tokens is not None]
-        t.add_row(prof.model, str(len(rows)), str(sum(row.gpu_kv_cache_tokens is None for row in rows)),
-                  str(sum(refused)), f"{agree}/{len(rows)}",
-                  _pct(float(np.median(errs))), _pct(float(np.max(errs))))
+        check = check_memory_model(prof, read_kv_capacity(path, prof.model))
+        t.add_row(check.model, str(check.configs), str(check.refused_measured), str(check.refused_predicted),
+                  f"{check.agree}/{check.configs}", _pct(check.median_error), _pct(check.max_error))
     console.print(t)
 
 

@@ -54,15 +54,13 @@ def check_server(case: ServerCase) -> TwinCheck:
         return TwinCheck(starts=False, wall_s=time.perf_counter() - started)
     drawn = Workload(ranks=ranks, rates=rates, duration_s=CHECK_HOUR_S)
     # lengths as the twin draws them (its calibrated spread); early stops are left to simulate()
-    times, adapter_of, prompts, outputs, _ = generate_requests(drawn, np.random.default_rng([case.seed, 1]), 0.0,
-                                                               case.profile.lengths.sigma)
-    trace = Workload(ranks=ranks, rates=rates, duration_s=CHECK_HOUR_S,
-                     trace={"t": times, "adapter": adapter_of, "prompt": prompts, "output": outputs})
+    requests = generate_requests(drawn, np.random.default_rng([case.seed, 1]), 0.0, case.profile.lengths.sigma)
+    trace = Workload(ranks=ranks, rates=rates, duration_s=CHECK_HOUR_S, trace=requests.as_trace())
     result = simulate(trace, case.profile, config, seed=case.seed, keep_requests=True)
     assert result.state is not None and result.ttft_s is not None  # kept: keep_requests
-    judged = times < CHECK_HOUR_S - SERVED_GRACE_S
-    served = _served_fractions(result.state, judged, adapter_of, len(case.adapters))
-    ttft_p99_ms = _p99_ttft_ms(result.ttft_s, judged, adapter_of, len(case.adapters))
+    judged = requests.t < CHECK_HOUR_S - SERVED_GRACE_S
+    served = _served_fractions(result.state, judged, requests.adapter, len(case.adapters))
+    ttft_p99_ms = _p99_ttft_ms(result.ttft_s, judged, requests.adapter, len(case.adapters))
     bound = case.bound
     under = () if bound.min_served_fraction is None else tuple(
         a.name for a, f in zip(case.adapters, served) if f < bound.min_served_fraction)

@@ -10,6 +10,7 @@ per-slot term (extra-vocabulary buffers; visible on Llama-3.1-8B).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any
@@ -105,6 +106,31 @@ def read_kv_capacity(path: str | Path, model: str) -> list[KvCapacityRow]:
     """The rows of one model (by name or alias) in a kv_capacity CSV."""
     want = ALIASES.get(model.lower(), model.lower())
     return [row for row in read_kv_rows(path) if ALIASES.get(row.model.lower(), row.model.lower()) == want]
+
+
+@dataclass(frozen=True)
+class MemoryModelCheck:
+    """A profile's memory model against measured start-ups: refusals to start and KV-cache error."""
+
+    model: str
+    configs: int
+    refused_measured: int
+    refused_predicted: int
+    agree: int  # configurations whose refusal (or not) the model predicts
+    median_error: float  # |predicted - measured| / measured KV tokens, over the started configurations
+    max_error: float
+
+
+def check_memory_model(profile: ServerProfile, rows: list[KvCapacityRow]) -> MemoryModelCheck:
+    refused = [profile.refuses_to_start(row.max_loras, row.max_lora_rank) for row in rows]
+    errors = [abs(profile.kv_tokens(row.max_loras, row.max_lora_rank) - row.gpu_kv_cache_tokens)
+              / row.gpu_kv_cache_tokens for row in rows if row.gpu_kv_cache_tokens is not None]
+    return MemoryModelCheck(
+        model=profile.model, configs=len(rows), refused_measured=sum(row.gpu_kv_cache_tokens is None for row in rows),
+        refused_predicted=sum(refused),
+        agree=sum((row.gpu_kv_cache_tokens is None) == r for row, r in zip(rows, refused)),
+        median_error=float(np.median(errors)) if errors else float("nan"),
+        max_error=float(np.max(errors)) if errors else float("nan"))
 
 
 def fit_memory_model(rows: list[KvCapacityRow]) -> MemoryModel:

@@ -144,12 +144,12 @@ def simulate(workload: Workload, profile: ServerProfile, cfg: ServerConfig, seed
     kv_blocks = profile.kv_blocks(cfg.max_loras, max_rank)
 
     rng = np.random.default_rng(seed)
-    t, ad, p, o_max, o = generate_requests(workload, rng, profile.lengths.eos_fraction,
-                                           profile.lengths.sigma)
+    requests = generate_requests(workload, rng, profile.lengths.eos_fraction, profile.lengths.sigma)
+    t, ad, p, o = requests.t, requests.adapter, requests.prompt, requests.output
     n = t.shape[0]
     T = workload.duration_s
-    offered = float(p.sum(dtype=np.int64) + o_max.sum(dtype=np.int64)) / T
-    del o_max
+    offered = float(p.sum(dtype=np.int64) + requests.max_tokens.sum(dtype=np.int64)) / T
+    del requests  # frees max_tokens (when early stops made output a copy) before the kernel's arrays exist
     load_ms = np.array([profile.load_time_ms(int(r)) for r in workload.ranks], np.float64)
     params = engine_params(profile, cfg, T, kv_blocks)
     n_s = int(T // cfg.sample_dt) + 1

@@ -22,6 +22,20 @@ MAX_TOTAL = 2048
 ACTIVE_TAUS = (2.0, 8.0, 30.0)
 
 
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int32]
+
+
+@dataclass(frozen=True)
+class Trace:
+    """Requests to replay instead of drawing them, one entry each (in any order of arrival)."""
+
+    t: ArrayLike  # arrival time, s
+    adapter: ArrayLike  # index of the workload's adapter
+    prompt: ArrayLike  # prompt tokens
+    output: ArrayLike  # max_tokens: output tokens unless the request stops early
+
+
 @dataclass
 class Workload:
     ranks: np.ndarray  # int per adapter
@@ -31,8 +45,7 @@ class Workload:
     mean_input: float = 222.8
     mean_output: float = 199.9
     sigma: float | None = None  # lognormal shape; None: the profile's calibrated spread
-    trace: dict[str, ArrayLike] | None = None  # {"t":..., "adapter":..., "prompt":..., "output":...}
-    length_samples: tuple[np.ndarray, np.ndarray] | None = None  # (prompts, outputs) to resample
+    trace: Trace | None = None  # replayed instead of drawn
 
     def __post_init__(self) -> None:
         self.ranks = np.asarray(self.ranks, dtype=np.int32)
@@ -70,20 +83,31 @@ def _lognormal_lengths(rng: np.random.Generator, n: int, mean: float, sigma: flo
     return lengths
 
 
-Requests = tuple[npt.NDArray[np.float64], npt.NDArray[np.int32], npt.NDArray[np.int32], npt.NDArray[np.int32],
-                 npt.NDArray[np.int32]]
+@dataclass(frozen=True)
+class Requests:
+    """A workload's requests in order of arrival, one entry each."""
+
+    t: FloatArray  # arrival time, s
+    adapter: IntArray
+    prompt: IntArray  # prompt tokens
+    max_tokens: IntArray
+    output: IntArray  # output tokens actually produced: max_tokens, or fewer when the request stops early
+
+    def as_trace(self) -> Trace:
+        """These requests to replay (each up to its max_tokens; early stops are drawn again)."""
+        return Trace(t=self.t, adapter=self.adapter, prompt=self.prompt, output=self.max_tokens)
 
 
 def generate_requests(w: Workload, rng: np.random.Generator, eos_fraction: float = 0.0,
                       sigma: float = 0.6) -> Requests:
-    """Arrival times (sorted), adapter ids, prompt tokens, max_tokens, actual output tokens."""
+    """The workload's trace, or requests drawn from its rates and length model."""
     if w.trace is not None:
-        t = np.asarray(w.trace["t"], np.float64)
+        t = np.asarray(w.trace.t, np.float64)
         order = np.argsort(t, kind="stable")
         t = t[order]
-        ad = np.asarray(w.trace["adapter"], np.int32)[order]
-        p = np.asarray(w.trace["prompt"], np.int32)[order]
-        o = np.asarray(w.trace["output"], np.int32)[order]
+        ad = np.asarray(w.trace.adapter, np.int32)[order]
+        p = np.asarray(w.trace.prompt, np.int32)[order]
+        o = np.asarray(w.trace.output, np.int32)[order]
     else:
         if w.n_arrivals is None:
             counts = rng.poisson(w.rates * w.duration_s)
@@ -95,17 +119,12 @@ def generate_requests(w: Workload, rng: np.random.Generator, eos_fraction: float
         order = np.argsort(t)
         t = t[order]
         ad = ad[order]
-        if w.length_samples is not None:
-            idx = rng.integers(0, len(w.length_samples[0]), n)
-            p = np.asarray(w.length_samples[0], np.int32)[idx]
-            o = np.asarray(w.length_samples[1], np.int32)[idx]
-        else:
-            p = _lognormal_lengths(rng, n, w.mean_input, w.sigma or sigma, 4, MAX_PROMPT)
-            o = _lognormal_lengths(rng, n, w.mean_output, w.sigma or sigma, 1, MAX_TOTAL)
-            o = np.minimum(o, MAX_TOTAL - p).astype(np.int32)
+        p = _lognormal_lengths(rng, n, w.mean_input, w.sigma or sigma, 4, MAX_PROMPT)
+        o = _lognormal_lengths(rng, n, w.mean_output, w.sigma or sigma, 1, MAX_TOTAL)
+        o = np.minimum(o, MAX_TOTAL - p).astype(np.int32)
     actual = o
     if eos_fraction > 0:
         early = rng.random(o.shape[0]) < eos_fraction
         cut = np.maximum(1, (o * rng.random(o.shape[0])).astype(np.int32))
         actual = np.where(early, cut, o).astype(np.int32)
-    return t, ad, p, o, actual
+    return Requests(t=t, adapter=ad, prompt=p, max_tokens=o, output=actual)

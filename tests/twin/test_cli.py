@@ -40,3 +40,9 @@ def test_twin_predict_cli_shows_predictors_beside_the_twin():
     predicted, simulated = (float(x) for x in row.replace("│", " ").split()[-2:])
     assert abs(predicted - simulated) < 0.05
 
+
+
+def test_twin_memory_cli_compares_each_shipped_memory_model_with_the_measured_start_ups():
+    out = CliRunner().invoke(main, ["twin", "memory", "--kv-csv", str(VLLM_LORA / "kv_capacity.csv")])
+    assert out.exit_code == 0, out.output
+    assert out.output.count("42/42") == 2  # qwen and llama: every refusal to start predicted

@@ -8,7 +8,7 @@ import pytest
 from tessera.planner.twin import engine as twin_engine
 from tessera.planner.twin.profile import load_profile
 from tessera.planner.twin.sim import ServerConfig, simulate
-from tessera.planner.twin.workload import Workload
+from tessera.planner.twin.workload import Trace, Workload
 
 VLLM_LORA = Path(__file__).resolve().parents[1] / "data" / "vllm-lora"  # vendored from shared/data
 QWEN = load_profile("qwen")
@@ -23,9 +23,9 @@ def wl(n, rates, ranks=(8, 16), duration=300.0, **kw):
 def trace(prompts, outputs, times=None, adapters=None):
     n = len(prompts)
     return Workload(ranks=np.array([16]), rates=np.array([1.0]), duration_s=100.0,
-                    trace={"t": times if times is not None else np.zeros(n),
-                           "adapter": adapters if adapters is not None else np.zeros(n, int),
-                           "prompt": prompts, "output": outputs})
+                    trace=Trace(t=times if times is not None else np.zeros(n),
+                                adapter=adapters if adapters is not None else np.zeros(n, int),
+                                prompt=prompts, output=outputs))
 
 
 def _kv_tight_profile():
@@ -104,8 +104,8 @@ def test_fcfs_skip_rule_admits_later_request_of_scheduled_adapter():
     # adapter 0: the later adapter-0 request is admitted first (the skip rule).
     prof = QWEN.with_updates(lengths={"eos_fraction": 0.0})
     w = Workload(ranks=np.array([16, 16]), rates=np.array([1.0, 1.0]), duration_s=100.0,
-                 trace={"t": np.array([0.0, 0.5, 0.6]), "adapter": np.array([0, 1, 0]),
-                        "prompt": np.array([100, 100, 100]), "output": np.array([200, 5, 5])})
+                 trace=Trace(t=np.array([0.0, 0.5, 0.6]), adapter=np.array([0, 1, 0]),
+                             prompt=np.array([100, 100, 100]), output=np.array([200, 5, 5])))
     res = simulate(w, prof, ServerConfig(max_loras=1), seed=0, keep_requests=True)
     assert res.finished == 3
     # the adapter-0 request that arrived later got its first token long before adapter 1's
@@ -136,6 +136,15 @@ def test_memory_model_reproduces_kv_capacity_refusals():
         fit = fit_memory_model(rows)
         for k, v in fit.model_dump().items():
             assert getattr(prof.memory, k) == pytest.approx(v, rel=1e-3)
+
+
+def test_memory_model_check_counts_measured_and_predicted_refusals():
+    from tessera.planner.twin.profile import check_memory_model, read_kv_capacity
+    for name, refused in [("qwen", 5), ("llama", 14)]:
+        prof = load_profile(name)
+        check = check_memory_model(prof, read_kv_capacity(VLLM_LORA / "kv_capacity.csv", prof.model))
+        assert (check.configs, check.refused_measured, check.refused_predicted, check.agree) == (42, refused, refused, 42)
+        assert 0 < check.median_error <= check.max_error < 0.08
 
 
 def test_outputs_present():
