@@ -31,7 +31,7 @@ def _progress() -> Progress:
 
 
 # What the offline extra installs; the runtime (operator, plan, twin run/predict) needs none.
-OFFLINE_PACKAGES = {"sklearn", "pyarrow", "matplotlib", "scipy"}
+OFFLINE_PACKAGES = {"sklearn", "pyarrow", "matplotlib"}
 
 
 class _TwinGroup(click.Group):

@@ -9,7 +9,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-DEFAULT_MIN_SERVED_FRACTION = 0.9
+from tessera.planner.twin.sim import STARVATION_RATIO
+
+# By default an adapter is owed what the starvation rule owes a server: that share of its requests served.
+DEFAULT_MIN_SERVED_FRACTION = STARVATION_RATIO
 # A server that keeps up with its traffic serves about 0.975 of the offered tokens in the hour (early
 # stops end requests before max_tokens; the last seconds' arrivals are in flight). Below KEEPS_UP_RATIO
 # a backlog builds, and under the adapter rule the cold adapters wait longest: the twin put a server of
