@@ -2,7 +2,7 @@
 # Builds tessera's wheel and installs it into a fresh virtual environment, as a
 # user (or the image) would: the runtime lock's exact, hashed pins, no extras.
 #   bash scripts/wheel_venv.sh DIR   -> DIR/dist/tessera-*.whl, DIR/venv
-# Used by tests/packaging/test_wheel.py and bench/package_footprint.sh.
+# Used by tests/packaging/test_wheel.py and bench/package_footprint.py.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONSAFEPATH=1
