@@ -13,13 +13,16 @@ splitting the upstream demand into one part per variant (W), of which only
 the chosen variant's may be non-zero.
 
 The latency model is latency.py's. Every task picks one budget level (binary
-z). A candidate run under level k is an "option" of its own: usable only when
-2 x batch latency fits the level, with the least load per instance that fills
-its batches in time under it. Instances of an option may exist only under the
-chosen level. This disaggregated form keeps the binaries few (tasks x levels)
-and the relaxation tight; within one (task, variant, MIG profile, level) only
-options that no other option beats on both throughput and least load are
-kept, which is exact.
+z). A candidate run under level k is an "option": usable only when 2 x batch
+latency fits the level, with the least load per instance that fills its
+batches in time under it. Within one (task, variant, MIG profile, level)
+only options that no other option beats on both throughput and least load
+are kept, which is exact. A candidate's kept options become one unit with one
+replica count and load (not one per level): its least load follows the
+task's level in steps, so the columns stay as many as the candidates.
+While all demand is served, whole-slice cuts (an integer knapsack per task,
+variant and level) give the relaxation the rounding up of instances that
+fractional replicas hide.
 """
 
 from __future__ import annotations
