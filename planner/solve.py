@@ -160,9 +160,9 @@ class _StagedSolver:
         integral variants, levels and totals reaches the optimum), and the
         full MIP would spend seconds re-proving it from a weaker root.
         """
-        if not self.relax_and_fix_start or self.relaxed is None or self.relaxed[0] is not expression:
+        if (not self.relax_and_fix_start or self.relaxed is None or self.rounded is None
+                or self.relaxed[0] is not expression):
             return None
-        assert self.rounded is not None
         value, bound = self.rounded.value, self.relaxed[1]
         tolerance = abs_gap if abs_gap is not None else self.options.mip_gap * max(abs(value), 1e-9)
         if not math.isfinite(bound) or abs(value - bound) > tolerance:
