@@ -13,13 +13,16 @@ splitting the upstream demand into one part per variant (W), of which only
 the chosen variant's may be non-zero.
 
 The latency model is latency.py's. Every task picks one budget level (binary
-z). A candidate run under level k is an "option" of its own: usable only when
-2 x batch latency fits the level, with the least load per instance that fills
-its batches in time under it. Instances of an option may exist only under the
-chosen level. This disaggregated form keeps the binaries few (tasks x levels)
-and the relaxation tight; within one (task, variant, MIG profile, level) only
-options that no other option beats on both throughput and least load are
-kept, which is exact.
+z). A candidate run under level k is an "option": usable only when 2 x batch
+latency fits the level, with the least load per instance that fills its
+batches in time under it. Within one (task, variant, MIG profile, level)
+only options that no other option beats on both throughput and least load
+are kept, which is exact. A candidate's kept options become one unit with one
+replica count and load (not one per level): its least load follows the
+task's level in steps, so the columns stay as many as the candidates.
+While all demand is served, whole-slice cuts (an integer knapsack per task,
+variant and level) give the relaxation the rounding up of instances that
+fractional replicas hide.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from tessera.planner.model import SystemSpec
 
 TaskKey = tuple[str, str]
 VariantKey = tuple[str, str, str]
+_MAX_ROUNDED_SLICES = 256  # beyond this many slices a task's rounding is a small share of its cost
 
 
 @dataclass
@@ -94,6 +98,38 @@ class Option:
     candidate: int
     level: int
     min_load_rps: float
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One candidate's instances under every level it is usable at: one replica count and load in the MILP.
+
+    `steps` are its options' (level, least load), levels rising and least
+    loads falling; the task's level picks the step whose least load holds.
+    One count per candidate instead of one per option keeps the model's
+    columns as many as the candidates (not candidates x levels), at the
+    price of one row per step.
+    """
+
+    candidate: int
+    steps: tuple[tuple[int, float], ...]
+
+    @property
+    def level(self) -> int:
+        """The lowest level the candidate is usable at."""
+        return self.steps[0][0]
+
+    @property
+    def min_load_rps(self) -> float:
+        """The least load per instance at any level (the last step's)."""
+        return self.steps[-1][1]
+
+
+def units(options: list[Option]) -> list[Unit]:
+    steps: dict[int, list[tuple[int, float]]] = {}
+    for option in options:
+        steps.setdefault(option.candidate, []).append((option.level, option.min_load_rps))
+    return [Unit(candidate, tuple(sorted(found))) for candidate, found in steps.items()]
 
 
 def _tiers(c: Candidate, levels: list[float], utilisation: float, ratio: float) -> list[Option]:
@@ -163,6 +199,21 @@ def _busiest(data: MilpInput, kept: list[Option]) -> list[Option]:
     return list(best.values())
 
 
+def fewest_slices(capacity: dict[int, float], demand: float, most: int) -> int:
+    """The fewest compute slices whose instances carry `demand` (an unbounded knapsack over instance sizes).
+
+    `capacity` is the most load one instance of each size carries. Past
+    `most` slices the answer is `most`, an under-estimate, which keeps a
+    bound built on it valid.
+    """
+    carried = [0.0]
+    while carried[-1] < demand * (1 - 1e-9) and len(carried) <= most:
+        k = len(carried)
+        carried.append(max([carried[k - size] + load for size, load in capacity.items() if size <= k]
+                           + [carried[k - 1]]))
+    return min(len(carried) - 1, most)
+
+
 class CompoundMilp:
     """The Pyomo model and the expressions each objective stage uses."""
 
@@ -172,6 +223,9 @@ class CompoundMilp:
         self._index()
         m.y = pyo.Var(self.variant_keys, domain=pyo.Binary)
         m.z = pyo.Var(self.level_keys, domain=pyo.Binary)
+        # Z[s, t, k]: the task's level is k or higher. Rows that hold from a
+        # level on name one Z instead of every z above it (fewer nonzeros).
+        m.Z = pyo.Var(self.level_keys, domain=pyo.NonNegativeReals, bounds=(0, 1))
         m.n = pyo.Var(range(len(self.options)), domain=pyo.NonNegativeIntegers,
                       bounds=lambda _, o: (0, self.replica_bound[o]))
         m.x = pyo.Var(range(len(self.options)), domain=pyo.NonNegativeReals)
@@ -213,11 +267,12 @@ class CompoundMilp:
         for _, usable, count in d.fixed_groups:
             for name, instances in usable:
                 supply[name] += instances * count
-        self.options, self.replica_bound = [], []
-        for option in build_options(d):
-            bound = self._replica_bound(option, supply)
+        self.options: list[Unit] = []
+        self.replica_bound: list[int] = []
+        for unit in units(build_options(d)):
+            bound = self._replica_bound(unit, supply)
             if bound > 0:
-                self.options.append(option)
+                self.options.append(unit)
                 self.replica_bound.append(bound)
         self.by_task: dict[TaskKey, list[int]] = {k: [] for k in self.task_keys}
         self.by_variant: dict[VariantKey, list[int]] = {k: [] for k in self.variant_keys}
@@ -226,7 +281,7 @@ class CompoundMilp:
             self.by_task[(c.system, c.task)].append(o)
             self.by_variant[(c.system, c.task, c.variant)].append(o)
 
-    def _replica_bound(self, option: Option, supply: dict[str, int]) -> int:
+    def _replica_bound(self, option: Unit, supply: dict[str, int]) -> int:
         """No optimal plan runs more instances of an option than its task's demand can load."""
         d = self.data
         c = d.candidates[option.candidate]
@@ -246,6 +301,10 @@ class CompoundMilp:
         for s, t in self.task_keys:
             m.cons.add(sum(m.y[s, t, v] for v in d.variants[(s, t)]) == 1)
             m.cons.add(sum(m.z[s, t, k] for k in range(len(d.levels[s]))) == 1)
+            top = len(d.levels[s]) - 1
+            m.cons.add(m.Z[s, t, top] == m.z[s, t, top])
+            for k in range(top):
+                m.cons.add(m.Z[s, t, k] == m.z[s, t, k] + m.Z[s, t, k + 1])
 
     def _demand_flow(self) -> None:
         m, d = self.m, self.data
@@ -269,7 +328,7 @@ class CompoundMilp:
         m, d = self.m, self.data
         for (s, t, v), indices in self.by_variant.items():
             m.cons.add(sum(m.x[o] for o in indices) == m.W[s, t, v])
-        for o, option in enumerate(self.options):
+        for o, unit in enumerate(self.options):
             c = self.candidate(o)
             bound = self.replica_bound[o]
             # No option carries more than its task's demand bound, so capping the coefficient there admits
@@ -277,12 +336,28 @@ class CompoundMilp:
             # n = 0 within HiGHS's tolerances, and the plan claimed demand no replica served.
             capacity = min(c.throughput_rps * d.utilisation, self.demand_bound[(c.system, c.task)])
             m.cons.add(m.x[o] <= capacity * m.n[o])
-            if option.min_load_rps > 0:
-                m.cons.add(m.x[o] >= option.min_load_rps * m.n[o])
             m.cons.add(m.n[o] <= bound * m.y[c.system, c.task, c.variant])
-            levels = range(option.level, len(d.levels[c.system]))
-            if option.level > 0:
-                m.cons.add(m.n[o] <= bound * sum(m.z[c.system, c.task, k] for k in levels))
+            if unit.level > 0:
+                m.cons.add(m.n[o] <= bound * self._levels_from(c, unit.level))
+            self._least_loads(o, unit, bound)
+
+    def _least_loads(self, o: int, unit: Unit, bound: int) -> None:
+        """Under the task's level, each instance carries at least the least load of the unit's step there.
+
+        Step i holds while the level is below step i + 1's (a higher level
+        needs less): x >= L_i n - L_i bound (levels from step i + 1 chosen).
+        """
+        m, c = self.m, self.candidate(o)
+        for i, (_, least) in enumerate(unit.steps):
+            if least <= 0:
+                continue
+            if i + 1 == len(unit.steps):
+                m.cons.add(m.x[o] >= least * m.n[o])
+            else:
+                m.cons.add(m.x[o] >= least * m.n[o] - least * bound * self._levels_from(c, unit.steps[i + 1][0]))
+
+    def _levels_from(self, c: Candidate, level: int):
+        return self.m.Z[c.system, c.task, level]
 
     def _budgets_and_paths(self) -> None:
         m, d = self.m, self.data
@@ -333,25 +408,57 @@ class CompoundMilp:
             + sum(layout_compute_slices(d.gpu, layout) * m.h[k] for k, (layout, _, _) in enumerate(d.fixed_groups)))
 
     def _full_demand_cuts(self) -> None:
-        """Valid only while all demand is served: a chosen variant needs whole slices.
+        """Valid only while all demand is served: a chosen variant needs whole instances.
 
-        Fractional instances make the relaxation weak on small pools; serving
-        at least the least demand a task can see, with the best throughput
-        per slice any option of the variant offers, needs this many slices.
+        Fractional instances make the relaxation weak on small pools: every
+        task rounds its instances up, and the LP sees none of it, not even
+        with variants and levels chosen (4 H100s: 20.8 slices relaxed, 23 in
+        the best plan). With all demand served, a task carries at least its
+        least demand (given its parent's variant, where it has one parent),
+        which needs at least K whole slices of the chosen variant's options
+        usable at the chosen level (an integer knapsack, see fewest_slices).
+        Per variant v and condition, with z the level binaries:
+        slices(v) >= K_top * y_v and slices(v) >= sum_k K_k z_k - K_0 (1 - y_v),
+        one more (1 - y_parent) on the right under a parent's variant.
         """
         m, d = self.m, self.data
+        most = min(_MAX_ROUNDED_SLICES, COMPUTE_SLICES * d.pool_gpus + 1)
         for system in d.systems:
             least = demand_bound(system, d.variants, pick=min)
+            levels = range(len(d.levels[system.name]))
             for t in system.topological_order:
+                conditions = [(None, least[t])]
+                parents = system.parents(t)
+                if len(parents) == 1:
+                    edge = parents[0]
+                    conditions += [(m.y[system.name, edge.source, v], edge.factor_for(v) * least[edge.source])
+                                   for v in d.variants[(system.name, edge.source)]]
                 for v in d.variants[(system.name, t)]:
                     options = self.by_variant[(system.name, t, v)]
-                    if least[t] <= 0 or not options:
+                    if not options:
                         continue
-                    per_slice = max(self.candidate(o).throughput_rps * d.utilisation / self.candidate(o).compute_slices
-                                    for o in options)
-                    slices = math.ceil(least[t] / per_slice - 1e-9)
-                    m.full_demand_cuts.add(
-                        sum(self.candidate(o).compute_slices * m.n[o] for o in options) >= slices * m.y[system.name, t, v])
+                    y = m.y[system.name, t, v]
+                    slices = sum(self.candidate(o).compute_slices * m.n[o] for o in options)
+                    for parent, demand in conditions:
+                        if demand <= 0:
+                            continue
+                        fewest = [fewest_slices(self._capacity_by_size(options, k), demand, most) for k in levels]
+                        off = (1 - y) + (0 if parent is None else 1 - parent)
+                        m.full_demand_cuts.add(slices >= fewest[-1] * (1 - off))
+                        if fewest[0] > fewest[-1]:
+                            m.full_demand_cuts.add(
+                                slices >= sum(fewest[k] * m.z[system.name, t, k] for k in levels) - fewest[0] * off)
+
+    def _capacity_by_size(self, options: list[int], level: int) -> dict[int, float]:
+        """The most load one instance of each size (compute slices) carries among options usable at `level`."""
+        best: dict[int, float] = {}
+        for o in options:
+            if self.options[o].level > level:
+                continue
+            c = self.candidate(o)
+            capacity = min(c.throughput_rps * self.data.utilisation, self.demand_bound[(c.system, c.task)])
+            best[c.compute_slices] = max(best.get(c.compute_slices, 0.0), capacity)
+        return best
 
     # -- objective expressions ----------------------------------------------------
 

@@ -121,6 +121,8 @@ class _StagedSolver:
         self.deadline = time.perf_counter() + options.time_limit_s
         self.results: list[StageResult] = []
         self.relaxed: tuple[object, float] | None = None  # (expression, bound) from relax-and-fix
+        self.rounded: StageResult | None = None  # relax-and-fix's start
+        self.start_seconds = 0.0  # what relax-and-fix's two solves took
         self.relax_and_fix_start = False
 
     def _solve(self, name: str, expression, sense, share: float,
@@ -140,7 +142,7 @@ class _StagedSolver:
 
     def optimise(self, name: str, expression, sense, share: float = 0.5,
                  abs_gap: float | None = None) -> StageResult | None:
-        stage = self._solve(name, expression, sense, share, abs_gap)
+        stage = self._proven_by_start(name, expression, abs_gap) or self._solve(name, expression, sense, share, abs_gap)
         if stage is None:
             return None
         if self.relaxed is not None and self.relaxed[0] is expression:
@@ -151,17 +153,37 @@ class _StagedSolver:
         self.highs.load_into_model()
         return stage
 
+    def _proven_by_start(self, name: str, expression, abs_gap: float | None) -> StageResult | None:
+        """Relax-and-fix's start when its relaxation's bound already proves it within the stage's tolerance.
+
+        On small pools this is the common case (4 H100s: the relaxation with
+        integral variants, levels and totals reaches the optimum), and the
+        full MIP would spend seconds re-proving it from a weaker root.
+        """
+        if (not self.relax_and_fix_start or self.relaxed is None or self.rounded is None
+                or self.relaxed[0] is not expression):
+            return None
+        value, bound = self.rounded.value, self.relaxed[1]
+        tolerance = abs_gap if abs_gap is not None else self.options.mip_gap * max(abs(value), 1e-9)
+        if not math.isfinite(bound) or abs(value - bound) > tolerance:
+            return None
+        self.relax_and_fix_start = False
+        return StageResult(name, value, bound, self.start_seconds, "Optimal")
+
     def find_start(self, expression, sense) -> None:
         """Relax-and-fix: a good first solution and a strong bound.
 
         On large pools HiGHS's own heuristics find no solution in a minute (the
         variant and level binaries make rounding fail), and the plain LP bound
         is weak (fractional variants mix accuracies). So first solve with only
-        those binaries integral, whose optimum bounds the full problem; fix
-        them, solve for integral replicas and layouts, and start from that.
+        those binaries and the GPU and slice totals integral, whose optimum
+        bounds the full problem; fix the binaries, solve for integral
+        replicas and layouts, and start from that. (Integral totals cost the
+        relaxation little and make its bound count whole GPUs: on small pools
+        it then often proves the start optimal.)
         """
         m = self.milp.m
-        counts = list(m.n.values()) + list(m.g.values()) + list(m.h.values()) + [m.gpus_used, m.slices_used]
+        counts = list(m.n.values()) + list(m.g.values()) + list(m.h.values())
         self.highs.set_integral(counts, False)
         relaxed = self._solve("relaxed", expression, sense, share=0.3)
         self.highs.set_integral(counts, True)
@@ -174,6 +196,8 @@ class _StagedSolver:
             self.highs.set_bounds([var], value, value)
         rounded = self._solve("rounded", expression, sense, share=0.4)
         self.highs.restore_bounds(choices)
+        self.rounded = rounded
+        self.start_seconds = relaxed.seconds + (rounded.seconds if rounded else 0.0)
         self.relax_and_fix_start = rounded is not None
 
     def hold(self, expression, stage: StageResult, sense) -> None:

@@ -61,10 +61,10 @@ def test_a_plan_that_fits_serves_all_demand_with_headroom():
     assert sum(c.load_rps for c in task.configs) == pytest.approx(500)
 
 
-def test_only_the_first_full_solve_after_relax_and_fix_skips_neighbourhood_search(monkeypatch):
+def _record_neighbourhood_search(monkeypatch) -> list[bool]:
     from tessera.planner.highs_driver import HighsModel
 
-    searched = []
+    searched: list[bool] = []
     highs_solve = HighsModel.solve
 
     def recording(self, time_limit_s, neighbourhood_search=True, **gaps):
@@ -72,9 +72,26 @@ def test_only_the_first_full_solve_after_relax_and_fix_skips_neighbourhood_searc
         return highs_solve(self, time_limit_s, neighbourhood_search, **gaps)
 
     monkeypatch.setattr(HighsModel, "solve", recording)
+    return searched
+
+
+def test_only_the_first_full_solve_after_relax_and_fix_skips_neighbourhood_search(monkeypatch):
+    from tessera.planner.solve import _StagedSolver
+
+    searched = _record_neighbourhood_search(monkeypatch)
+    # Relax-and-fix proves this start optimal; without that proof the cost stage solves the MIP.
+    monkeypatch.setattr(_StagedSolver, "_proven_by_start", lambda *args: None)
     solve(make_system({"t": [("v", 1.0, 10, 100), ("w", 0.9, 10, 200)]}, demand=500))
     # relaxed, rounded, then the cost stage from their start, then the accuracy stage
     assert searched == [True, True, False, True]
+
+
+def test_a_start_whose_relaxation_bound_proves_it_needs_no_cost_solve(monkeypatch):
+    searched = _record_neighbourhood_search(monkeypatch)
+    plan = solve(make_system({"t": [("v", 1.0, 10, 100), ("w", 0.9, 10, 200)]}, demand=500))
+    # relaxed, rounded (proven by the relaxed bound: the cost stage is theirs), then the accuracy stage
+    assert searched == [True, True, True]
+    assert plan.solver.stages == ["cost", "accuracy"] and plan.solver.cost.proven
 
 
 def test_the_plan_uses_the_fewest_gpus_and_compute_slices():
