@@ -88,7 +88,7 @@ def test_the_environment_carries_batch_delay_processes_and_downstream_service_ur
     assert env["TESSERA_BATCH_SIZE"] == "8"
     assert env["TESSERA_PROCESSES"] == "1"
     assert env["TESSERA_MAX_BATCH_DELAY_MS"] == "85"  # budget 125 - 2 x 20 ms batch latency
-    url = "http://traffic-car-classification.shop.svc:8000"
+    url = f"http://{builders.service_name(system_ref, 'car-classification')}.shop.svc:8000"
     assert env["TESSERA_DOWNSTREAM_CAR_CLASSIFICATION_URL"] == url
     assert env["TESSERA_DOWNSTREAM_URLS"] == f"car-classification={url}"
 
@@ -112,7 +112,7 @@ def test_a_service_selects_every_replica_of_its_task(plan, spec, system_ref):
     deployment = builders.deployment(system_ref, spec, key, placement.tasks[(key.system, key.task)], 2, "gpu-a",
                                      "3g.40gb", SETTINGS)
     pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
-    assert service["metadata"]["name"] == "traffic-object-detection"
+    assert service["metadata"]["name"] == builders.service_name(system_ref, "object-detection")
     assert service["spec"]["selector"].items() <= pod_labels.items()
 
 
