@@ -31,11 +31,9 @@ def _planned_layouts(core, operator: OperatorProcess) -> dict[str, list]:
     (state,) = [c for c in core.list_namespaced_config_map(operator.state_namespace).items
                 if c.metadata.name.startswith("tessera-pool-")]
     plan = json.loads(state.data["plan"])
-    slots = json.loads(state.data["slots"])
     layouts = {node: [None] * 8 for node in operator.pool.nodes}
-    for gpu in plan["gpus"]:
-        node, index = slots[gpu["index"]]
-        layouts[node][index] = {profile: count for profile, count in gpu["layout"]}
+    for gpu in plan["gpus"]:  # the planner names each GPU by node and device
+        layouts[gpu["node"]][gpu["device"]] = {profile: count for profile, count in gpu["layout"]}
     return layouts
 
 
