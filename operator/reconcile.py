@@ -239,8 +239,13 @@ class Reconciler:
             starved = [s for s in candidates if _serves_nothing(result.plan, s.ref.key)]
             culprits = self.find_unplannable(pool_key, starved, node_pool) if starved else {}
             return (None, culprits) if culprits else (result.plan, {})
-        if isinstance(result, InvalidInput) and result.system in {s.ref.key for s in candidates}:
-            return None, {result.system: (st.INVALID_SPEC, result.reason)}
+        if isinstance(result, InvalidInput):
+            # The system the planner names is checked alone first: in a joint solve one spec's bad profile
+            # can surface under another system's name, and no good system may be held back by a bad one.
+            named = [s for s in candidates if s.ref.key == result.system]
+            culprits = self.find_unplannable(pool_key, named, node_pool) if named else {}
+            if culprits:
+                return None, culprits
         if isinstance(result, (Infeasible, InvalidInput)):
             culprits = self.find_unplannable(pool_key, candidates, node_pool)
             if culprits:
