@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -54,14 +55,19 @@ def peak_rss_mb(pid: int) -> float:
         text = Path(f"/proc/{pid}/status").read_text()
     except OSError:
         return 0.0
-    return int(re.search(r"VmHWM:\s+(\d+) kB", text).group(1)) / 1024
+    found = re.search(r"VmHWM:\s+(\d+) kB", text)
+    return int(found.group(1)) / 1024 if found else 0.0  # a zombie has no memory left
 
 
 def child_pids(pid: int) -> list[int]:
-    try:
-        return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
-    except OSError:
-        return []
+    """Children of every thread of the process (the solver worker is started from the reconcile thread)."""
+    pids = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            pids += [int(p) for p in (task / "children").read_text().split()]
+        except OSError:
+            continue
+    return pids
 
 
 def scrape(port: int) -> dict[str, float]:
@@ -133,7 +139,7 @@ def run(nodes: int, gpus_per_node: int, workdir: Path) -> dict:
         time.sleep(12)  # two more reconciles' worth of event-loop samples
         metrics = scrape(metrics_port)
         text = (workdir / "operator.log").read_text()
-        solves = [float(s) for s in re.findall(r"solve of \d+ system\(s\) on \d+ GPUs: planned .*?\(([\d.]+) s\)", text)]
+        solves = [float(s) for s in re.findall(r"solve of \d+ system\(s\) on \d+ GPUs: .*?\(([\d.]+) s\)\n", text)]
         stand_in_delays = CONFIGMAP_DELAY_S + APPLY_S + PROPAGATION_S
         lag_buckets = {re.search(r'le="([^"]+)"', k).group(1): v for k, v in metrics.items()
                        if k.startswith("tessera_event_loop_lag_seconds_bucket")}
@@ -143,6 +149,8 @@ def run(nodes: int, gpus_per_node: int, workdir: Path) -> dict:
             "stand_in_configured_delays_s": stand_in_delays,
             "apply_to_ready_less_stand_in_delays_s": round(to_ready - stand_in_delays, 2),
             "solve_s": solves,
+            "operator_own_s": round(to_ready - stand_in_delays - sum(solves), 2),
+            "stalls_logged": text.count("event loop has not run"),
             "operator_peak_rss_mb": round(peak_rss_mb(operator.pid), 1),
             "solver_worker_peak_rss_mb": round(solver_peak, 1),
             "event_loop_lag_max_s": metrics.get("tessera_event_loop_lag_max_seconds"),
@@ -162,36 +170,50 @@ def run(nodes: int, gpus_per_node: int, workdir: Path) -> dict:
         cluster.stop()
 
 
-def markdown(result: dict) -> str:
-    return "\n".join([
-        f"# Operator: apply to Ready, {result['nodes']} nodes x {result['gpus_per_node']} H100",
-        "",
-        "| measure | value |", "| --- | --- |",
-        f"| apply -> all three examples Ready | {result['apply_to_ready_s']} s |",
-        f"| same, less the stand-in's configured delays ({result['stand_in_configured_delays_s']} s) | "
-        f"{result['apply_to_ready_less_stand_in_delays_s']} s |",
-        f"| solves (worker, as logged) | {', '.join(f'{s:.1f} s' for s in result['solve_s'])} |",
-        f"| operator peak RSS | {result['operator_peak_rss_mb']} MB |",
-        f"| solver worker peak RSS | {result['solver_worker_peak_rss_mb']} MB |",
-        f"| largest event-loop stall | {1000 * (result['event_loop_lag_max_s'] or 0):.0f} ms |",
-        f"| event-loop samples (50 ms timer) | {result['event_loop_lag_samples']:.0f} |",
-        "",
-    ])
+ROWS = [
+    ("apply -> all three examples Ready", lambda r: f"{r['apply_to_ready_s']} s"),
+    ("same, less the stand-in's configured delays (3 s)", lambda r: f"{r['apply_to_ready_less_stand_in_delays_s']} s"),
+    ("solves (worker, as logged; cancelled ones too)", lambda r: ", ".join(f"{s:.1f} s" for s in r["solve_s"])),
+    ("the rest: the operator's own time (reads, writes, waits for events)",
+     lambda r: f"{r.get('operator_own_s', round(r['apply_to_ready_less_stand_in_delays_s'] - sum(r['solve_s']), 2))} s"),
+    ("operator peak RSS", lambda r: f"{r['operator_peak_rss_mb']} MB"),
+    ("solver worker peak RSS", lambda r: f"{r['solver_worker_peak_rss_mb']} MB"),
+    ("largest event-loop stall", lambda r: f"{1000 * (r['event_loop_lag_max_s'] or 0):.0f} ms"),
+    ("event-loop samples (50 ms timer)", lambda r: f"{r['event_loop_lag_samples']:.0f}"),
+    ("stalls over 100 ms logged with stacks (operator/stall_watch.py)", lambda r: f"{r.get('stalls_logged', 'n/a')}"),
+]
+
+
+def markdown(result: dict, baseline: dict | None = None) -> str:
+    """The run's numbers; beside a baseline run's (an older operator, same machine, same hour) when given."""
+    header = ["| measure | before | after |", "| --- | --- | --- |"] if baseline else ["| measure | value |", "| --- | --- |"]
+    rows = [f"| {name} | {value(baseline)} | {value(result)} |" if baseline else f"| {name} | {value(result)} |"
+            for name, value in ROWS]
+    return "\n".join([f"# Operator: apply to Ready, {result['nodes']} nodes x {result['gpus_per_node']} H100", "",
+                      *header, *rows, ""])
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=16)
     parser.add_argument("--gpus-per-node", type=int, default=8)
+    parser.add_argument("--keep-log", type=Path, help="Copy the operator's log here (to see where the time went).")
+    parser.add_argument("--name", default="operator_apply_to_ready", help="Results file name under bench/results.")
+    parser.add_argument("--baseline", type=Path, help="JSON of a run of an older operator, shown beside this one.")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="tessera-bench-operator-") as folder:
-        result = run(args.nodes, args.gpus_per_node, Path(folder))
+        try:
+            result = run(args.nodes, args.gpus_per_node, Path(folder))
+        finally:
+            if args.keep_log and (Path(folder) / "operator.log").exists():
+                shutil.copy(Path(folder) / "operator.log", args.keep_log)
     RESULTS.mkdir(exist_ok=True)
     views = result.pop("kubectl")
     (RESULTS / "operator_kubectl.txt").write_text("".join(f"$ kubectl {command}\n{text}\n" for command, text in views.items()))
-    (RESULTS / "operator_apply_to_ready.json").write_text(json.dumps(result, indent=2) + "\n")
-    (RESULTS / "operator_apply_to_ready.md").write_text(markdown(result))
-    print(markdown(result))
+    (RESULTS / f"{args.name}.json").write_text(json.dumps(result, indent=2) + "\n")
+    baseline = json.loads(args.baseline.read_text()) if args.baseline else None
+    (RESULTS / f"{args.name}.md").write_text(markdown(result, baseline))
+    print(markdown(result, baseline))
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ from __future__ import annotations
 import yaml
 
 from tessera.operator import naming
+from tessera.operator.api import child_name
 from tessera.operator.placement import NodePlan, ServerKey
 from tessera.operator.pools import (
     HOSTNAME_LABEL, MIG_CONFIG_LABEL, MIG_RESOURCE_PREFIX, MIG_STATE_LABEL, WHOLE_GPU_RESOURCE,
@@ -97,11 +98,15 @@ def node_relabel_patch(config: str) -> dict:
 
 # -- model servers -------------------------------------------------------------
 
-def server_identity(key: ServerKey, task: TaskPlan, config: ConfigPlan) -> dict:
-    """What makes a Deployment the same Deployment across plans: the configuration and its node."""
-    return {"system": key.system, "task": key.task, "variant": task.variant,
-            "mig_profile": config.segment.mig_profile, "mps": config.segment.mps, "batch": config.batch,
-            "node": key.node}
+def deployment_name(system: SystemRef, key: ServerKey, task: TaskPlan, config: ConfigPlan) -> str:
+    """The same Deployment across plans: the task configuration (variant, segment, batch) and its node."""
+    return child_name(system.name, task.task, task.variant, config.segment.mig_profile,
+                      f"mps{config.segment.mps}", f"batch{config.batch}", key.node)
+
+
+def service_name(system: SystemRef, task: str) -> str:
+    """A task's Service: stable while the task exists, whatever its plan."""
+    return child_name(system.name, task)
 
 
 def batch_delay_ms(task: TaskPlan, config: ConfigPlan) -> float:
@@ -110,7 +115,7 @@ def batch_delay_ms(task: TaskPlan, config: ConfigPlan) -> float:
 
 
 def downstream_urls(system: SystemRef, spec: SystemSpec, task: str, port: int) -> dict[str, str]:
-    return {edge.target: f"http://{naming.service_name(system.name, edge.target)}.{system.namespace}.svc:{port}"
+    return {edge.target: f"http://{service_name(system, edge.target)}.{system.namespace}.svc:{port}"
             for edge in spec.children(task)}
 
 
@@ -143,8 +148,7 @@ def deployment(system: SystemRef, spec: SystemSpec, key: ServerKey, task: TaskPl
                hostname: str, node_profile: str, settings: OperatorSettings, whole_gpu: bool = False) -> dict:
     config = task.configs[key.config]
     variant = spec.task(task.task).variant(task.variant)
-    identity = server_identity(key, task, config)
-    name = naming.deployment_name(system.name, task.task, identity)
+    name = deployment_name(system, key, task, config)
     labels = naming.child_labels(system.name, task.task, "model-server")
     pod_labels = {**naming.selector_labels(system.name, task.task), naming.SCHEMA_LABEL: naming.SCHEMA_VERSION,
                   "tessera.ai/deployment": name}
@@ -189,7 +193,7 @@ def service(system: SystemRef, task: str, port: int) -> dict:
     body = {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": {"name": naming.service_name(system.name, task), "namespace": system.namespace,
+        "metadata": {"name": service_name(system, task), "namespace": system.namespace,
                      "labels": naming.child_labels(system.name, task, "service"),
                      "ownerReferences": [system.owner_reference()]},
         "spec": {"selector": naming.selector_labels(system.name, task),

@@ -17,10 +17,13 @@ import time
 from tessera.operator import metrics
 from tessera.operator.reconcile import Reconciler
 from tessera.operator.settings import OperatorSettings
-from tessera.operator.solver import SolveCancelled
+from tessera.operator.stall_watch import StallWatch
+from tessera.planner.worker import SolveCancelled
 
 log = logging.getLogger("tessera.operator")
 LAG_PROBE_S = 0.05
+STALL_REPORT_S = 0.1
+"""Stalls longer than this are logged with the threads' stacks (the target is below it)."""
 MAX_BACKOFF_S = 60.0
 
 
@@ -36,8 +39,9 @@ class Controller:
         self.ready = False
         self.last_success = time.monotonic()
         self.lag_max_s = 0.0
-        self._tasks: list[asyncio.Task] = []
+        self._tasks: list[asyncio.Task[None]] = []
         self._retry: asyncio.TimerHandle | None = None
+        self._stall_watch: StallWatch | None = None
 
     def trigger(self, kind: str, key: str | None = None, fingerprint: object = None, inputs: bool = True) -> None:
         """Asks for a reconcile; an unchanged fingerprint of `key` asks for nothing.
@@ -56,11 +60,15 @@ class Controller:
         self.wake.set()
 
     def start(self) -> None:
+        self._stall_watch = StallWatch(LAG_PROBE_S + STALL_REPORT_S)
+        self._stall_watch.start()
         self._tasks = [asyncio.create_task(self._run(), name="tessera-reconcile"),
                        asyncio.create_task(self._measure_lag(), name="tessera-loop-lag")]
 
     async def stop(self) -> None:
         self.reconciler.cancel.set()
+        if self._stall_watch is not None:
+            self._stall_watch.stop()
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -114,6 +122,8 @@ class Controller:
         loop = asyncio.get_running_loop()
         while True:
             before = loop.time()
+            if self._stall_watch is not None:
+                self._stall_watch.tick()
             await asyncio.sleep(LAG_PROBE_S)
             lag = max(0.0, loop.time() - before - LAG_PROBE_S)
             metrics.LOOP_LAG.observe(lag)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import time
@@ -20,7 +19,6 @@ from tessera.operator.controller import Controller
 from tessera.operator.pools import MIG_PREFIX
 from tessera.operator.reconcile import Reconciler
 from tessera.operator.settings import OperatorSettings
-from tessera.operator.solver import SolverWorker
 from tessera.operator.testhooks import checkpoint
 
 log = logging.getLogger("tessera.operator")
@@ -77,11 +75,9 @@ def configure_kopf(settings: kopf.OperatorSettings) -> None:
 async def start(kopf_settings: kopf.OperatorSettings, memo: kopf.Memo) -> None:
     configure_kopf(kopf_settings)
     settings = _settings or OperatorSettings()
-    worker = SolverWorker(settings.solve_memory_mb)
-    await asyncio.to_thread(worker.start)
     cluster = Cluster(api_client(_kubeconfig), settings)
-    controller = Controller(Reconciler(cluster, settings, worker), settings)
-    memo.controller, memo.worker = controller, worker
+    controller = Controller(Reconciler(cluster, settings), settings)
+    memo.controller = controller
     if settings.metrics_port:
         start_http_server(settings.metrics_port, addr="0.0.0.0")
     if settings.health_port:
@@ -93,7 +89,6 @@ async def start(kopf_settings: kopf.OperatorSettings, memo: kopf.Memo) -> None:
 
 async def stop(memo: kopf.Memo) -> None:
     await memo.controller.stop()
-    memo.worker.stop()
     if getattr(memo, "probes", None) is not None:
         await memo.probes.cleanup()
 

@@ -1,10 +1,11 @@
-"""Names, labels and annotations of everything tessera writes, stated once.
+"""Labels, annotations and MIG config names of everything tessera writes, stated once.
 
-Kubernetes names and label values are at most 63 characters; where a
-readable name would be longer, it keeps a readable prefix and ends in a hash
-of the whole, so names stay deterministic and distinct. Labels, annotations
-and MIG config names carry SCHEMA_VERSION, so a later tessera can tell its
-own older objects apart.
+Children's names are the API's `child_name` (operator/api.py,
+docs/api-conventions.md). Label values are at most 63 characters; where a
+value would be longer, it keeps a readable prefix and ends in a hash of the
+whole, so values stay deterministic and distinct. Labels, annotations and
+MIG config names carry SCHEMA_VERSION, so a later tessera can tell its own
+older objects apart.
 """
 
 from __future__ import annotations
@@ -31,20 +32,18 @@ MIG_CONFIG_REQUESTED = f"{GROUP}/mig-config-requested"
 """Node annotation: the MIG config tessera last asked mig-manager for."""
 
 MAX_NAME = 63
-# A Deployment's pods are named <deployment>-<10 chars>-<5 chars>: keep room for both.
-MAX_DEPLOYMENT_NAME = MAX_NAME - 17
 HASH_CHARS = 8
 MIG_CONFIG_PREFIX = f"tessera-{SCHEMA_VERSION}-"
 
 
-def digest(value) -> str:
+def digest(value: object) -> str:
     """A stable short hash of any JSON-serialisable value."""
     text = json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def dns_label(text: str, limit: int = MAX_NAME) -> str:
-    """A DNS-1035 label (lower case, digits, '-', starting with a letter) of at most `limit` characters.
+def dns_label(text: str) -> str:
+    """A DNS-1035 label (lower case, digits, '-', starting with a letter) of at most 63 characters.
 
     Characters a label cannot hold become '-' (`object_detection` ->
     `object-detection`); a text too long keeps a readable head and ends in a
@@ -53,9 +52,9 @@ def dns_label(text: str, limit: int = MAX_NAME) -> str:
     cleaned = re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-")
     if not cleaned or not cleaned[0].isalpha():
         cleaned = f"t-{cleaned}".rstrip("-")
-    if len(cleaned) <= limit:
+    if len(cleaned) <= MAX_NAME:
         return cleaned
-    head = cleaned[: limit - HASH_CHARS - 1].rstrip("-")
+    head = cleaned[: MAX_NAME - HASH_CHARS - 1].rstrip("-")
     return f"{head}-{digest(text)[:HASH_CHARS]}"
 
 
@@ -66,18 +65,7 @@ def label_value(text: str) -> str:
     return dns_label(text)
 
 
-def service_name(system: str, task: str) -> str:
-    """The stable Service of a task: `<system>-<task>`, cleaned to a DNS label."""
-    return dns_label(f"{system}-{task}")
-
-
-def deployment_name(system: str, task: str, identity: dict) -> str:
-    """One Deployment per (task configuration, node): readable head, hash of the identity."""
-    head = dns_label(f"{system}-{task}", MAX_DEPLOYMENT_NAME - HASH_CHARS - 1)
-    return f"{head}-{digest(identity)[:HASH_CHARS]}"
-
-
-def mig_config_name(entries: list) -> str:
+def mig_config_name(entries: list[dict[str, object]]) -> str:
     """Content-addressed: the same layout always has the same name, a new layout a new name."""
     return f"{MIG_CONFIG_PREFIX}{digest(entries)[:12]}"
 

@@ -1,10 +1,8 @@
-"""From the plan's GPU indices to concrete (node, GPU) pairs.
+"""From the plan's node GPUs to the Deployments and MIG layouts per node.
 
-The planner numbers the GPUs it may use 0..n-1; the operator gives it the
-pool's free GPU slots in a deterministic order (nodes by name, each node's
-GPUs by index, `Pool.slots`) and maps index i to slot i. That mapping lives
-here alone, so the planner's own assignment onto node GPUs can replace it in
-one place.
+The planner plans on a NodePool and names each GPU it uses by node and
+device index; this module groups that into what the operator writes: one
+layout per node GPU, and replicas per (task configuration, node).
 
 A system that turned invalid keeps its last good share of the pool (its
 tasks and the whole GPUs that host them, by node and GPU index) until it is
@@ -19,10 +17,6 @@ from pydantic import BaseModel
 
 from tessera.planner.catalog import Layout
 from tessera.planner.plan import InstancePlan, Plan, TaskPlan
-
-Slot = tuple[str, int]
-"""(node name, GPU index on that node)."""
-
 
 @dataclass(frozen=True, order=True)
 class ServerKey:
@@ -75,11 +69,13 @@ class Placement:
         return {key: replicas for key, replicas in self.servers.items() if key.system == system}
 
 
-def placed_gpus(plan: Plan, slots: list[Slot]) -> list[PlacedGpu]:
-    if plan.gpus and max(g.index for g in plan.gpus) >= len(slots):
-        raise ValueError(f"plan uses GPU {max(g.index for g in plan.gpus)} of only {len(slots)} free GPUs")
-    return [PlacedGpu(node=slots[g.index][0], gpu=slots[g.index][1], layout=g.layout, instances=g.instances)
-            for g in plan.gpus]
+def placed_gpus(plan: Plan) -> list[PlacedGpu]:
+    """The plan's GPUs by (node, device), as the planner placed them on the NodePool."""
+    missing = [g.index for g in plan.gpus if g.node is None or g.device is None]
+    if missing:
+        raise ValueError(f"plan GPUs {missing} name no node: the plan was not made on a pool of nodes")
+    return [PlacedGpu(node=g.node, gpu=g.device, layout=g.layout, instances=g.instances)
+            for g in plan.gpus if g.node is not None and g.device is not None]
 
 
 def share_of(system: str, tasks: list[TaskPlan], gpus: list[PlacedGpu]) -> Share:
@@ -97,8 +93,8 @@ def place(gpus: list[PlacedGpu], tasks: list[TaskPlan], gpu_counts: dict[str, in
         node_plan = nodes.setdefault(gpu.node, NodePlan(gpu.node, gpu_counts.get(gpu.node, gpu.gpu + 1)))
         node_plan.layouts[gpu.gpu] = tuple(sorted((name, count) for name, count in gpu.layout))
         for instance in gpu.instances:
-            if instance.config is None:
-                continue
+            if instance.config is None or instance.system is None or instance.task is None:
+                continue  # an idle instance
             key = ServerKey(instance.system, instance.task, instance.config, gpu.node)
             servers[key] = servers.get(key, 0) + 1
     return Placement(nodes, servers, {(t.system, t.task): t for t in tasks})

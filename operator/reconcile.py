@@ -27,26 +27,37 @@ import math
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import yaml
 
 from tessera.operator import builders, metrics, naming
 from tessera.operator import status as st
 from tessera.operator.cluster import Cluster, dumps
+from tessera.operator.node_pool import MigConfigs, mig_configs, planner_pool
 from tessera.operator.placement import Placement, PlacedGpu, Share, place, placed_gpus, share_of
 from tessera.operator.pools import Pool, group_pools, node_facts, node_profile_name
 from tessera.operator.settings import OperatorSettings
-from tessera.operator.solver import SolveCancelled, SolveOutcome, SolveRequest, SolverWorker
 from tessera.operator.systems import SystemObject, read_system
 from tessera.operator.testhooks import checkpoint
-from tessera.planner.model import Pool as PlannerPool
+from tessera.planner.contract import (
+    Infeasible, InvalidInput, Planned, PlannerFailed, PlanRequest, SystemInput, TimeLimit,
+)
+from tessera.planner.nodes import NodePool
 from tessera.planner.plan import InstancePlan, Plan
 from tessera.planner.solve import PlannerOptions
+from tessera.planner.worker import SolveCancelled, SolveHandle, start_solve
 
 log = logging.getLogger("tessera.operator")
 POOL_ANNOTATION = "tessera.ai/gpu-product"
 """On a system: the GPU product (GFD label value) of the pool to plan it in; default the largest pool."""
 MIG_POLL_S = 2.0
+SOLVE_POLL_S = 0.05
+STATE_FORMAT = 2
+"""Of the pool's stored plan: 2 places GPUs by (node, device) as the planner named them."""
+Json = dict[str, Any]
+"""An object as the API server returns it, or a body tessera writes."""
+Outcome = Planned | TimeLimit | Infeasible | InvalidInput | PlannerFailed
 
 
 @dataclass
@@ -54,7 +65,7 @@ class NodeMig:
     """Where a node stands with its planned layout."""
 
     config: str
-    entries: list[dict]
+    entries: list[Json]
     expected: dict[str, int]
     applied: bool = False
     failed: bool = False
@@ -66,15 +77,15 @@ class PoolOutcome:
     """What one pool reconcile decided, for the status of its systems."""
 
     plan: Plan | None = None
-    placement: Placement | None = None
+    placement: Placement = field(default_factory=lambda: Placement({}, {}, {}))
     solve_error: str | None = None
     invalid: dict[str, tuple[str, str]] = field(default_factory=dict)
     """system key -> (reason, message) for systems the planner cannot use."""
     mig: dict[str, NodeMig] = field(default_factory=dict)
     gpus_of: dict[str, list[PlacedGpu]] = field(default_factory=dict)
-    deployments: dict[str, list[dict]] = field(default_factory=dict)
+    deployments: dict[str, list[Json]] = field(default_factory=dict)
     """system key -> the Deployments its plan wants (applied or waiting for MIG)."""
-    live: dict[tuple[str, str, str], dict] = field(default_factory=dict)
+    live: dict[tuple[str, str, str], Json] = field(default_factory=dict)
     requeue_after: float | None = None
 
 
@@ -85,29 +96,33 @@ class ReconcileResult:
 
 
 class Reconciler:
-    def __init__(self, cluster: Cluster, settings: OperatorSettings, worker: SolverWorker,
-                 options: PlannerOptions | None = None) -> None:
+    def __init__(self, cluster: Cluster, settings: OperatorSettings, options: PlannerOptions | None = None) -> None:
         self.cluster = cluster
         self.settings = settings
-        self.worker = worker
         self.options = options or PlannerOptions(time_limit_s=settings.solve_time_limit_s)
         self.cancel = threading.Event()
 
     # -- the whole cluster -----------------------------------------------------
     def reconcile(self) -> ReconcileResult:
         writes_before = self.cluster.writes
+        self.cancel.clear()  # a trigger from here on means this reconcile read a world that no longer is
         systems = [read_system(obj) for obj in self.cluster.list_systems()]
         facts = [f for f in (node_facts(n, naming.MIG_CONFIG_REQUESTED) for n in self.cluster.list_nodes()) if f]
         pools, _unknown = group_pools(facts)
         children = self.cluster.list_children()
         members = assign_to_pools(systems, pools)
+        mig_configmap = self.cluster.mig_configmap_name()
+        configmap = self.cluster.read_configmap(self.settings.gpu_operator_namespace, mig_configmap)
+        # NVIDIA's defaults (all-disabled: a fresh node) mean the same in every mig-parted file, even one not written yet.
+        configs = {**builders.NVIDIA_DEFAULT_CONFIGS,
+                   **mig_configs(((configmap or {}).get("data") or {}).get(builders.MIG_PARTED_KEY))}
         outcomes = {}
         for pool in pools:
             outcome = outcomes[pool.key] = PoolOutcome()
-            self.plan_pool(pool, members.get(pool.key, []), outcome)
+            self.plan_pool(pool, members.get(pool.key, []), outcome, configs)
             self.desired_mig(pool, outcome)
         # One ConfigMap serves every pool: its configs are decided for all pools at once.
-        written = self.write_mig_configs(list(outcomes.values()), in_use=self.cluster.mig_configs_in_use())
+        written = self.write_mig_configs(list(outcomes.values()), mig_configmap, configmap, in_use=self.cluster.mig_configs_in_use())
         requeue: list[float] = []
         for pool in pools:
             outcome = outcomes[pool.key]
@@ -125,16 +140,15 @@ class Reconciler:
         return ReconcileResult(min(requeue, default=None), self.cluster.writes - writes_before)
 
     # -- one pool's plan ---------------------------------------------------------
-    def plan_pool(self, pool: Pool, systems: list[SystemObject], outcome: PoolOutcome) -> None:
+    def plan_pool(self, pool: Pool, systems: list[SystemObject], outcome: PoolOutcome, configs: MigConfigs) -> None:
         """The pool's plan: the stored one while its inputs are unchanged, else a new solve."""
         state = self.cluster.read_pool_state(pool.key)
-        stored_plan = Plan.model_validate_json(state["plan"]) if state.get("plan") else None
-        stored_slots = [tuple(slot) for slot in json.loads(state.get("slots", "[]"))]
+        stored_plan = stored_pool_plan(state)
         kept = {k: Share.model_validate(v) for k, v in json.loads(state.get("kept", "{}")).items()}
         known_invalid = json.loads(state.get("invalid", "{}"))
-        previous_gpus = placed_gpus(stored_plan, stored_slots) if stored_plan else []
+        previous_gpus = placed_gpus(stored_plan) if stored_plan else []
 
-        spec_hash = {s.ref.key: naming.digest(s.spec.model_dump(mode="json")) for s in systems if s.valid}
+        spec_hash = {s.ref.key: naming.digest(s.spec.model_dump(mode="json")) for s in systems if s.spec is not None}
         invalid = {key: (entry["reason"], entry["message"]) for key, entry in known_invalid.items()
                    if spec_hash.get(key) == entry["hash"]}
         candidates = [s for s in systems if s.valid and s.ref.key not in invalid]
@@ -148,36 +162,35 @@ class Reconciler:
                 del kept[key]
 
         keep_last_good({s.ref.key for s in systems} - {s.ref.key for s in candidates})
-        plan, free = stored_plan, stored_slots
+        plan = stored_plan
         if not candidates and not kept:
-            plan, free = None, []
+            plan = None
             if state:
                 self.cluster.delete_pool_state(pool.key)
         elif state.get("inputs") != self.inputs_hash(pool, candidates, spec_hash, kept):
             while candidates:
                 if stored_plan_stands(state, self.pool_hash(pool), candidates, spec_hash):
-                    plan, free = stored_plan, stored_slots  # only systems that turned invalid left it
+                    plan = stored_plan  # only systems that turned invalid left it
                     break
-                free = free_slots(pool, kept)
-                plan, found = self.solve(pool, candidates, len(free), stored_plan if stored_slots == free else None,
-                                         outcome)
+                node_pool = planner_pool(pool, configs, reserved=reserved_gpus(kept))
+                plan, found = self.solve(pool.key, candidates, node_pool, stored_plan, outcome)
                 if not found:
                     break
                 invalid.update(found)  # left out, with their last good share: solve again without them
                 candidates = [s for s in candidates if s.ref.key not in found]
                 keep_last_good({s.ref.key for s in systems} - {s.ref.key for s in candidates})
             if outcome.solve_error is not None:
-                plan, free = stored_plan, stored_slots  # a failed solve keeps what runs
+                plan = stored_plan  # a failed solve keeps what runs
             else:
                 if not candidates:
-                    plan, free = None, free_slots(pool, kept)
+                    plan = None
                 checkpoint("after-solve")
                 self.cluster.write_pool_state(pool.key, {
                     "inputs": self.inputs_hash(pool, candidates, spec_hash, kept),
                     "pool": self.pool_hash(pool),
                     "systems": dumps({s.ref.key: spec_hash[s.ref.key] for s in candidates}),
                     "plan": plan.model_dump_json() if plan else "",
-                    "slots": dumps(free),
+                    "format": str(STATE_FORMAT),
                     "kept": dumps({k: v.model_dump(mode="json") for k, v in kept.items()}),
                     "invalid": dumps({key: {"hash": spec_hash[key], "reason": reason, "message": message}
                                       for key, (reason, message) in invalid.items() if key in spec_hash}),
@@ -186,7 +199,7 @@ class Reconciler:
         outcome.plan, outcome.invalid = plan, invalid
         node_names = {n.name for n in pool.nodes}
         planned_for = {s.ref.key for s in candidates}
-        gpus = [g for g in (placed_gpus(plan, free) if plan else []) if g.node in node_names]
+        gpus = [g for g in (placed_gpus(plan) if plan else []) if g.node in node_names]
         # Kept shares hold the instances of systems the plan was also made for (a plan that still stands).
         gpus = [g.model_copy(update={"instances": [i if i.system in planned_for else InstancePlan(mig_profile=i.mig_profile)
                                                    for i in g.instances]}) for g in gpus]
@@ -199,66 +212,94 @@ class Reconciler:
                 outcome.gpus_of.setdefault(system, []).append(gpu)
 
     def pool_hash(self, pool: Pool) -> str:
-        return naming.digest({"gpu": pool.gpu.name, "slots": [(n.name, i) for n, i in pool.slots()],
+        return naming.digest({"format": STATE_FORMAT, "gpu": pool.gpu.name, "slots": [(n.name, i) for n, i in pool.slots()],
                               "options": self.options.model_dump(mode="json")})
 
     def inputs_hash(self, pool: Pool, candidates: list[SystemObject], spec_hash: dict[str, str],
                     kept: dict[str, Share]) -> str:
         """Everything the plan depends on: equal hash, the stored plan stands."""
         return naming.digest({
-            "gpu": pool.gpu.name, "free": free_slots(pool, kept),
+            "format": STATE_FORMAT, "gpu": pool.gpu.name, "free": free_slots(pool, kept),
             "systems": sorted((s.ref.key, spec_hash[s.ref.key]) for s in candidates),
             "options": self.options.model_dump(mode="json")})
 
-    def solve(self, pool: Pool, candidates: list[SystemObject], gpus: int, current: Plan | None,
+    def solve(self, pool_key: str, candidates: list[SystemObject], node_pool: NodePool, current: Plan | None,
               outcome: PoolOutcome) -> tuple[Plan | None, dict[str, tuple[str, str]]]:
         """(the plan, {}) or (None, the systems the planner cannot use); failures go to `outcome.solve_error`.
 
         The planner serves as much demand as it can, so a system whose SLO no
-        choice reaches still gets a plan, serving nothing; it is unplannable
-        (Invalid) only when it serves nothing even alone on the whole pool,
-        else the pool is too small (Degraded).
+        choice reaches may still get a plan, serving nothing; it is
+        unplannable (Invalid) only when it serves nothing even alone on the
+        pool, else the pool is too small (Degraded). A time limit with a
+        checked plan is a plan; one without, or a planner failure, keeps
+        what runs and retries.
         """
-        result = self.run_solver(pool, candidates, gpus, current)
-        if result.kind == "cancelled":
-            raise SolveCancelled(result.message)
-        if result.planned:
+        result = self.run_solver(pool_key, candidates, node_pool, current)
+        if isinstance(result, (Planned, TimeLimit, Infeasible)) and result.plan is not None:
             starved = [s for s in candidates if _serves_nothing(result.plan, s.ref.key)]
-            culprits = self.find_unplannable(pool, starved, gpus) if starved else {}
+            culprits = self.find_unplannable(pool_key, starved, node_pool) if starved else {}
             return (None, culprits) if culprits else (result.plan, {})
-        if result.kind in ("no-plan", "bad-input"):
-            culprits = self.find_unplannable(pool, candidates, gpus)
+        if isinstance(result, InvalidInput):
+            # The system the planner names is checked alone first: in a joint solve one spec's bad profile
+            # can surface under another system's name, and no good system may be held back by a bad one.
+            named = [s for s in candidates if s.ref.key == result.system]
+            culprits = self.find_unplannable(pool_key, named, node_pool) if named else {}
             if culprits:
                 return None, culprits
-        outcome.solve_error = result.message
+        if isinstance(result, (Infeasible, InvalidInput)):
+            culprits = self.find_unplannable(pool_key, candidates, node_pool)
+            if culprits:
+                return None, culprits
+        outcome.solve_error = result.reason if not isinstance(result, Planned) else "no plan"
         return None, {}
 
-    def find_unplannable(self, pool: Pool, systems: list[SystemObject], gpus: int) -> dict[str, tuple[str, str]]:
-        """Each system alone on the pool: those that still get no plan, or serve nothing, with the planner's why."""
+    def find_unplannable(self, pool_key: str, systems: list[SystemObject],
+                         node_pool: NodePool) -> dict[str, tuple[str, str]]:
+        """Each system alone on the pool: those the planner refuses or that serve nothing, with the planner's why."""
         found = {}
         for system in systems:
-            result = self.run_solver(pool, [system], gpus, None)
             key = system.ref.key
-            if result.kind == "cancelled":
-                raise SolveCancelled(result.message)
-            if result.kind == "no-plan":
-                found[key] = (st.SLO_UNREACHABLE, result.message)
-            elif result.kind == "bad-input":
-                found[key] = (st.MISSING_PROFILES, result.message)
-            elif result.planned and _serves_nothing(result.plan, key):
-                why = [line.removeprefix(f"{key}: ") for line in result.plan.diagnosis]
-                found[key] = (st.SLO_UNREACHABLE, "; ".join(why) or "no choice meets the SLOs")
+            result = self.run_solver(pool_key, [system], node_pool, None)
+            if isinstance(result, InvalidInput):
+                found[key] = (st.INVALID_SPEC, result.reason)
+            elif isinstance(result, Infeasible) and result.plan is None:
+                found[key] = (st.SLO_UNREACHABLE, "; ".join([result.reason, *_about(result.diagnosis, key)]))
+            elif isinstance(result, (Planned, TimeLimit, Infeasible)) and result.plan is not None \
+                    and _serves_nothing(result.plan, key):
+                found[key] = (st.SLO_UNREACHABLE, "; ".join(_about(result.plan.diagnosis, key))
+                              or "no choice meets the SLOs")
         return found
 
-    def run_solver(self, pool: Pool, systems: list[SystemObject], gpus: int, current: Plan | None) -> SolveOutcome:
-        request = SolveRequest(systems=[s.spec for s in systems], pool=PlannerPool(gpu=pool.gpu.name, gpus=gpus),
-                               options=self.options, current=current)
-        self.cancel.clear()
-        with metrics.SOLVE_SECONDS.labels(pool.key).time():
-            result = self.worker.solve(request, self.cancel, on_wait=lambda: checkpoint("mid-solve"))
-        log.info("pool %s: solve of %d system(s) on %d GPUs: %s %s (%.1f s)", pool.key, len(systems), gpus,
-                 result.kind, result.message, result.seconds)
+    def run_solver(self, pool_key: str, systems: list[SystemObject], node_pool: NodePool,
+                   current: Plan | None) -> Outcome:
+        """One solve in the planner's worker process; the reconcile thread waits, a trigger cancels it."""
+        request = PlanRequest(
+            systems=[SystemInput(namespace=s.ref.namespace, name=s.ref.name, spec=s.spec) for s in systems],
+            pool=node_pool, options=self.options, current=current)
+        started = time.perf_counter()
+        with metrics.SOLVE_SECONDS.labels(pool_key).time():
+            handle = start_solve(request, memory_limit_mb=self.settings.solve_memory_mb)
+            try:
+                result = self._wait(handle)
+            finally:
+                if not handle.done():
+                    handle.cancel()
+        plannable = sum(len(n.plannable_devices()) for n in node_pool.nodes)
+        log.info("pool %s: solve of %d system(s) on %d GPUs: %s %s (%.1f s)", pool_key, len(systems), plannable,
+                 result.kind, getattr(result, "reason", ""), time.perf_counter() - started)
         return result
+
+    def _wait(self, handle: SolveHandle) -> Outcome:
+        while True:
+            if self.cancel.is_set():
+                handle.cancel()
+                raise SolveCancelled("inputs changed during the solve")
+            checkpoint("mid-solve")
+            try:
+                outcome: Outcome = handle.result(timeout=SOLVE_POLL_S)
+            except TimeoutError:
+                continue
+            return outcome
 
     # -- MIG -------------------------------------------------------------------
     def desired_mig(self, pool: Pool, outcome: PoolOutcome) -> None:
@@ -270,11 +311,10 @@ class Reconciler:
             outcome.mig[node_name] = NodeMig(naming.mig_config_name(entries), entries,
                                              builders.advertised_counts_expected(node_plan, names))
 
-    def write_mig_configs(self, outcomes: list[PoolOutcome], in_use: set[str]) -> dict[str, float]:
-        """Adds every wanted config to the ConfigMap the ClusterPolicy names; returns when each was written."""
+    def write_mig_configs(self, outcomes: list[PoolOutcome], name: str, configmap: Json | None,
+                          in_use: set[str]) -> dict[str, float]:
+        """Adds every wanted config to the ConfigMap `name` (the ClusterPolicy's); returns when each was written."""
         namespace = self.settings.gpu_operator_namespace
-        name = self.cluster.mig_configmap_name()
-        configmap = self.cluster.read_configmap(namespace, name)
         annotations = ((configmap or {}).get("metadata") or {}).get("annotations") or {}
         text = ((configmap or {}).get("data") or {}).get(builders.MIG_PARTED_KEY)
         wanted = {mig.config: mig.entries for outcome in outcomes for mig in outcome.mig.values()}
@@ -325,7 +365,7 @@ class Reconciler:
         outcome.requeue_after = min(requeue, default=None)
 
     # -- Deployments and Services ---------------------------------------------
-    def reconcile_children(self, pool: Pool, systems: list[SystemObject], children: list[dict],
+    def reconcile_children(self, pool: Pool, systems: list[SystemObject], children: list[Json],
                            outcome: PoolOutcome) -> None:
         planned = self.planned_children(pool, systems, outcome)
         by_key = {s.ref.key: s for s in systems}
@@ -343,17 +383,17 @@ class Reconciler:
         if outcome.solve_error is not None:
             return  # a failed solve never deletes running servers
         for key, child in sorted(live.items()):
-            owner = by_key[owner_key(child)]
+            owner = by_key[owner_key(child) or ""]
             if key in planned or not owner.valid or owner.ref.key in outcome.invalid:
                 continue  # planned, or an invalid system's last good plan, which keeps running
             self.cluster.delete_child(child)
             checkpoint("after-stale-delete")
 
     def planned_children(self, pool: Pool, systems: list[SystemObject],
-                         outcome: PoolOutcome) -> dict[tuple[str, str, str], tuple[dict, bool]]:
+                         outcome: PoolOutcome) -> dict[tuple[str, str, str], tuple[Json, bool]]:
         """Every child the placement wants -> (body, whether to apply it now: its node's layout is applied)."""
         placement = outcome.placement
-        planned: dict[tuple[str, str, str], tuple[dict, bool]] = {}
+        planned: dict[tuple[str, str, str], tuple[Json, bool]] = {}
         for system in systems:
             if system.spec is None or system.ref.key in outcome.invalid:
                 continue  # an invalid system's children stay exactly as its last good plan made them
@@ -377,7 +417,7 @@ class Reconciler:
 
     # -- status ----------------------------------------------------------------
     def write_status(self, system: SystemObject, phase: str, conditions: list[st.Condition],
-                     summary: dict | None) -> None:
+                     summary: Json | None) -> None:
         now = st.now_rfc3339()
         new = st.build_status(system.ref.generation, phase, conditions, summary, system.status, now)
         if not st.status_changed(system.status, new):
@@ -414,6 +454,22 @@ def stored_plan_stands(state: dict[str, str], pool_hash: str, candidates: list[S
     return all(planned.get(s.ref.key) == spec_hash[s.ref.key] for s in candidates)
 
 
+def stored_pool_plan(state: dict[str, str]) -> Plan | None:
+    """The pool's stored plan; None for none or one of an older format (the pool plans again)."""
+    if not state.get("plan") or state.get("format") != str(STATE_FORMAT):
+        return None
+    return Plan.model_validate_json(state["plan"])
+
+
+def reserved_gpus(kept: dict[str, Share]) -> set[tuple[str, int]]:
+    """(node, GPU) held by the last good plans of invalid systems: left out of the solve."""
+    return {(g.node, g.gpu) for share in kept.values() for g in share.gpus}
+
+
+def _about(diagnosis: list[str], key: str) -> list[str]:
+    return [line.removeprefix(f"{key}: ") for line in diagnosis]
+
+
 def _serves_nothing(plan: Plan, system: str) -> bool:
     summary = next((s for s in plan.systems if s.system == system), None)
     return summary is not None and summary.demand_rps > 0 and summary.served_rps <= 0
@@ -421,11 +477,11 @@ def _serves_nothing(plan: Plan, system: str) -> bool:
 
 def free_slots(pool: Pool, kept: dict[str, Share]) -> list[tuple[str, int]]:
     """The pool's GPUs that no kept share holds, in the pool's slot order."""
-    reserved = {(g.node, g.gpu) for share in kept.values() for g in share.gpus}
+    reserved = reserved_gpus(kept)
     return [(node.name, index) for node, index in pool.slots() if (node.name, index) not in reserved]
 
 
-def owner_key(child: dict) -> str | None:
+def owner_key(child: Json) -> str | None:
     """`namespace/name` of the CompoundInferenceSystem that controls a child."""
     for owner in child["metadata"].get("ownerReferences") or []:
         if owner.get("kind") == "CompoundInferenceSystem" and owner.get("controller"):
@@ -435,7 +491,7 @@ def owner_key(child: dict) -> str | None:
 
 # -- what a system's status says ----------------------------------------------
 
-Verdict = tuple[str, list[st.Condition], dict | None]
+Verdict = tuple[str, list[st.Condition], Json | None]
 """(phase, conditions, plan summary or None to keep the last one)."""
 
 
@@ -465,7 +521,7 @@ def invalid_status(system: SystemObject, reason: str, message: str, kept: bool) 
 
 def system_status(system: SystemObject, outcome: PoolOutcome) -> Verdict:
     key = system.ref.key
-    kept = bool(outcome.placement and any(k.system == key for k in outcome.placement.servers))
+    kept = any(k.system == key for k in outcome.placement.servers)
     if not system.valid:
         return invalid_status(system, st.INVALID_SPEC, system.error or "", kept)
     if key in outcome.invalid:
@@ -499,7 +555,7 @@ def system_status(system: SystemObject, outcome: PoolOutcome) -> Verdict:
     return st.PHASE_DEPLOYING, conditions, summary
 
 
-def _planned(plan: Plan, summary: dict, outcome: PoolOutcome) -> st.Condition:
+def _planned(plan: Plan, summary: Json, outcome: PoolOutcome) -> st.Condition:
     gap = plan.solver.mip_gap
     text = (f"{summary['slices']} compute slices on {summary['gpus']} GPU(s) of {plan.gpu}; solver "
             f"{plan.solver.status}, MIP gap {f'{100 * gap:.2f}%' if math.isfinite(gap) else 'unknown'}")
@@ -509,16 +565,16 @@ def _planned(plan: Plan, summary: dict, outcome: PoolOutcome) -> st.Condition:
     return st.Condition(st.PLANNED, True, st.PLAN_FOUND, text)
 
 
-def _served_fraction(summary: dict) -> float:
+def _served_fraction(summary: Json) -> float:
     demand = summary["demandRequestsPerSecond"]
     return summary["servedRequestsPerSecond"] / demand if demand > 0 else 1.0
 
 
-def _serves_all(summary: dict) -> bool:
+def _serves_all(summary: Json) -> bool:
     return _served_fraction(summary) >= 1 - 1e-5
 
 
-def _degraded(plan: Plan, key: str, summary: dict) -> st.Condition:
+def _degraded(plan: Plan, key: str, summary: Json) -> st.Condition:
     if _serves_all(summary):
         return st.Condition(st.DEGRADED, False, st.DEMAND_SERVED, "the plan serves all demand within the SLOs")
     why = "; ".join(line.removeprefix(f"{key}: ") for line in plan.diagnosis if line.startswith(f"{key}:"))
@@ -529,7 +585,7 @@ def _degraded(plan: Plan, key: str, summary: dict) -> st.Condition:
                         + (f": {why}" if why else "") + "; add GPU nodes to the pool")
 
 
-def _profiles_estimated(summary: dict) -> st.Condition:
+def _profiles_estimated(summary: Json) -> st.Condition:
     sources = summary["profileSources"]
     estimated = sources.get("estimated", 0)
     if estimated:
@@ -576,7 +632,7 @@ def _servers_condition(system: SystemObject, outcome: PoolOutcome) -> st.Conditi
     return st.Condition(st.READY, False, st.SERVERS_UNAVAILABLE if was_ready else st.SERVERS_STARTING, message)
 
 
-def _available(live: dict, body: dict) -> bool:
+def _available(live: Json, body: Json) -> bool:
     status = live.get("status") or {}
     replicas = body["spec"]["replicas"]
     return (builders.applied_hash(live) == builders.applied_hash(body)

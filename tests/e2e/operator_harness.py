@@ -162,7 +162,18 @@ def wait_ready(custom, namespace: str, names: list[str], timeout: float, operato
     except TimeoutError:
         found = systems(custom, namespace)
         states = {n: (found.get(n, {}).get("status") or {}).get("conditions") for n in names}
-        raise AssertionError(f"not Ready in {timeout}s: {json.dumps(states, indent=1)}\n{operator.log_text()}") from None
+        raise AssertionError(f"not Ready in {timeout}s: {json.dumps(states, indent=1)}\n"
+                             f"{pods_not_running(custom.api_client, namespace)}\n{operator.log_text()}") from None
+
+
+def pods_not_running(api_client: client.ApiClient, namespace: str) -> str:
+    """Why the servers are not up, in the scheduler's and kubelet's words (for a failing test's message)."""
+    lines = []
+    for pod in client.CoreV1Api(api_client).list_namespaced_pod(namespace).items:
+        if pod.status.phase != "Running":
+            why = [f"{c.type}={c.status} {c.reason or ''} {c.message or ''}" for c in pod.status.conditions or []]
+            lines.append(f"pod {pod.metadata.name} {pod.status.phase}: {'; '.join(why)}")
+    return "\n".join(lines) or "every pod Running"
 
 
 def children(api_client: client.ApiClient, namespace: str) -> tuple[list, list]:

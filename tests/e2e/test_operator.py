@@ -17,6 +17,8 @@ import yaml
 from cluster.gpu_nodes import gpu_states
 from cluster.kube import wait_for
 
+from tessera.operator.api import child_name
+
 from .operator_fixtures import crds, custom, run_operator  # noqa: F401  (fixtures)
 from .operator_harness import (
     EXAMPLES, OperatorProcess, apply_examples, audit_lines, children, condition, gpu_resource, is_true,
@@ -31,11 +33,9 @@ def _planned_layouts(core, operator: OperatorProcess) -> dict[str, list]:
     (state,) = [c for c in core.list_namespaced_config_map(operator.state_namespace).items
                 if c.metadata.name.startswith("tessera-pool-")]
     plan = json.loads(state.data["plan"])
-    slots = json.loads(state.data["slots"])
     layouts = {node: [None] * 8 for node in operator.pool.nodes}
-    for gpu in plan["gpus"]:
-        node, index = slots[gpu["index"]]
-        layouts[node][index] = {profile: count for profile, count in gpu["layout"]}
+    for gpu in plan["gpus"]:  # the planner names each GPU by node and device
+        layouts[gpu["node"]][gpu["device"]] = {profile: count for profile, count in gpu["layout"]}
     return layouts
 
 
@@ -73,8 +73,7 @@ def test_three_examples_run_on_the_mig_instances_of_their_plan(run_operator, cor
         planned_replicas = sum(c["replicas"] for t in summary["tasks"] for c in t["configurations"])
         running = sum(d.spec.replicas for d in deployments if d.metadata.labels["tessera.ai/system"] == name)
         assert running == planned_replicas, name
-        assert {s.metadata.name for s in services} >= {f"{name}-{t['name']}"
-                                                       for t in summary["tasks"]}
+        assert {s.metadata.name for s in services} >= {child_name(name, t["name"]) for t in summary["tasks"]}
 
     table = kubectl("get", "compoundinferencesystems", "-n", operator.namespace).stdout
     header = table.splitlines()[0].split()

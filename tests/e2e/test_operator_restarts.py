@@ -11,6 +11,7 @@ within 60 s of the restart. Kills at random times are checked the same way.
 
 from __future__ import annotations
 
+import hashlib
 import random
 import time
 from collections import Counter
@@ -128,3 +129,47 @@ def test_kills_at_random_times_converge_to_the_same_children(reference, run_oper
     operator.start()
     seconds = _assert_converged(api_client, custom, operator, reference)
     print(f"random kills: converged {seconds:.1f} s after the last restart")
+
+
+def _rename_to_the_older_scheme(api_client, namespace: str) -> set[str]:
+    """Replace every child by the same object under the name the operator gave before `api.child_name`
+    (`<system>-<task>` for Services, `<system>-<task>-<8 hex>` for Deployments): an upgrade in place."""
+    apps, core = client.AppsV1Api(api_client), client.CoreV1Api(api_client)
+    deployments, services = children(api_client, namespace)
+    old_names = set()
+    for kind, objects, create, delete in (
+            ("Service", services, core.create_namespaced_service, core.delete_namespaced_service),
+            ("Deployment", deployments, apps.create_namespaced_deployment, apps.delete_namespaced_deployment)):
+        for obj in objects:
+            body = api_client.sanitize_for_serialization(obj)
+            labels = body["metadata"]["labels"]
+            old = f"{labels['tessera.ai/system']}-{labels['tessera.ai/task']}"
+            if kind == "Deployment":
+                old += "-" + hashlib.sha256(obj.metadata.name.encode()).hexdigest()[:8]
+                body["spec"]["selector"]["matchLabels"]["tessera.ai/deployment"] = old
+                body["spec"]["template"]["metadata"]["labels"]["tessera.ai/deployment"] = old
+            else:
+                body["spec"].pop("clusterIP", None)
+                body["spec"].pop("clusterIPs", None)
+            body.pop("status", None)
+            body["metadata"] = {key: body["metadata"][key] for key in ("labels", "annotations", "ownerReferences")}
+            body["metadata"]["name"] = old
+            create(namespace, body)
+            delete(obj.metadata.name, namespace)
+            old_names.add(old)
+    return old_names
+
+
+def test_children_under_the_older_names_are_replaced_without_orphans(reference, run_operator, api_client, custom,
+                                                                    kubectl):
+    operator = run_operator(nodes=2)
+    _apply(kubectl, operator)
+    operator.start()
+    wait_ready(custom, operator.namespace, list(SYSTEMS), FIRST_RUN_TIMEOUT_S, operator)
+    operator.stop()
+    old_names = _rename_to_the_older_scheme(api_client, operator.namespace)
+
+    operator.start()
+    _assert_converged(api_client, custom, operator, reference)
+    deployments, services = children(api_client, operator.namespace)
+    assert not old_names & {o.metadata.name for o in [*deployments, *services]}

@@ -60,7 +60,7 @@ def _config(profile: str, mps: int, batch: int, replicas: int) -> ConfigPlan:
 
 @pytest.fixture
 def plan() -> Plan:
-    """Detection on two 3g.40gb instances of GPU 0, classification (MPS 2) on a 1g.10gb of GPU 1."""
+    """Detection on two 3g.40gb instances of gpu-a's GPU 3, classification (MPS 2) on a 1g.10gb of gpu-b's GPU 0."""
     tasks = [
         TaskPlan(system="shop/traffic", task="object-detection", variant="yolov5m", normalised_accuracy=1.0,
                  demand_rps=50, budget_ms=125, stage_latency_ms=60, configs=[_config("3g.40gb", 1, 8, 2)]),
@@ -68,10 +68,10 @@ def plan() -> Plan:
                  demand_rps=100, budget_ms=125, stage_latency_ms=60, configs=[_config("1g.10gb", 2, 4, 1)]),
     ]
     gpus = [
-        GpuPlan(index=0, layout=[("3g.40gb", 2)], instances=[
+        GpuPlan(index=0, node="gpu-a", device=3, layout=[("3g.40gb", 2)], instances=[
             InstancePlan(mig_profile="3g.40gb", system="shop/traffic", task="object-detection", config=0),
             InstancePlan(mig_profile="3g.40gb", system="shop/traffic", task="object-detection", config=0)]),
-        GpuPlan(index=1, layout=[("1g.10gb", 7)], instances=[
+        GpuPlan(index=1, node="gpu-b", device=0, layout=[("1g.10gb", 7)], instances=[
             InstancePlan(mig_profile="1g.10gb", system="shop/traffic", task="car-classification", config=0),
             *[InstancePlan(mig_profile="1g.10gb") for _ in range(6)]]),
     ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import yaml
 
 from tessera.operator import builders, naming
@@ -12,14 +13,20 @@ SETTINGS = OperatorSettings(default_image="example.org/default:1")
 
 
 def _placement(plan):
-    return place(placed_gpus(plan, [("gpu-a", 3), ("gpu-b", 0)]), plan.tasks, {"gpu-a": 8, "gpu-b": 8})
+    return place(placed_gpus(plan), plan.tasks, {"gpu-a": 8, "gpu-b": 8})
+
+
+def test_a_plan_made_without_nodes_is_refused_not_guessed(plan):
+    nameless = plan.model_copy(update={"gpus": [g.model_copy(update={"node": None}) for g in plan.gpus]})
+    with pytest.raises(ValueError, match="name no node"):
+        placed_gpus(nameless)
 
 
 def _env(body) -> dict[str, str]:
     return {e["name"]: e["value"] for e in body["spec"]["template"]["spec"]["containers"][0]["env"]}
 
 
-def test_plan_gpu_indices_map_onto_the_free_node_gpus_in_order(plan):
+def test_the_plans_node_gpus_become_node_layouts_and_replicas_per_node(plan):
     placement = _placement(plan)
     assert placement.nodes["gpu-a"].layouts == {3: (("3g.40gb", 2),)}
     assert placement.nodes["gpu-b"].layouts == {0: (("1g.10gb", 7),)}
@@ -28,8 +35,8 @@ def test_plan_gpu_indices_map_onto_the_free_node_gpus_in_order(plan):
 
 
 def test_a_share_holds_the_whole_gpus_of_one_system(plan):
-    share = share_of("shop/traffic", plan.tasks, placed_gpus(plan, [("gpu-a", 0), ("gpu-a", 1)]))
-    assert [(g.node, g.gpu) for g in share.gpus] == [("gpu-a", 0), ("gpu-a", 1)]
+    share = share_of("shop/traffic", plan.tasks, placed_gpus(plan))
+    assert [(g.node, g.gpu) for g in share.gpus] == [("gpu-a", 3), ("gpu-b", 0)]
     assert share_of("other/system", plan.tasks, []).tasks == []
 
 
@@ -88,7 +95,7 @@ def test_the_environment_carries_batch_delay_processes_and_downstream_service_ur
     assert env["TESSERA_BATCH_SIZE"] == "8"
     assert env["TESSERA_PROCESSES"] == "1"
     assert env["TESSERA_MAX_BATCH_DELAY_MS"] == "85"  # budget 125 - 2 x 20 ms batch latency
-    url = "http://traffic-car-classification.shop.svc:8000"
+    url = f"http://{builders.service_name(system_ref, 'car-classification')}.shop.svc:8000"
     assert env["TESSERA_DOWNSTREAM_CAR_CLASSIFICATION_URL"] == url
     assert env["TESSERA_DOWNSTREAM_URLS"] == f"car-classification={url}"
 
@@ -112,7 +119,7 @@ def test_a_service_selects_every_replica_of_its_task(plan, spec, system_ref):
     deployment = builders.deployment(system_ref, spec, key, placement.tasks[(key.system, key.task)], 2, "gpu-a",
                                      "3g.40gb", SETTINGS)
     pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
-    assert service["metadata"]["name"] == "traffic-object-detection"
+    assert service["metadata"]["name"] == builders.service_name(system_ref, "object-detection")
     assert service["spec"]["selector"].items() <= pod_labels.items()
 
 

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import re
 
-from tessera.operator import naming
+from tessera.operator import builders, naming
+from tessera.operator.api import child_name
+from tessera.operator.placement import ServerKey
+from tessera.operator.systems import SystemRef
 from tessera.operator.pools import catalog_product, group_pools, node_facts, node_profile_name
 from tessera.planner.catalog import gpu_product
 
@@ -13,23 +16,25 @@ from .conftest import H100_LABEL, gpu_node, pool_of
 DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 
 
-def test_service_names_are_dns_labels_within_63_characters():
-    assert naming.service_name("traffic", "object-detection") == "traffic-object-detection"
-    long = naming.service_name("a" * 60, "object-detection")
+def test_service_names_are_the_apis_child_names_of_system_and_task(system_ref):
+    name = builders.service_name(system_ref, "object-detection")
+    assert name == child_name("traffic", "object-detection") and name.startswith("traffic-object-detection-")
+    long = builders.service_name(SystemRef("shop", "a" * 63, "uid", 1), "object-detection")
     assert len(long) <= 63 and DNS_1035.match(long)
-    assert naming.service_name("9lives", "x").startswith("t-")
+    assert long != builders.service_name(SystemRef("shop", "a" * 63, "uid", 1), "object-detectors")
 
 
-def test_long_names_stay_distinct():
-    assert naming.service_name("a" * 60, "task-one") != naming.service_name("a" * 60, "task-two")
-
-
-def test_deployment_names_leave_room_for_pod_names_and_differ_by_node():
-    identity = {"system": "s", "task": "t", "node": "gpu-1"}
-    name = naming.deployment_name("x" * 80, "object-detection", identity)
-    assert len(name) <= 46 and DNS_1035.match(name)
-    assert name == naming.deployment_name("x" * 80, "object-detection", dict(identity))
-    assert name != naming.deployment_name("x" * 80, "object-detection", {**identity, "node": "gpu-2"})
+def test_deployment_names_are_deterministic_within_63_characters_and_differ_by_node(plan, spec):
+    ref = SystemRef("shop", "s" * 63, "uid", 1)
+    task = plan.tasks[0]
+    key = ServerKey("shop/" + ref.name, task.task, 0, "gpu-node-" + "n" * 50)
+    name = builders.deployment_name(ref, key, task, task.configs[0])
+    assert len(name) <= 63 and DNS_1035.match(name)
+    assert name == builders.deployment_name(ref, key, task, task.configs[0].model_copy())
+    other_node = ServerKey(key.system, key.task, 0, "gpu-node-" + "m" * 50)
+    assert name != builders.deployment_name(ref, other_node, task, task.configs[0])
+    other_batch = task.configs[0].model_copy(update={"batch": 16})
+    assert name != builders.deployment_name(ref, key, task, other_batch)
 
 
 def test_mig_config_names_are_content_addressed_and_versioned():

@@ -1,0 +1,55 @@
+"""The stall watch names the code that keeps the event loop from running."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from tessera.operator.stall_watch import StallWatch
+
+
+def _a_blocking_call_on_the_loop() -> None:
+    time.sleep(0.4)
+
+
+async def _probe_then_block(watch: StallWatch) -> None:
+    watch.tick()
+    await asyncio.sleep(0.01)
+    watch.tick()
+    _a_blocking_call_on_the_loop()
+    watch.tick()
+
+
+def test_a_stall_is_logged_with_the_blocking_function(caplog):
+    caplog.set_level(logging.INFO, logger="tessera.operator")
+    watch = StallWatch(threshold_s=0.1, period_s=0.01)
+
+    async def main() -> None:
+        watch.start()
+        await _probe_then_block(watch)
+
+    try:
+        asyncio.run(main())
+    finally:
+        watch.stop()
+    (record,) = [r for r in caplog.records if "has not run" in r.getMessage()]
+    assert "_a_blocking_call_on_the_loop" in record.getMessage()
+    assert "(the event loop)" in record.getMessage()
+
+
+def test_a_loop_that_keeps_running_logs_nothing(caplog):
+    caplog.set_level(logging.INFO, logger="tessera.operator")
+    watch = StallWatch(threshold_s=1.0, period_s=0.01)  # far above a busy machine's scheduling delays
+
+    async def main() -> None:
+        watch.start()
+        for _ in range(20):
+            watch.tick()
+            await asyncio.sleep(0.01)
+
+    try:
+        asyncio.run(main())
+    finally:
+        watch.stop()
+    assert not [r for r in caplog.records if "has not run" in r.getMessage()]
