@@ -33,6 +33,7 @@ import yaml
 from tessera.operator import builders, metrics, naming
 from tessera.operator import status as st
 from tessera.operator.cluster import Cluster, dumps
+from tessera.operator.profiler_jobs import Profiling
 from tessera.operator.placement import Placement, PlacedGpu, Share, place, placed_gpus, share_of
 from tessera.operator.pools import Pool, group_pools, node_facts, node_profile_name
 from tessera.operator.settings import OperatorSettings
@@ -92,6 +93,7 @@ class Reconciler:
         self.worker = worker
         self.options = options or PlannerOptions(time_limit_s=settings.solve_time_limit_s)
         self.cancel = threading.Event()
+        self.profiling = Profiling(cluster, settings)
 
     # -- the whole cluster -----------------------------------------------------
     def reconcile(self) -> ReconcileResult:
@@ -101,10 +103,13 @@ class Reconciler:
         pools, _unknown = group_pools(facts)
         children = self.cluster.list_children()
         members = assign_to_pools(systems, pools)
+        self.profiling.collect()
         outcomes = {}
         for pool in pools:
             outcome = outcomes[pool.key] = PoolOutcome()
+            self.profiling.prepare(pool, members.get(pool.key, []))
             self.plan_pool(pool, members.get(pool.key, []), outcome)
+            self.profiling.launch(pool, outcome.plan, members.get(pool.key, []), self.options.batches)
             self.desired_mig(pool, outcome)
         # One ConfigMap serves every pool: its configs are decided for all pools at once.
         written = self.write_mig_configs(list(outcomes.values()), in_use=self.cluster.mig_configs_in_use())
@@ -114,7 +119,9 @@ class Reconciler:
             self.relabel_nodes(pool, outcome, written)
             self.reconcile_children(pool, members.get(pool.key, []), children, outcome)
             for system in members.get(pool.key, []):
-                self.write_status(system, *system_status(system, outcome))
+                phase, conditions, summary = system_status(system, outcome)
+                profiled = self.profiling.condition(system, pool) if summary is not None else []
+                self.write_status(system, phase, conditions + profiled, summary)
             metrics.record_pool(pool.key, outcome.plan, pool.gpus, [
                 layout for node, node_plan in outcome.placement.nodes.items()
                 if outcome.mig.get(node) and outcome.mig[node].applied for layout in node_plan.layouts.values()])
@@ -200,7 +207,8 @@ class Reconciler:
 
     def pool_hash(self, pool: Pool) -> str:
         return naming.digest({"gpu": pool.gpu.name, "slots": [(n.name, i) for n, i in pool.slots()],
-                              "options": self.options.model_dump(mode="json")})
+                              "options": self.options.model_dump(mode="json"),
+                              "measured": self.profiling.digest(pool.key)})
 
     def inputs_hash(self, pool: Pool, candidates: list[SystemObject], spec_hash: dict[str, str],
                     kept: dict[str, Share]) -> str:
@@ -208,7 +216,7 @@ class Reconciler:
         return naming.digest({
             "gpu": pool.gpu.name, "free": free_slots(pool, kept),
             "systems": sorted((s.ref.key, spec_hash[s.ref.key]) for s in candidates),
-            "options": self.options.model_dump(mode="json")})
+            "options": self.options.model_dump(mode="json"), "measured": self.profiling.digest(pool.key)})
 
     def solve(self, pool: Pool, candidates: list[SystemObject], gpus: int, current: Plan | None,
               outcome: PoolOutcome) -> tuple[Plan | None, dict[str, tuple[str, str]]]:
@@ -252,7 +260,7 @@ class Reconciler:
 
     def run_solver(self, pool: Pool, systems: list[SystemObject], gpus: int, current: Plan | None) -> SolveOutcome:
         request = SolveRequest(systems=[s.spec for s in systems], pool=PlannerPool(gpu=pool.gpu.name, gpus=gpus),
-                               options=self.options, current=current)
+                               options=self.options, current=current, measured=self.profiling.store(pool.key))
         self.cancel.clear()
         with metrics.SOLVE_SECONDS.labels(pool.key).time():
             result = self.worker.solve(request, self.cancel, on_wait=lambda: checkpoint("mid-solve"))
@@ -535,7 +543,7 @@ def _profiles_estimated(summary: dict) -> st.Condition:
     if estimated:
         return st.Condition(st.PROFILES_ESTIMATED, True, st.ESTIMATED,
                             f"{estimated} of {sum(sources.values())} replicas are planned on the built-in "
-                            "estimate; give measured profiles in the spec for a plan you can trust")
+                            "estimate; profiler Jobs (operator --profiler-image) or profiles in the spec replace it")
     return st.Condition(st.PROFILES_ESTIMATED, False, st.MEASURED_OR_GIVEN, "every replica rests on a "
                         "measured or given profile")
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from tessera.planner.features import Features
 from tessera.planner.model import Pool, SystemSpec
 from tessera.planner.plan import Plan
+from tessera.planner.profiles import ProfileStore
 from tessera.planner.solve import PlannerOptions
 
 POLL_S = 0.05
@@ -39,6 +40,8 @@ class SolveRequest:
     options: PlannerOptions
     features: Features = field(default_factory=Features)
     current: Plan | None = None
+    measured: ProfileStore | None = None
+    """Profiles the cluster's profiler Jobs measured: trusted above given and estimated ones."""
 
 
 @dataclass
@@ -61,7 +64,7 @@ def run_solve(request: SolveRequest) -> SolveOutcome:
 
     started = time.perf_counter()
     try:
-        store = build_profile_store(request.systems, request.pool.gpu, batches=request.options.batches)
+        store = build_profile_store(request.systems, request.pool.gpu, request.measured, batches=request.options.batches)
     except ValueError as error:
         return SolveOutcome("bad-input", message=str(error), seconds=time.perf_counter() - started)
     try:
