@@ -140,7 +140,8 @@ class Profiling:
     def profiler_settings(self) -> pf.ProfilerSettings:
         return pf.ProfilerSettings(image=self.settings.profiler_image, server_port=self.settings.server_port,
                                    deadline_s=self.settings.profiling_deadline_s, ttl_s=self.settings.profiling_ttl_s,
-                                   ready_timeout_s=self.settings.profiling_ready_timeout_s)
+                                   ready_timeout_s=self.settings.profiling_ready_timeout_s,
+                                   default_image=self.settings.default_image)
 
     # -- 4. status -------------------------------------------------------------------
     def condition(self, system: SystemObject, pool: Pool) -> list[st.Condition]:

@@ -65,6 +65,7 @@ class ProfilerSettings:
     deadline_s: int
     ttl_s: int
     ready_timeout_s: float
+    default_image: str = ""
     scratch: str = "2Gi"
 
 
@@ -178,7 +179,7 @@ def profiler_job(wanted: Wanted, target: Target, node: NodeFacts, node_profile: 
     }
     server = {
         "name": SERVER_CONTAINER,
-        "image": variant.image or "",
+        "image": variant.image or settings.default_image,
         "restartPolicy": "Always",  # a native sidecar: the Job completes when the profiler exits
         "command": ["python3", "-P", "-m", "tessera.profiler.main", "serve", "--shared-folder", SHARED_DIR, "--"],
         "args": list(variant.args),
