@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from tessera.operator import naming
 from tessera.operator import profiling as pf
+from tessera.operator.profiling import Obj
 from tessera.operator import status as st
 from tessera.operator.cluster import Cluster
 from tessera.operator.pools import Pool
@@ -48,7 +49,7 @@ class Profiling:
         self.cluster = cluster
         self.settings = settings
         self.entries: dict[Identity, pf.StoredResult] = {}
-        self.jobs: dict[Identity, dict] = {}
+        self.jobs: dict[Identity, Obj] = {}
         self.pools: dict[str, PoolProfiling] = {}
 
     @property
@@ -60,7 +61,7 @@ class Profiling:
         """Reads stored profiles and profiler Jobs; stores the results of finished Jobs not stored yet."""
         self.pools = {}
         configmaps = self.cluster.list_labelled_configmaps(self.settings.state_namespace, PROFILES_SELECTOR)
-        stored = {name: cm for cm in configmaps if (name := cm["metadata"]["name"])}
+        stored = {cm["metadata"]["name"]: cm for cm in configmaps}
         self.entries = {pf.result_identity(e.target): e for cm in configmaps for e in pf.entries_of(cm)}
         self.jobs = {}
         if not self.enabled:
@@ -83,7 +84,8 @@ class Profiling:
                 self.entries[identity] = entry
                 fresh.setdefault((target.variant, target.image_digest), []).append(entry)
                 log.info("profiler Job %s/%s finished: %s", job["metadata"]["namespace"], job["metadata"]["name"],
-                         "failed: " + entry.why() if entry.failed else f"{len(entry.result.points)} batch sizes")
+                         f"failed: {entry.why()}" if entry.failed or entry.result is None
+                         else f"{len(entry.result.points)} batch sizes")
         for (variant, image), entries in sorted(fresh.items()):
             current = stored.get(pf.profiles_configmap_name(variant, image))
             data = pf.merged_data((current or {}).get("data") or {}, entries)
@@ -153,14 +155,16 @@ class Profiling:
         mine = {identity: entry for identity, entry in self.entries.items()
                 if identity[2] == pool.gpu.name and images.get(identity[0]) == identity[1]}
         measured = sum(1 for entry in mine.values() if entry.result is not None and entry.result.points)
-        failed = sorted((identity, entry) for identity, entry in mine.items() if entry.failed)
+        wanted = [pf.result_identity(w.target((1,))) for w in state.wanted.get(system.ref.key, [])]
+        # A failure matters while the plan still runs on the estimate it was to replace.
+        failed = sorted((identity, self.entries[identity]) for identity in set(wanted)
+                        if identity in self.entries and self.entries[identity].failed)
         if failed:
             (variant, _image, _gpu, mig, mps), entry = failed[0]
             return [st.Condition(st.PROFILING_COMPLETE, False, st.PROFILING_FAILED,
                                  f"{len(failed)} profiler Job(s) failed; {variant} on {mig} x{mps}: {entry.why()}. "
                                  f"Not retried: a new image measures again. {measured} segment type(s) measured")]
-        pending = [pf.result_identity(w.target((1,))) for w in state.wanted.get(system.ref.key, [])]
-        pending = [i for i in pending if i not in self.entries]
+        pending = [i for i in wanted if i not in self.entries]
         if not pending:
             return [st.Condition(st.PROFILING_COMPLETE, True, st.PROFILES_MEASURED,
                                  f"{measured} segment type(s) measured; the plan rests on no estimate it could measure")]

@@ -23,6 +23,7 @@ plain data in, plain data out, unit-tested without a cluster.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -53,6 +54,8 @@ PROFILER_CPU = "500m"
 PROFILER_MEMORY = "512Mi"
 # The result, on every outcome: the termination message holds the profiler's last write.
 FAILJOB_EXIT_CODES = sorted(int(code) for code in ExitCode if code != ExitCode.COMPLETE)
+Obj = dict[str, Any]
+"""A Kubernetes object as the API's JSON has it."""
 CONFIGMAP_LIMIT = 1_000_000  # bytes of data in one ConfigMap (the API's limit is 1 MiB, with metadata)
 
 
@@ -117,7 +120,7 @@ class StoredResult(BaseModel):
 def shortlist(plan: Plan, systems: list[tuple[SystemRef, SystemSpec]]) -> list[Wanted]:
     """The (variant, segment type) pairs the plan runs on estimates, once each, in plan order."""
     specs = {spec.name: (ref, spec) for ref, spec in systems}
-    wanted: dict[tuple, Wanted] = {}
+    wanted: dict[tuple[str, str, str, str, int], Wanted] = {}
     for task in plan.tasks:
         if task.system not in specs:
             continue
@@ -139,7 +142,7 @@ def result_identity(target: Target) -> tuple[str, str, str, str, int]:
 def node_for(pool: Pool, mig_profile: str) -> tuple[NodeFacts, str] | None:
     """The pool's node advertising the most instances of this MIG profile, and the node's name for it."""
     profile = pool.gpu.profile(mig_profile)
-    found = []
+    found: list[tuple[int, str, NodeFacts, str]] = []
     for node in pool.nodes:
         name = node_profile_name(profile, node.advertised)
         count = node.advertised[name].count if name in node.advertised else 0
@@ -162,7 +165,7 @@ def target_hash(target: Target) -> str:
 
 
 def profiler_job(wanted: Wanted, target: Target, node: NodeFacts, node_profile: str, pool_key: str,
-                 settings: ProfilerSettings) -> dict:
+                 settings: ProfilerSettings) -> Obj:
     """The Job measuring `target` on `node`: server as a native sidecar, profiler as the only container."""
     name = job_name(target)
     labels = {**naming.child_labels(wanted.system.name, wanted.task, COMPONENT),
@@ -246,7 +249,7 @@ def profiler_job(wanted: Wanted, target: Target, node: NodeFacts, node_profile: 
 
 # -- the result -------------------------------------------------------------------
 
-def job_target(job: dict) -> Target | None:
+def job_target(job: Obj) -> Target | None:
     text = ((job.get("metadata") or {}).get("annotations") or {}).get(TARGET_ANNOTATION)
     try:
         return Target.model_validate_json(text) if text else None
@@ -254,7 +257,7 @@ def job_target(job: dict) -> Target | None:
         return None
 
 
-def job_finished(job: dict) -> str | None:
+def job_finished(job: Obj) -> str | None:
     """'Complete' or 'Failed' once the Job controller says so, else None."""
     for condition in (job.get("status") or {}).get("conditions") or []:
         if condition.get("type") in ("Complete", "Failed") and condition.get("status") == "True":
@@ -262,14 +265,14 @@ def job_finished(job: dict) -> str | None:
     return None
 
 
-def _job_failure_text(job: dict) -> str:
+def _job_failure_text(job: Obj) -> str:
     for condition in (job.get("status") or {}).get("conditions") or []:
         if condition.get("type") == "Failed" and condition.get("status") == "True":
             return f"Job {job['metadata']['name']} failed: {condition.get('reason', '')}: {condition.get('message', '')}"
     return f"Job {job['metadata']['name']} ended without a result"
 
 
-def profiler_termination(pod: dict) -> dict | None:
+def profiler_termination(pod: Obj) -> Obj | None:
     """The profiler container's `state.terminated`, as the kubelet writes it in the pod's status."""
     for status in (pod.get("status") or {}).get("containerStatuses") or []:
         if status.get("name") == PROFILER_CONTAINER:
@@ -278,7 +281,7 @@ def profiler_termination(pod: dict) -> dict | None:
     return None
 
 
-def stored_result(job: dict, pods: list[dict]) -> StoredResult | None:
+def stored_result(job: Obj, pods: list[Obj]) -> StoredResult | None:
     """A finished Job's entry: the result from its pod's termination message; None while it runs.
 
     The message must be a result for the Job's own target; anything else (a
@@ -317,7 +320,7 @@ def result_key(target: Target) -> str:
     return f"{target.gpu}.{target.mig_profile}.x{target.mps}"
 
 
-def profiles_configmap(variant: str, image: str, data: dict[str, str]) -> dict:
+def profiles_configmap(variant: str, image: str, data: dict[str, str]) -> Obj:
     return {
         "apiVersion": "v1", "kind": "ConfigMap",
         "metadata": {"name": profiles_configmap_name(variant, image),
@@ -343,7 +346,7 @@ def merged_data(current: dict[str, str], entries: list[StoredResult]) -> dict[st
     return data
 
 
-def entries_of(configmap: dict) -> list[StoredResult]:
+def entries_of(configmap: Obj) -> list[StoredResult]:
     """The readable entries of a profiles ConfigMap (an unreadable key is skipped, not fatal)."""
     found = []
     for _key, text in sorted(((configmap.get("data") or {})).items()):

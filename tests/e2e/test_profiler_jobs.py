@@ -16,6 +16,9 @@ tessera has only the kubelet's fields to read the result from.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+import uuid
 
 import pytest
 import yaml
@@ -23,6 +26,7 @@ from kubernetes import client
 
 from cluster.kube import wait_for
 from cluster.kubelet_standin import KubeletStandIn
+from tessera.planner.measured import ProfileRow, profile_rows_csv, read_profiles_csv
 from tessera.profiler.results import Failure, FailureKind, Point, SweepResult, Target
 
 from .operator_fixtures import crds, custom, run_operator  # noqa: F401  (fixtures)
@@ -124,7 +128,7 @@ def test_a_system_on_estimates_gets_profiler_jobs_and_their_results_replan_it(pr
             assert_unfinished(batch, core, job, pod)
             kubelet.run(pod)
             kubelet.finish(pod, "profiler", 0, fast_result(job_target(job)).termination_message())
-            wait_for(lambda: job_condition(batch, job, "Complete"), 60, f"Job {job.metadata.name} Complete")
+            wait_for(lambda job=job: job_condition(batch, job, "Complete"), 60, f"Job {job.metadata.name} Complete")
             done.add(job.metadata.name)
         settled = wait_for(lambda: (s := systems(custom, operator.namespace)["measured"])
                            and condition(s, "ProfilingComplete")
@@ -181,3 +185,28 @@ def test_a_failed_profiler_job_is_reported_and_not_run_again(profiling, core, cu
     pods = core.list_namespaced_pod(operator.namespace, label_selector=f"batch.kubernetes.io/job-name={job.metadata.name}")
     assert len(pods.items) == 1
     assert operator.alive()
+
+
+def test_profiles_imported_into_a_cluster_export_as_they_were(cluster, core, tmp_path):
+    rows = [ProfileRow(variant="resnet50", image="example.org/resnet50:1", gpu="H100-80GB", mig_profile=mig, mps=mps,
+                       batch=b, p50_ms=1.0 + b, p99_ms=2.0 + b, throughput_rps=100.0 * b)
+            for mig in ("1g.10gb", "3g.40gb") for mps in (1, 2) for b in (1, 8)]
+    source = tmp_path / "in.csv"
+    source.write_text(profile_rows_csv(rows))
+    namespace = f"tessera-profiles-{uuid.uuid4().hex[:5]}"
+
+    def tessera(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-P", "-m", "tessera", "profiles", *args, "--kubeconfig",
+                               str(cluster.kubeconfig), "--namespace", namespace], capture_output=True, text=True,
+                              timeout=120)
+
+    imported = tessera("import", str(source))
+    assert imported.returncode == 0, imported.stderr
+    (stored,) = core.list_namespaced_config_map(namespace, label_selector="tessera.ai/component=profiles").items
+    assert len(stored.data) == 4  # one key per segment type, merged into the variant's ConfigMap
+    exported = tessera("export")
+    assert exported.returncode == 0, exported.stderr
+    out = tmp_path / "out.csv"
+    out.write_text(exported.stdout)
+    assert read_profiles_csv(out) == sorted(rows, key=lambda r: (r.mig_profile, r.mps, r.batch))
+    core.delete_namespace(namespace)
