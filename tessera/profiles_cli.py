@@ -23,6 +23,7 @@ DEFAULT_NAMESPACE = OperatorSettings().state_namespace
 
 
 def _cluster(kubeconfig: str | None, namespace: str) -> Cluster:
+    from tessera.operator.cluster import Cluster
     from tessera.operator.main import api_client
 
     return Cluster(api_client(kubeconfig), OperatorSettings(state_namespace=namespace))
