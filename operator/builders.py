@@ -125,6 +125,7 @@ def server_env(system: SystemRef, spec: SystemSpec, task: TaskPlan, config: Conf
         "TESSERA_SYSTEM": system.name,
         "TESSERA_TASK": task.task,
         "TESSERA_VARIANT": task.variant,
+        "TESSERA_MODEL_NAME": task.variant,  # the model name in the Open Inference Protocol's paths
         "TESSERA_MIG_PROFILE": config.segment.mig_profile,
         "TESSERA_BATCH_SIZE": str(config.batch),
         "TESSERA_MAX_BATCH_DELAY_MS": f"{batch_delay_ms(task, config):g}",

@@ -33,6 +33,7 @@ class Cluster:
         self.settings = settings
         self.core = client.CoreV1Api(api_client)
         self.apps = client.AppsV1Api(api_client)
+        self.batch = client.BatchV1Api(api_client)
         self.custom = client.CustomObjectsApi(api_client)
         self.writes = 0
 
@@ -110,6 +111,23 @@ class Cluster:
                 return None
             raise
 
+    def list_labelled_jobs(self, selector: str) -> list[dict]:
+        """Jobs with these labels in the watched namespaces."""
+        found = []
+        for namespace in self.settings.namespaces or [None]:
+            jobs = (self.batch.list_job_for_all_namespaces(label_selector=selector) if namespace is None
+                    else self.batch.list_namespaced_job(namespace, label_selector=selector))
+            found += [{**self._plain(j), "kind": "Job", "apiVersion": "batch/v1"} for j in jobs.items]
+        return found
+
+    def list_job_pods(self, namespace: str, job: str) -> list[dict]:
+        """The pods the Job controller made for a Job (it labels them with the Job's name)."""
+        pods = self.core.list_namespaced_pod(namespace, label_selector=f"batch.kubernetes.io/job-name={job}")
+        return [self._plain(p) for p in pods.items]
+
+    def list_labelled_configmaps(self, namespace: str, selector: str) -> list[dict]:
+        return [self._plain(c) for c in self.core.list_namespaced_config_map(namespace, label_selector=selector).items]
+
     # -- writes ----------------------------------------------------------------
     def write_configmap(self, namespace: str, name: str, data: dict[str, str], annotations: dict[str, str],
                         exists: bool) -> None:
@@ -143,6 +161,10 @@ class Cluster:
             self.apps.patch_namespaced_deployment(name, namespace, body, **kwargs)
         elif body["kind"] == "Service":
             self.core.patch_namespaced_service(name, namespace, body, **kwargs)
+        elif body["kind"] == "Job":
+            self.batch.patch_namespaced_job(name, namespace, body, **kwargs)
+        elif body["kind"] == "ConfigMap":
+            self.core.patch_namespaced_config_map(name, namespace, body, **kwargs)
         else:
             raise ValueError(f"tessera applies no {body['kind']}")
 

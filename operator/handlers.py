@@ -43,3 +43,8 @@ async def node_changed(memo: kopf.Memo, body, type, **_) -> None:
 @kopf.on.event("apps", "v1", "deployments", labels={naming.MANAGED_BY: naming.MANAGED_BY_VALUE})
 async def server_changed(memo: kopf.Memo, body, type, **_) -> None:
     memo.controller.trigger("deployment", *main.deployment_fingerprint(body, type), inputs=False)
+
+
+@kopf.on.event("batch", "v1", "jobs", labels={naming.MANAGED_BY: naming.MANAGED_BY_VALUE})
+async def profiler_job_changed(memo: kopf.Memo, body, type, **_) -> None:
+    memo.controller.trigger("job", *main.job_fingerprint(body, type), inputs=False)

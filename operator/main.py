@@ -150,3 +150,11 @@ def deployment_fingerprint(body, event_type: str | None) -> tuple[str, object]:
                                       (metadata.get("annotations") or {}).get(naming.APPLIED_HASH),
                                       status.get("availableReplicas"), status.get("updatedReplicas"),
                                       status.get("observedGeneration"))
+
+
+def job_fingerprint(body, event_type: str | None) -> tuple[str, object]:
+    """A profiler Job matters when it appears, finishes or goes: its result is read then."""
+    metadata = body.get("metadata") or {}
+    finished = sorted(c.get("type") for c in (body.get("status") or {}).get("conditions") or []
+                      if c.get("type") in ("Complete", "Failed") and c.get("status") == "True")
+    return _key(body, "job"), (event_type == "DELETED", metadata.get("uid"), finished)

@@ -35,6 +35,7 @@ from tessera.operator import builders, metrics, naming
 from tessera.operator import status as st
 from tessera.operator.cluster import Cluster, dumps
 from tessera.operator.node_pool import MigConfigs, mig_configs, planner_pool
+from tessera.operator.profiler_jobs import Profiling
 from tessera.operator.placement import Placement, PlacedGpu, Share, place, placed_gpus, share_of
 from tessera.operator.pools import Pool, group_pools, node_facts, node_profile_name
 from tessera.operator.settings import OperatorSettings
@@ -101,6 +102,7 @@ class Reconciler:
         self.settings = settings
         self.options = options or PlannerOptions(time_limit_s=settings.solve_time_limit_s)
         self.cancel = threading.Event()
+        self.profiling = Profiling(cluster, settings)
 
     # -- the whole cluster -----------------------------------------------------
     def reconcile(self) -> ReconcileResult:
@@ -116,10 +118,13 @@ class Reconciler:
         # NVIDIA's defaults (all-disabled: a fresh node) mean the same in every mig-parted file, even one not written yet.
         configs = {**builders.NVIDIA_DEFAULT_CONFIGS,
                    **mig_configs(((configmap or {}).get("data") or {}).get(builders.MIG_PARTED_KEY))}
+        self.profiling.collect()
         outcomes = {}
         for pool in pools:
             outcome = outcomes[pool.key] = PoolOutcome()
+            self.profiling.prepare(pool, members.get(pool.key, []))
             self.plan_pool(pool, members.get(pool.key, []), outcome, configs)
+            self.profiling.launch(pool, outcome.plan, members.get(pool.key, []), self.options.batches)
             self.desired_mig(pool, outcome)
         # One ConfigMap serves every pool: its configs are decided for all pools at once.
         written = self.write_mig_configs(list(outcomes.values()), mig_configmap, configmap, in_use=self.cluster.mig_configs_in_use())
@@ -129,7 +134,9 @@ class Reconciler:
             self.relabel_nodes(pool, outcome, written)
             self.reconcile_children(pool, members.get(pool.key, []), children, outcome)
             for system in members.get(pool.key, []):
-                self.write_status(system, *system_status(system, outcome))
+                phase, conditions, summary = system_status(system, outcome)
+                profiled = self.profiling.condition(system, pool) if summary is not None else []
+                self.write_status(system, phase, conditions + profiled, summary)
             metrics.record_pool(pool.key, outcome.plan, pool.gpus, [
                 layout for node, node_plan in outcome.placement.nodes.items()
                 if outcome.mig.get(node) and outcome.mig[node].applied for layout in node_plan.layouts.values()])
@@ -213,7 +220,8 @@ class Reconciler:
 
     def pool_hash(self, pool: Pool) -> str:
         return naming.digest({"format": STATE_FORMAT, "gpu": pool.gpu.name, "slots": [(n.name, i) for n, i in pool.slots()],
-                              "options": self.options.model_dump(mode="json")})
+                              "options": self.options.model_dump(mode="json"),
+                              "measured": self.profiling.digest(pool.key)})
 
     def inputs_hash(self, pool: Pool, candidates: list[SystemObject], spec_hash: dict[str, str],
                     kept: dict[str, Share]) -> str:
@@ -221,7 +229,7 @@ class Reconciler:
         return naming.digest({
             "format": STATE_FORMAT, "gpu": pool.gpu.name, "free": free_slots(pool, kept),
             "systems": sorted((s.ref.key, spec_hash[s.ref.key]) for s in candidates),
-            "options": self.options.model_dump(mode="json")})
+            "options": self.options.model_dump(mode="json"), "measured": self.profiling.digest(pool.key)})
 
     def solve(self, pool_key: str, candidates: list[SystemObject], node_pool: NodePool, current: Plan | None,
               outcome: PoolOutcome) -> tuple[Plan | None, dict[str, tuple[str, str]]]:
@@ -275,7 +283,8 @@ class Reconciler:
         """One solve in the planner's worker process; the reconcile thread waits, a trigger cancels it."""
         request = PlanRequest(
             systems=[SystemInput(namespace=s.ref.namespace, name=s.ref.name, spec=s.spec) for s in systems],
-            pool=node_pool, options=self.options, current=current)
+            pool=node_pool, options=self.options, current=current,
+            measured=self.profiling.store(pool_key))
         started = time.perf_counter()
         with metrics.SOLVE_SECONDS.labels(pool_key).time():
             handle = start_solve(request, memory_limit_mb=self.settings.solve_memory_mb)
@@ -591,7 +600,7 @@ def _profiles_estimated(summary: Json) -> st.Condition:
     if estimated:
         return st.Condition(st.PROFILES_ESTIMATED, True, st.ESTIMATED,
                             f"{estimated} of {sum(sources.values())} replicas are planned on the built-in "
-                            "estimate; give measured profiles in the spec for a plan you can trust")
+                            "estimate; profiler Jobs (operator --profiler-image) or profiles in the spec replace it")
     return st.Condition(st.PROFILES_ESTIMATED, False, st.MEASURED_OR_GIVEN, "every replica rests on a "
                         "measured or given profile")
 

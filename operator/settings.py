@@ -30,5 +30,15 @@ class OperatorSettings(BaseModel):
     health_port: int = Field(default=8080, ge=0, le=65535, description="Liveness/readiness port; 0: off.")
     metrics_port: int = Field(default=9090, ge=0, le=65535, description="Prometheus metrics port; 0: off.")
 
+    profiler_image: str = Field(
+        default="", max_length=512,
+        description="Image with tessera's profiler (tessera's own image); empty: no profiler Jobs, plans stay on "
+                    "estimates and given profiles.")
+    profiling_jobs_per_pool: int = Field(default=2, ge=1, le=64, description="Profiler Jobs running at once per pool.")
+    profiling_deadline_s: int = Field(default=3600, ge=60, description="activeDeadlineSeconds of a profiler Job.")
+    profiling_ttl_s: int = Field(default=86400, ge=0, description="Seconds a finished profiler Job is kept.")
+    profiling_ready_timeout_s: float = Field(
+        default=600.0, gt=0, description="Seconds the profiler waits for the model server to become ready.")
+
     def watches(self, namespace: str) -> bool:
         return not self.namespaces or namespace in self.namespaces

@@ -15,6 +15,8 @@ Columns: `Mig instance,Batch size,Workload Number,Throughput,Latency`.
 
 from __future__ import annotations
 
+import csv
+import io
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -116,3 +118,71 @@ def load_parvagpu_dir(path: str | Path, gpu: str = PARVAGPU_GPU,
                       store: ProfileStore | None = None) -> ProfileStore:
     """Measured profiles of every `*.csv` in a folder, variant name = file stem."""
     return add_rows(store if store is not None else ProfileStore(), read_parvagpu_dir(path, gpu))
+
+
+# -- tessera's own table of measured profiles (`tessera profiles export`) ---------------------
+
+class ProfileRow(BaseModel):
+    """One measured (variant and image, segment type, batch), as `tessera profiles export` writes it.
+
+    The planner's latency is the p99 of a batch (the SLO's default percentile).
+    """
+
+    model_config = ConfigDict(populate_by_name=True, serialize_by_alias=True, allow_inf_nan=False, frozen=True)
+
+    variant: str = Field(min_length=1, max_length=63, description="Variant name.")
+    image: str = Field(default="", max_length=512, description="The variant's image the profile was measured with.")
+    gpu: str = Field(alias="gpuProduct", min_length=1, max_length=64, description="GPU product, as the catalog names it.")
+    mig_profile: str = Field(alias="migProfile", min_length=1, max_length=16, description="MIG profile.")
+    mps: int = Field(alias="mpsDegree", ge=1, le=48, description="Server processes sharing the instance.")
+    batch: int = Field(alias="batchSize", ge=1, le=4096, description="Batch size.")
+    p50_ms: float = Field(alias="latencyP50Milliseconds", gt=0, le=3_600_000, description="Median batch latency, ms.")
+    p99_ms: float = Field(alias="latencyP99Milliseconds", gt=0, le=3_600_000, description="p99 batch latency, ms.")
+    throughput_rps: float = Field(alias="throughputRequestsPerSecond", gt=0, le=1e7,
+                                  description="Requests/s of the whole segment.")
+
+
+PROFILE_COLUMNS = tuple(field.alias or name for name, field in ProfileRow.model_fields.items())
+
+
+def read_profiles_csv(path: str | Path) -> list[ProfileRow]:
+    """The rows of a `tessera profiles export` CSV; errors name the file, line and column."""
+    path = Path(path)
+    rows = []
+    for line, record in csv_records(path, PROFILE_COLUMNS):
+        cells = {k: (v or "").strip() for k, v in record.items() if k in PROFILE_COLUMNS}
+        rows.append(validate(ProfileRow, cells, f"{path}:{line}"))
+    return rows
+
+
+def profile_rows_csv(rows: list[ProfileRow]) -> str:
+    """The CSV `read_profiles_csv` reads, one row per (variant, image, segment type, batch)."""
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=PROFILE_COLUMNS, lineterminator="\n")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow(row.model_dump(mode="json"))
+    return out.getvalue()
+
+
+def measured_rows_of(rows: list[ProfileRow]) -> list[MeasuredRow]:
+    """The table's rows in the store's units (p99 latency); rows of one key: the last one counts."""
+    for row in rows:
+        gpu_product(row.gpu).profile(row.mig_profile)  # a GPU or profile the catalog lacks is refused here
+    return [MeasuredRow(variant=row.variant, segment=SegmentType(gpu=gpu_product(row.gpu).name,
+                                                                  mig_profile=row.mig_profile, mps=row.mps),
+                        batch=row.batch, latency_ms=row.p99_ms, throughput_rps=row.throughput_rps) for row in rows]
+
+
+def load_measured(path: str | Path, store: ProfileStore | None = None) -> ProfileStore:
+    """Measured profiles from a folder of ParvaGPU CSVs or from one `tessera profiles export` CSV."""
+    path = Path(path)
+    if path.is_dir():
+        return load_parvagpu_dir(path, store=store)
+    try:
+        rows = measured_rows_of(read_profiles_csv(path))
+    except (KeyError, ValueError) as error:
+        if isinstance(error, InputError):
+            raise
+        raise InputError(f"{path}: {error}") from None
+    return add_rows(store if store is not None else ProfileStore(), rows)

@@ -21,11 +21,12 @@ from tessera.planner.catalog import CATALOG, COMPUTE_SLICES
 from tessera.planner.contract import Infeasible, InvalidInput, TimeLimit, plan_outcome
 from tessera.planner.features import Features, all_feature_sets
 from tessera.planner.input_files import InputError, quote, shorten
-from tessera.planner.measured import load_parvagpu_dir
+from tessera.planner.measured import load_measured
 from tessera.planner.model import Pool, SystemSpec
 from tessera.planner.profile_sources import build_profile_store
 from tessera.operator_cli import operator
 from tessera.place_cli import place
+from tessera.profiles_cli import profiles
 from tessera.planner.solve import PlannerOptions
 from tessera.planner.spec_file import load_systems
 from tessera.render import capacity_markdown, capacity_rich, render_plan
@@ -68,6 +69,7 @@ def main(log_level: str) -> None:
 main.add_command(twin)
 main.add_command(place)
 main.add_command(operator)
+main.add_command(profiles)
 
 
 def _pool_options(command):
@@ -76,8 +78,9 @@ def _pool_options(command):
                      help="GPU product of the pool."),
         click.option("--gpus", type=BoundedInt(1, MAX_POOL_GPUS), default=8, show_default=True,
                      help="GPUs in the pool."),
-        click.option("--measured", type=click.Path(exists=True, file_okay=False, path_type=Path),
-                     help="Folder of measured profiles in the ParvaGPU CSV format (A100-80GB)."),
+        click.option("--measured", type=click.Path(exists=True, path_type=Path),
+                     help="Measured profiles: a `tessera profiles export` CSV, or a folder of ParvaGPU CSVs "
+                          "(A100-80GB)."),
         click.option("--levels", type=BoundedInt(1, MAX_BUDGET_LEVELS), default=PlannerOptions().budget_levels,
                      show_default=True, help="Latency budget levels per task."),
         click.option("--headroom", type=FiniteFloat(0, MAX_HEADROOM), default=PlannerOptions().headroom,
@@ -228,7 +231,7 @@ def _no_plan(outcome, output: str) -> None:
 
 def _measured(measured: Path | None):
     try:
-        return load_parvagpu_dir(measured) if measured else None
+        return load_measured(measured) if measured else None
     except ValueError as error:
         raise BadInput(str(error)) from None
 

@@ -46,6 +46,11 @@ def _selector(_ctx, _param, values: tuple[str, ...]) -> dict[str, str]:
               help="Port of /healthz and /readyz; 0: off.")
 @click.option("--metrics-port", type=click.IntRange(0, 65535), default=DEFAULTS.metrics_port, show_default=True,
               help="Port of the Prometheus metrics; 0: off.")
+@click.option("--profiler-image", default=DEFAULTS.profiler_image,
+              help="tessera's image, for profiler Jobs that measure variants on the pool's MIG segments; "
+                   "unset: no profiling, plans rest on estimates and given profiles.")
+@click.option("--profiling-jobs-per-pool", type=click.IntRange(1, 64), default=DEFAULTS.profiling_jobs_per_pool,
+              show_default=True, help="Profiler Jobs running at once per GPU pool.")
 def operator(kubeconfig, **options) -> None:
     """Run the tessera operator (kopf): plan every GPU pool, partition MIG, run the model servers."""
     from tessera.operator.main import run

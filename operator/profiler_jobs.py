@@ -1,0 +1,179 @@
+"""Profiler Jobs in the reconcile: collect finished results, feed them to the plan, start what is missing.
+
+Level-based like the rest of the reconcile: every run reads the profiler
+Jobs and the stored profiles back from the cluster. A finished Job's result
+(the profiler's termination message in its pod's status, as the kubelet
+writes it) is merged into its variant's profiles ConfigMap, where it stays
+after the Job's TTL removed the Job. A stored entry, measured or failed, is
+never measured again: a deterministic failure is reported (ProfilingComplete
+False, a Warning Event), not retried. What the pool's plan runs on an
+estimate gets a Job, at most `profiling_jobs_per_pool` at once; the measured
+profiles are part of the plan's inputs, so their arrival re-plans the pool.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from tessera.operator import naming
+from tessera.operator import profiling as pf
+from tessera.operator.profiling import Obj
+from tessera.operator import status as st
+from tessera.operator.cluster import Cluster
+from tessera.operator.pools import Pool
+from tessera.operator.settings import OperatorSettings
+from tessera.operator.systems import SystemObject
+from tessera.planner.plan import Plan
+from tessera.planner.profiles import ProfileStore
+
+log = logging.getLogger("tessera.operator")
+JOB_SELECTOR = f"{naming.MANAGED_BY}={naming.MANAGED_BY_VALUE},{naming.CHILD_KIND_LABEL}={pf.COMPONENT}"
+PROFILES_SELECTOR = f"{naming.MANAGED_BY}={naming.MANAGED_BY_VALUE},{naming.CHILD_KIND_LABEL}={pf.PROFILES_COMPONENT}"
+
+Identity = tuple[str, str, str, str, int]
+
+
+@dataclass
+class PoolProfiling:
+    """One pool's profiling: the measured rows its plan rests on, and what is measured or waits."""
+
+    rows: list[pf.MeasuredRow] = field(default_factory=list)
+    wanted: dict[str, list[pf.Wanted]] = field(default_factory=dict)
+    """system key -> what its plan runs on estimates."""
+    no_node: set[Identity] = field(default_factory=set)
+
+
+class Profiling:
+    def __init__(self, cluster: Cluster, settings: OperatorSettings) -> None:
+        self.cluster = cluster
+        self.settings = settings
+        self.entries: dict[Identity, pf.StoredResult] = {}
+        self.jobs: dict[Identity, Obj] = {}
+        self.pools: dict[str, PoolProfiling] = {}
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.settings.profiler_image)
+
+    # -- 1. results in ------------------------------------------------------------
+    def collect(self) -> None:
+        """Reads stored profiles and profiler Jobs; stores the results of finished Jobs not stored yet."""
+        self.pools = {}
+        configmaps = self.cluster.list_labelled_configmaps(self.settings.state_namespace, PROFILES_SELECTOR)
+        stored = {cm["metadata"]["name"]: cm for cm in configmaps}
+        self.entries = {pf.result_identity(e.target): e for cm in configmaps for e in pf.entries_of(cm)}
+        self.jobs = {}
+        if not self.enabled:
+            return
+        fresh: dict[tuple[str, str], list[pf.StoredResult]] = {}
+        for job in self.cluster.list_labelled_jobs(JOB_SELECTOR):
+            target = pf.job_target(job)
+            if target is None:
+                continue
+            identity = pf.result_identity(target)
+            self.jobs[identity] = job
+            known = self.entries.get(identity)
+            if known is not None and known.job == job["metadata"]["name"]:
+                continue
+            if pf.job_finished(job) is None:
+                continue
+            pods = self.cluster.list_job_pods(job["metadata"]["namespace"], job["metadata"]["name"])
+            entry = pf.stored_result(job, pods)
+            if entry is not None:
+                self.entries[identity] = entry
+                fresh.setdefault((target.variant, target.image_digest), []).append(entry)
+                log.info("profiler Job %s/%s finished: %s", job["metadata"]["namespace"], job["metadata"]["name"],
+                         f"failed: {entry.why()}" if entry.failed or entry.result is None
+                         else f"{len(entry.result.points)} batch sizes")
+        for (variant, image), entries in sorted(fresh.items()):
+            current = stored.get(pf.profiles_configmap_name(variant, image))
+            data = pf.merged_data((current or {}).get("data") or {}, entries)
+            body = pf.profiles_configmap(variant, image, data)
+            body["metadata"]["namespace"] = self.settings.state_namespace
+            self.cluster.ensure_namespace(self.settings.state_namespace)
+            self.cluster.apply(body)
+
+    # -- 2. into the plan ----------------------------------------------------------
+    def prepare(self, pool: Pool, systems: list[SystemObject]) -> None:
+        """The measured rows of the pool's systems' variants on its GPU (same image), for the solve."""
+        images = {v.name: v.image or "" for s in systems if s.spec for t in s.spec.tasks for v in t.variants}
+        self.pools[pool.key] = PoolProfiling(rows=pf.measured_rows(list(self.entries.values()), pool.gpu.name, images))
+
+    def store(self, pool_key: str) -> ProfileStore | None:
+        found = self.pools.get(pool_key)
+        return pf.measured_store(found.rows) if found and found.rows else None
+
+    def digest(self, pool_key: str) -> str:
+        found = self.pools.get(pool_key)
+        return pf.rows_digest(found.rows) if found and found.rows else ""
+
+    # -- 3. Jobs out ----------------------------------------------------------------
+    def launch(self, pool: Pool, plan: Plan | None, systems: list[SystemObject], batches: tuple[int, ...]) -> None:
+        """A Job for every segment type the plan runs on an estimate that has no result, within the cap."""
+        state = self.pools.setdefault(pool.key, PoolProfiling())
+        if not self.enabled or plan is None:
+            return
+        refs = [(s.ref, s.spec) for s in systems if s.spec is not None]
+        running = sum(1 for job in self.jobs.values()
+                      if pf.job_finished(job) is None
+                      and job["metadata"].get("labels", {}).get(pf.POOL_LABEL) == naming.label_value(pool.key))
+        for wanted in pf.shortlist(plan, refs):
+            state.wanted.setdefault(wanted.system.key, []).append(wanted)
+            target = wanted.target(batches)
+            identity = pf.result_identity(target)
+            if identity in self.entries or identity in self.jobs:
+                continue
+            found = pf.node_for(pool, wanted.mig_profile)
+            if found is None:
+                state.no_node.add(identity)
+                continue
+            if running >= self.settings.profiling_jobs_per_pool:
+                continue
+            node, node_profile = found
+            body = pf.profiler_job(wanted, target, node, node_profile, pool.key, self.profiler_settings())
+            self.cluster.apply(body)
+            self.jobs[identity] = body
+            running += 1
+            log.info("pool %s: profiler Job %s/%s measures %s on %s x%d (node %s)", pool.key,
+                     wanted.system.namespace, body["metadata"]["name"], target.variant, target.mig_profile,
+                     target.mps, node.name)
+
+    def profiler_settings(self) -> pf.ProfilerSettings:
+        return pf.ProfilerSettings(image=self.settings.profiler_image, server_port=self.settings.server_port,
+                                   deadline_s=self.settings.profiling_deadline_s, ttl_s=self.settings.profiling_ttl_s,
+                                   ready_timeout_s=self.settings.profiling_ready_timeout_s,
+                                   default_image=self.settings.default_image)
+
+    # -- 4. status -------------------------------------------------------------------
+    def condition(self, system: SystemObject, pool: Pool) -> list[st.Condition]:
+        """ProfilingComplete for a planned system: measured, measuring, waiting, or failed (and why)."""
+        state = self.pools.get(pool.key)
+        if not self.enabled or state is None or system.spec is None:
+            return []
+        images = {v.name: v.image or "" for t in system.spec.tasks for v in t.variants}
+        mine = {identity: entry for identity, entry in self.entries.items()
+                if identity[2] == pool.gpu.name and images.get(identity[0]) == identity[1]}
+        measured = sum(1 for entry in mine.values() if entry.result is not None and entry.result.points)
+        wanted = [pf.result_identity(w.target((1,))) for w in state.wanted.get(system.ref.key, [])]
+        # A failure matters while the plan still runs on the estimate it was to replace.
+        failed = sorted((identity, self.entries[identity]) for identity in set(wanted)
+                        if identity in self.entries and self.entries[identity].failed)
+        if failed:
+            (variant, _image, _gpu, mig, mps), entry = failed[0]
+            return [st.Condition(st.PROFILING_COMPLETE, False, st.PROFILING_FAILED,
+                                 f"{len(failed)} profiler Job(s) failed; {variant} on {mig} x{mps}: {entry.why()}. "
+                                 f"Not retried: a new image measures again. {measured} segment type(s) measured")]
+        pending = [i for i in wanted if i not in self.entries]
+        if not pending:
+            return [st.Condition(st.PROFILING_COMPLETE, True, st.PROFILES_MEASURED,
+                                 f"{measured} segment type(s) measured; the plan rests on no estimate it could measure")]
+        waiting = [i for i in pending if i in state.no_node]
+        if len(waiting) == len(pending):
+            names = ", ".join(sorted({i[3] for i in waiting}))
+            return [st.Condition(st.PROFILING_COMPLETE, False, st.NO_PROFILING_INSTANCE,
+                                 f"no node of the pool advertises a MIG instance of {names} to profile on; "
+                                 f"{measured} segment type(s) measured")]
+        return [st.Condition(st.PROFILING_COMPLETE, False, st.PROFILING,
+                             f"measuring {len(pending)} segment type(s) in profiler Jobs; {measured} measured")]
+

@@ -1,0 +1,97 @@
+"""Measured profiles between clusters: the profiles ConfigMaps <-> the planner's CSV of measured rows.
+
+`export` reads tessera's profiles ConfigMaps (from a cluster, or from a
+file of them as `kubectl get configmap -o yaml` writes it) and gives the CSV
+that `tessera plan --measured` reads; `import` writes such a CSV into a
+cluster's ConfigMaps, merged per variant like the profiler's own results
+(a segment type the file carries replaces the one stored), so the operator
+plans on them as measured. Failed entries stay in their cluster: a failure
+says something about that cluster's nodes and images, not a profile.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from tessera.operator import profiling as pf
+from tessera.operator.profiling import Obj
+from tessera.operator.cluster import Cluster
+from tessera.operator.profiler_jobs import PROFILES_SELECTOR
+from tessera.planner.input_files import InputError, read_text
+from tessera.planner.measured import ProfileRow
+from tessera.profiler.results import MAX_BATCHES, Point, SweepResult, Target
+
+IMPORTED_JOB = "imported"
+MAX_CONFIGMAP_FILE_BYTES = 64 * 1024 * 1024
+
+
+def rows_of(entries: list[pf.StoredResult]) -> list[ProfileRow]:
+    """Every measured point of these entries, as the planner's rows, sorted."""
+    rows = [ProfileRow(variant=entry.target.variant, image=entry.target.image_digest, gpu=entry.target.gpu,
+                       mig_profile=entry.target.mig_profile, mps=entry.target.mps, batch=point.batch,
+                       p50_ms=point.p50_ms, p99_ms=point.p99_ms, throughput_rps=point.throughput_rps)
+            for entry in entries if entry.result is not None for point in entry.result.points]
+    return sorted(rows, key=lambda r: (r.variant, r.image, r.gpu, r.mig_profile, r.mps, r.batch))
+
+
+def entries_of_rows(rows: list[ProfileRow]) -> list[pf.StoredResult]:
+    """One entry per (variant and image, GPU, MIG profile, MPS degree), its batches as measured points."""
+    groups: dict[tuple[str, str, str, str, int], dict[int, ProfileRow]] = {}
+    for row in rows:
+        groups.setdefault((row.variant, row.image, row.gpu, row.mig_profile, row.mps), {})[row.batch] = row
+    entries = []
+    for (variant, image, gpu, mig, mps), by_batch in sorted(groups.items()):
+        if len(by_batch) > MAX_BATCHES:
+            raise InputError(f"{variant} on {gpu} {mig} x{mps}: {len(by_batch)} batch sizes, more than the "
+                             f"{MAX_BATCHES} one stored result holds")
+        target = Target(variant=variant, image_digest=image, gpu=gpu, mig_profile=mig, mps=mps,
+                        batches=tuple(sorted(by_batch)))
+        points = tuple(Point(batch=b, p50_ms=r.p50_ms, p99_ms=r.p99_ms, throughput_rps=r.throughput_rps, requests=1)
+                       for b, r in sorted(by_batch.items()))
+        entries.append(pf.StoredResult(job=IMPORTED_JOB, target=target, result=SweepResult(target=target, points=points)))
+    return entries
+
+
+def configmaps_in_file(path: Path) -> list[Obj]:
+    """tessera's profiles ConfigMaps in a YAML file (one object, a List, or several documents)."""
+    found = []
+    try:
+        documents = list(yaml.safe_load_all(read_text(path, MAX_CONFIGMAP_FILE_BYTES)))
+    except yaml.YAMLError as error:
+        raise InputError(f"{path}: not YAML: {error}") from None
+    for document in documents:
+        items = document.get("items", []) if isinstance(document, dict) and document.get("kind") == "List" else [document]
+        for item in items:
+            labels = ((item or {}).get("metadata") or {}).get("labels") or {} if isinstance(item, dict) else {}
+            if item.get("kind") == "ConfigMap" and labels.get("tessera.ai/component") == pf.PROFILES_COMPONENT:
+                found.append(item)
+    if not found:
+        raise InputError(f"{path}: no tessera profiles ConfigMap (label tessera.ai/component={pf.PROFILES_COMPONENT})")
+    return found
+
+
+def export_rows(configmaps: list[Obj]) -> list[ProfileRow]:
+    return rows_of([entry for cm in configmaps for entry in pf.entries_of(cm)])
+
+
+def cluster_configmaps(cluster: Cluster) -> list[Obj]:
+    return cluster.list_labelled_configmaps(cluster.settings.state_namespace, PROFILES_SELECTOR)
+
+
+def import_rows(cluster: Cluster, rows: list[ProfileRow]) -> list[pf.StoredResult]:
+    """Merges the rows into the cluster's profiles ConfigMaps; returns the entries written."""
+    entries = entries_of_rows(rows)
+    current = {cm["metadata"]["name"]: cm for cm in cluster_configmaps(cluster)}
+    by_variant: dict[tuple[str, str], list[pf.StoredResult]] = {}
+    for entry in entries:
+        by_variant.setdefault((entry.target.variant, entry.target.image_digest), []).append(entry)
+    namespace = cluster.settings.state_namespace
+    cluster.ensure_namespace(namespace)
+    for (variant, image), merged in sorted(by_variant.items()):
+        existing = current.get(pf.profiles_configmap_name(variant, image))
+        body = pf.profiles_configmap(variant, image, pf.merged_data((existing or {}).get("data") or {}, merged))
+        body["metadata"]["namespace"] = namespace
+        cluster.apply(body)
+    return entries

@@ -1,0 +1,396 @@
+"""Profiler Jobs, pure: what to measure, the Job that measures it, and its result back as profiles.
+
+No API calls here (operator/profiler_jobs.py reads and writes the cluster):
+plain data in, plain data out, unit-tested without a cluster.
+
+- What: the segment types a pool's plan chose for a variant on the built-in
+  estimate (the planner's shortlist), one Job per (variant and image, GPU
+  product, MIG profile, MPS degree) that has no stored result yet, measured
+  or failed: a failure is a result, never a reason to run the same Job again.
+- Where: a node of the pool that advertises an instance of that MIG profile
+  (`nvidia.com/mig-<profile>.count`); the Job is pinned to it and requests one.
+- The Job: the variant's model server as a native sidecar (an init container
+  with restartPolicy Always) under tessera's identity wrapper, the profiler
+  as the only regular container, so the Job completes when the profiler
+  exits. backoffLimit 0; a podFailurePolicy fails the Job at once on the
+  profiler's documented exit codes and ignores disruptions; a deadline, a
+  TTL, resource requests and size-limited scratch.
+- The result: the profiler's termination message (`SweepResult` JSON, within
+  4 KiB), as the kubelet writes it into the pod's status. Stored per variant
+  in one ConfigMap (a key per segment type), within the 1 MiB limit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from tessera.operator import naming
+from tessera.operator.api import child_name
+from tessera.operator.pools import MIG_RESOURCE_PREFIX, NodeFacts, Pool, node_profile_name
+from tessera.operator.systems import SystemRef
+from tessera.planner.model import SystemSpec, Variant
+from tessera.planner.plan import Plan
+from tessera.planner.profiles import Profile, ProfileSource, ProfileStore, SegmentType
+from tessera.profiler.contract import ENV_MODEL_NAME, server_environment
+from tessera.profiler.results import MAX_BATCHES, ExitCode, SweepResult, Target
+
+PROFILER_CONTAINER = "profiler"
+SERVER_CONTAINER = "server"
+SHARED_DIR = "/tessera-shared"
+SCRATCH_DIR = "/tmp"
+SHARED_LIMIT = "16Mi"
+COMPONENT = "profiler"
+PROFILES_COMPONENT = "profiles"
+VARIANT_LABEL = f"{naming.GROUP}/variant"
+POOL_LABEL = f"{naming.GROUP}/pool"
+TARGET_LABEL = f"{naming.GROUP}/profile-target"
+TARGET_ANNOTATION = f"{naming.GROUP}/profile-target"
+IMAGE_ANNOTATION = f"{naming.GROUP}/image"
+PROFILES_PREFIX = "tessera-profiles"
+PROFILER_CPU = "500m"
+PROFILER_MEMORY = "512Mi"
+# The result, on every outcome: the termination message holds the profiler's last write.
+FAILJOB_EXIT_CODES = sorted(int(code) for code in ExitCode if code != ExitCode.COMPLETE)
+Obj = dict[str, Any]
+"""A Kubernetes object as the API's JSON has it."""
+CONFIGMAP_LIMIT = 1_000_000  # bytes of data in one ConfigMap (the API's limit is 1 MiB, with metadata)
+
+
+@dataclass(frozen=True)
+class ProfilerSettings:
+    """What the Job builder needs from the operator's settings."""
+
+    image: str
+    server_port: int
+    deadline_s: int
+    ttl_s: int
+    ready_timeout_s: float
+    default_image: str = ""
+    scratch: str = "2Gi"
+
+
+@dataclass(frozen=True)
+class Wanted:
+    """One segment type a plan chose for a variant on an estimate: what a Job would measure."""
+
+    system: SystemRef
+    task: str
+    variant: Variant
+    gpu: str
+    mig_profile: str
+    mps: int
+
+    @property
+    def image(self) -> str:
+        return self.variant.image or ""
+
+    def target(self, batches: tuple[int, ...]) -> Target:
+        return Target(variant=self.variant.name, image_digest=self.image, gpu=self.gpu,
+                      mig_profile=self.mig_profile, mps=self.mps, batches=batches[:MAX_BATCHES])
+
+
+class StoredResult(BaseModel):
+    """One segment type's entry in a variant's profiles ConfigMap: the profiler's result, or why there is none."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    job: str = Field(description="The Job that measured it (or `imported`).")
+    target: Target
+    result: SweepResult | None = None
+    job_failure: str | None = Field(default=None, max_length=1024,
+                                    description="Why the Job failed without a result from the profiler.")
+
+    @property
+    def failed(self) -> bool:
+        return self.result is None or self.result.failure is not None
+
+    def why(self) -> str:
+        if self.result is not None and self.result.failure is not None:
+            failure = self.result.failure
+            at = f" at batch {failure.batch}" if failure.batch else ""
+            return f"{failure.kind.value}{at}: {failure.message}"
+        return self.job_failure or "no result"
+
+
+# -- what to measure ------------------------------------------------------------
+
+def shortlist(plan: Plan, systems: list[tuple[SystemRef, SystemSpec]]) -> list[Wanted]:
+    """The (variant, segment type) pairs the plan runs on estimates, once each, in plan order."""
+    specs = {spec.name: (ref, spec) for ref, spec in systems}
+    wanted: dict[tuple[str, str, str, str, int], Wanted] = {}
+    for task in plan.tasks:
+        if task.system not in specs:
+            continue
+        ref, spec = specs[task.system]
+        variant = spec.task(task.task).variant(task.variant)
+        for config in task.configs:
+            if config.source is not ProfileSource.ESTIMATED:
+                continue
+            item = Wanted(ref, task.task, variant, config.segment.gpu, config.segment.mig_profile, config.segment.mps)
+            wanted.setdefault(result_identity(item.target((1,))), item)
+    return list(wanted.values())
+
+
+def result_identity(target: Target) -> tuple[str, str, str, str, int]:
+    """What a stored result is keyed by: variant and image, GPU product, MIG profile, MPS degree."""
+    return target.variant, target.image_digest, target.gpu, target.mig_profile, target.mps
+
+
+def node_for(pool: Pool, mig_profile: str) -> tuple[NodeFacts, str] | None:
+    """The pool's node advertising the most instances of this MIG profile, and the node's name for it."""
+    profile = pool.gpu.profile(mig_profile)
+    found: list[tuple[int, str, NodeFacts, str]] = []
+    for node in pool.nodes:
+        name = node_profile_name(profile, node.advertised)
+        count = node.advertised[name].count if name in node.advertised else 0
+        if count > 0:
+            found.append((-count, node.name, node, name))
+    if not found:
+        return None
+    _, _, node, name = min(found)
+    return node, name
+
+
+# -- the Job --------------------------------------------------------------------
+
+def job_name(target: Target) -> str:
+    return child_name("profile", target.variant, target.mig_profile, f"x{target.mps}", target.gpu, target.image_digest)
+
+
+def target_hash(target: Target) -> str:
+    return naming.digest(list(result_identity(target)))[:16]
+
+
+def profiler_job(wanted: Wanted, target: Target, node: NodeFacts, node_profile: str, pool_key: str,
+                 settings: ProfilerSettings) -> Obj:
+    """The Job measuring `target` on `node`: server as a native sidecar, profiler as the only container."""
+    name = job_name(target)
+    labels = {**naming.child_labels(wanted.system.name, wanted.task, COMPONENT),
+              VARIANT_LABEL: naming.label_value(target.variant), POOL_LABEL: naming.label_value(pool_key),
+              TARGET_LABEL: target_hash(target)}
+    resource = f"{MIG_RESOURCE_PREFIX}{node_profile}"
+    variant = wanted.variant
+    server_env = {
+        **{e.name: e.value for e in variant.env},
+        # The profiler forms every batch itself: the server must not merge requests (docs/profiler.md).
+        **server_environment(batch_size=1, batch_delay_ms=0, processes=target.mps, model_name=variant.name,
+                             http_port=settings.server_port),
+        "TESSERA_SHARED_DIR": SHARED_DIR,
+    }
+    server = {
+        "name": SERVER_CONTAINER,
+        "image": variant.image or settings.default_image,
+        "restartPolicy": "Always",  # a native sidecar: the Job completes when the profiler exits
+        "command": ["python3", "-P", "-m", "tessera.profiler.main", "serve", "--shared-folder", SHARED_DIR, "--"],
+        "args": list(variant.args),
+        "env": [{"name": k, "value": v} for k, v in server_env.items()],
+        "ports": [{"name": "http", "containerPort": settings.server_port}],
+        "resources": {
+            "requests": {resource: "1", "cpu": f"{variant.cpu_millicores * target.mps}m",
+                         "memory": f"{variant.memory_mib * target.mps}Mi", "ephemeral-storage": settings.scratch},
+            "limits": {resource: "1", "memory": f"{variant.memory_mib * target.mps}Mi",
+                       "ephemeral-storage": settings.scratch},
+        },
+        "volumeMounts": [{"name": "shared", "mountPath": SHARED_DIR}, {"name": "scratch", "mountPath": SCRATCH_DIR}],
+    }
+    profiler = {
+        "name": PROFILER_CONTAINER,
+        "image": settings.image,
+        "command": ["python", "-P", "-m", "tessera.profiler.main", "run"],
+        "env": [
+            {"name": "TESSERA_PROFILE_TARGET", "value": target.model_dump_json()},
+            {"name": ENV_MODEL_NAME, "value": variant.name},
+            {"name": "TESSERA_SERVER_URL", "value": f"http://127.0.0.1:{settings.server_port}"},
+            {"name": "TESSERA_SHARED_DIR", "value": SHARED_DIR},
+            {"name": "TESSERA_READY_TIMEOUT_S", "value": f"{settings.ready_timeout_s:g}"},
+        ],
+        # The result is the termination message; a crash before it is written leaves the log's tail.
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+        "resources": {"requests": {"cpu": PROFILER_CPU, "memory": PROFILER_MEMORY},
+                      "limits": {"memory": PROFILER_MEMORY}},
+        "volumeMounts": [{"name": "shared", "mountPath": SHARED_DIR, "readOnly": True}],
+    }
+    pod_spec = {
+        "restartPolicy": "Never",
+        "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": [node.hostname]}]}]}}},
+        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+        "initContainers": [server],
+        "containers": [profiler],
+        "volumes": [{"name": "shared", "emptyDir": {"sizeLimit": SHARED_LIMIT}},
+                    {"name": "scratch", "emptyDir": {"sizeLimit": settings.scratch}}],
+    }
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "namespace": wanted.system.namespace, "labels": labels,
+                     "annotations": {TARGET_ANNOTATION: target.model_dump_json()},
+                     "ownerReferences": [wanted.system.owner_reference()]},
+        "spec": {
+            "backoffLimit": 0,
+            "podFailurePolicy": {"rules": [
+                # A node drain or preemption is no verdict on the variant: run the pod again.
+                {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]},
+                # Every documented non-zero exit is deterministic: fail at once, keep the result.
+                {"action": "FailJob", "onExitCodes": {"containerName": PROFILER_CONTAINER, "operator": "In",
+                                                      "values": FAILJOB_EXIT_CODES}},
+            ]},
+            "activeDeadlineSeconds": settings.deadline_s,
+            "ttlSecondsAfterFinished": settings.ttl_s,
+            "template": {"metadata": {"labels": {naming.MANAGED_BY: naming.MANAGED_BY_VALUE,
+                                                 naming.CHILD_KIND_LABEL: COMPONENT, TARGET_LABEL: target_hash(target)}},
+                         "spec": pod_spec},
+        },
+    }
+
+
+# -- the result -------------------------------------------------------------------
+
+def job_target(job: Obj) -> Target | None:
+    text = ((job.get("metadata") or {}).get("annotations") or {}).get(TARGET_ANNOTATION)
+    try:
+        return Target.model_validate_json(text) if text else None
+    except ValidationError:
+        return None
+
+
+def job_finished(job: Obj) -> str | None:
+    """'Complete' or 'Failed' once the Job controller says so, else None."""
+    for condition in (job.get("status") or {}).get("conditions") or []:
+        if condition.get("type") in ("Complete", "Failed") and condition.get("status") == "True":
+            return str(condition["type"])
+    return None
+
+
+def _job_failure_text(job: Obj) -> str:
+    for condition in (job.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == "Failed" and condition.get("status") == "True":
+            return f"Job {job['metadata']['name']} failed: {condition.get('reason', '')}: {condition.get('message', '')}"
+    return f"Job {job['metadata']['name']} ended without a result"
+
+
+def profiler_termination(pod: Obj) -> Obj | None:
+    """The profiler container's `state.terminated`, as the kubelet writes it in the pod's status."""
+    for status in (pod.get("status") or {}).get("containerStatuses") or []:
+        if status.get("name") == PROFILER_CONTAINER:
+            terminated = (status.get("state") or {}).get("terminated")
+            return terminated if terminated else None
+    return None
+
+
+def stored_result(job: Obj, pods: list[Obj]) -> StoredResult | None:
+    """A finished Job's entry: the result from its pod's termination message; None while it runs.
+
+    The message must be a result for the Job's own target; anything else (a
+    crash's log tail, a result for another target) is the Job's failure, in words.
+    """
+    finished = job_finished(job)
+    target = job_target(job)
+    if finished is None or target is None:
+        return None
+    name = job["metadata"]["name"]
+    terminated = [t for t in (profiler_termination(p) for p in pods) if t is not None]
+    for termination in sorted(terminated, key=lambda t: str(t.get("finishedAt") or "")):
+        message = (termination.get("message") or "").strip()
+        try:
+            result = SweepResult.from_termination_message(message)
+        except ValidationError:
+            continue
+        if result.target == target:
+            return StoredResult(job=name, target=target, result=result)
+    why = _job_failure_text(job)
+    if terminated:
+        last = terminated[-1]
+        why += (f"; the profiler exited {last.get('exitCode')} without a result: "
+                f"{(last.get('message') or last.get('reason') or '')[-300:]}")
+    return StoredResult(job=name, target=target, job_failure=why[:1024])
+
+
+# -- stored results: one ConfigMap per variant and image, a key per segment type --------
+
+def profiles_configmap_name(variant: str, image: str) -> str:
+    return child_name(PROFILES_PREFIX, variant, image)
+
+
+def result_key(target: Target) -> str:
+    """The ConfigMap key of a segment type: `H100-80GB.1g.10gb.x2`."""
+    return f"{target.gpu}.{target.mig_profile}.x{target.mps}"
+
+
+def profiles_configmap(variant: str, image: str, data: dict[str, str]) -> Obj:
+    return {
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": profiles_configmap_name(variant, image),
+                     "labels": {naming.MANAGED_BY: naming.MANAGED_BY_VALUE, naming.SCHEMA_LABEL: naming.SCHEMA_VERSION,
+                                naming.CHILD_KIND_LABEL: PROFILES_COMPONENT, VARIANT_LABEL: naming.label_value(variant)},
+                     "annotations": {IMAGE_ANNOTATION: image}},
+        "data": data,
+    }
+
+
+def merged_data(current: dict[str, str], entries: list[StoredResult]) -> dict[str, str]:
+    """The ConfigMap's data with these entries merged in (a later entry replaces an earlier one's key).
+
+    Raises ValueError when the whole would pass the ConfigMap limit (it
+    cannot at 4 KiB per key and the catalog's segment types per variant).
+    """
+    data = dict(current)
+    for entry in entries:
+        data[result_key(entry.target)] = entry.model_dump_json(exclude_none=True)
+    size = sum(len(k) + len(v.encode()) for k, v in data.items())
+    if size > CONFIGMAP_LIMIT:
+        raise ValueError(f"profiles of {len(data)} segment types take {size} bytes, over {CONFIGMAP_LIMIT}")
+    return data
+
+
+def entries_of(configmap: Obj) -> list[StoredResult]:
+    """The readable entries of a profiles ConfigMap (an unreadable key is skipped, not fatal)."""
+    found = []
+    for _key, text in sorted(((configmap.get("data") or {})).items()):
+        try:
+            found.append(StoredResult.model_validate_json(text))
+        except ValidationError:
+            continue
+    return found
+
+
+@dataclass(frozen=True)
+class MeasuredRow:
+    variant: str
+    segment: SegmentType
+    batch: int
+    profile: Profile
+
+
+def measured_rows(entries: list[StoredResult], gpu: str, images: dict[str, str]) -> list[MeasuredRow]:
+    """Measured points of these entries on `gpu`, for variants whose image is `images[variant]`.
+
+    The latency is the p99 of a batch: the SLO's default percentile, and the
+    safe side for a p50 SLO.
+    """
+    rows = []
+    for entry in entries:
+        target, result = entry.target, entry.result
+        if result is None or target.gpu != gpu or images.get(target.variant) != target.image_digest:
+            continue
+        segment = SegmentType(gpu=gpu, mig_profile=target.mig_profile, mps=target.mps)
+        rows += [MeasuredRow(target.variant, segment, point.batch, Profile(
+            latency_ms=point.p99_ms, throughput_rps=point.throughput_rps, source=ProfileSource.MEASURED))
+            for point in result.points]
+    return sorted(rows, key=lambda r: (r.variant, r.segment.mig_profile, r.segment.mps, r.batch))
+
+
+def measured_store(rows: list[MeasuredRow]) -> ProfileStore:
+    store = ProfileStore()
+    for row in rows:
+        store.add(row.variant, row.segment, row.batch, row.profile)
+    return store
+
+
+def rows_digest(rows: list[MeasuredRow]) -> str:
+    """Equal measured profiles, equal digest: part of what a pool's plan depends on."""
+    return naming.digest([(r.variant, r.segment.mig_profile, r.segment.mps, r.batch, r.profile.latency_ms,
+                           r.profile.throughput_rps) for r in rows])

@@ -1,0 +1,90 @@
+"""`tessera profiles export|import`: measured profiles between a cluster's ConfigMaps and a CSV file.
+
+The CSV is what `tessera plan --measured FILE` reads, so a laptop plans on
+what a cluster's profiler Jobs measured, and another cluster starts from it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from tessera.operator.settings import OperatorSettings
+from tessera.planner.measured import ProfileRow, profile_rows_csv, read_profiles_csv
+
+if TYPE_CHECKING:  # the Kubernetes client loads only for the commands that talk to a cluster
+    from tessera.operator.cluster import Cluster
+
+DEFAULT_NAMESPACE = OperatorSettings().state_namespace
+
+
+def _cluster(kubeconfig: str | None, namespace: str) -> Cluster:
+    from tessera.operator.cluster import Cluster
+    from tessera.operator.main import api_client
+
+    return Cluster(api_client(kubeconfig), OperatorSettings(state_namespace=namespace))
+
+
+def _summary(rows: list[ProfileRow], title: str) -> Table:
+    table = Table(title=title)
+    for column in ("variant", "image", "GPU", "segment", "batches", "p99 ms (smallest batch)", "req/s (largest batch)"):
+        table.add_column(column)
+    groups: dict[tuple[str, str, str, str, int], list[ProfileRow]] = {}
+    for row in rows:
+        groups.setdefault((row.variant, row.image, row.gpu, row.mig_profile, row.mps), []).append(row)
+    for (variant, image, gpu, mig, mps), members in groups.items():
+        members.sort(key=lambda r: r.batch)
+        table.add_row(variant, image or "-", gpu, f"{mig}" + (f" x{mps} MPS" if mps > 1 else ""),
+                      ",".join(str(r.batch) for r in members), f"{members[0].p99_ms:g}",
+                      f"{members[-1].throughput_rps:g}")
+    return table
+
+
+@click.group("profiles")
+def profiles() -> None:
+    """Measured profiles: export a cluster's profiler results, import them into another cluster."""
+
+
+_kubeconfig = click.option("--kubeconfig", type=click.Path(exists=True, dir_okay=False),
+                           help="The cluster's kubeconfig (default: in cluster, else ~/.kube/config).")
+_namespace = click.option("--namespace", default=DEFAULT_NAMESPACE, show_default=True,
+                          help="The operator's state namespace, where its profiles ConfigMaps are.")
+
+
+@profiles.command("export")
+@_kubeconfig
+@_namespace
+@click.option("--from-file", "from_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="Read the ConfigMaps from this file (`kubectl get configmap -o yaml`) instead of a cluster.")
+@click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path),
+              help="Write the CSV here (default: standard output).")
+def export_command(kubeconfig: str | None, namespace: str, from_file: Path | None, output: Path | None) -> None:
+    """Write the measured profiles as the CSV `tessera plan --measured` reads."""
+    from tessera.operator import profiles_exchange as exchange
+
+    configmaps = (exchange.configmaps_in_file(from_file) if from_file
+                  else exchange.cluster_configmaps(_cluster(kubeconfig, namespace)))
+    rows = exchange.export_rows(configmaps)
+    text = profile_rows_csv(rows)
+    if output is None:
+        click.echo(text, nl=False)
+    else:
+        output.write_text(text)
+    Console(stderr=True).print(_summary(rows, f"{len(rows)} measured profile(s) exported"))
+
+
+@profiles.command("import")
+@click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@_kubeconfig
+@_namespace
+def import_command(file: Path, kubeconfig: str | None, namespace: str) -> None:
+    """Merge the profiles of FILE (a `tessera profiles export` CSV) into the cluster's ConfigMaps."""
+    from tessera.operator import profiles_exchange as exchange
+
+    rows = read_profiles_csv(file)  # refused input exits BAD_INPUT through the main group
+    exchange.import_rows(_cluster(kubeconfig, namespace), rows)
+    Console(stderr=True).print(_summary(rows, f"{len(rows)} measured profile(s) imported into {namespace}"))

@@ -1,0 +1,76 @@
+"""`tessera profiles export` writes the CSV that `tessera plan --measured` plans on."""
+
+from __future__ import annotations
+
+import json
+
+import yaml
+from click.testing import CliRunner
+
+from tessera.cli import main
+from tessera.exit_codes import BAD_INPUT
+from tessera.operator import profiling as pf
+from tessera.planner.measured import load_measured, read_profiles_csv
+from tessera.planner.profiles import ProfileSource, SegmentType
+from tessera.profiler.results import Failure, FailureKind, Point, SweepResult, Target
+
+BATCHES = (1, 2, 4, 8, 16, 32)
+
+
+def _entry(variant: str, mig: str, mps: int, failed: bool = False) -> pf.StoredResult:
+    target = Target(variant=variant, image_digest="", gpu="H100-80GB", mig_profile=mig, mps=mps, batches=BATCHES)
+    if failed:
+        return pf.StoredResult(job="j", target=target, result=SweepResult(
+            target=target, failure=Failure.of(FailureKind.NOT_READY, "never ready")))
+    points = tuple(Point(batch=b, p50_ms=0.2 + 0.02 * b, p99_ms=0.3 + 0.03 * b,
+                         throughput_rps=round(mps * b * 1000 / (0.3 + 0.03 * b), 3), requests=40) for b in BATCHES)
+    return pf.StoredResult(job="j", target=target, result=SweepResult(target=target, points=points))
+
+
+def _configmaps_file(tmp_path) -> str:
+    entries = [_entry("resnet50", mig, mps) for mig in ("1g.10gb", "1g.20gb") for mps in (1, 2)]
+    entries.append(_entry("resnet101", "7g.80gb", 1, failed=True))
+    items = []
+    for variant in ("resnet50", "resnet101"):
+        mine = [e for e in entries if e.target.variant == variant]
+        items.append(pf.profiles_configmap(variant, "", pf.merged_data({}, mine)))
+    path = tmp_path / "configmaps.yaml"
+    path.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": items}))
+    return str(path)
+
+
+def test_export_from_a_file_of_configmaps_writes_every_measured_point_and_no_failure(tmp_path):
+    out = tmp_path / "profiles.csv"
+    result = CliRunner().invoke(main, ["profiles", "export", "--from-file", _configmaps_file(tmp_path), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    rows = read_profiles_csv(out)
+    assert len(rows) == 4 * len(BATCHES)
+    assert {(r.variant, r.mig_profile, r.mps) for r in rows} == {
+        ("resnet50", mig, mps) for mig in ("1g.10gb", "1g.20gb") for mps in (1, 2)}
+
+
+def test_the_exported_csv_is_measured_profiles_for_the_planner(tmp_path):
+    out = tmp_path / "profiles.csv"
+    CliRunner().invoke(main, ["profiles", "export", "--from-file", _configmaps_file(tmp_path), "-o", str(out)])
+    store = load_measured(out)
+    profile = store.get("resnet50", SegmentType(gpu="H100-80GB", mig_profile="1g.10gb", mps=2), 8)
+    assert profile.source is ProfileSource.MEASURED and profile.latency_ms == 0.3 + 0.03 * 8
+
+    # Every one-slice segment of resnet50 measured (MPS up to 2): the cheapest plan rests on measurements.
+    system = yaml.safe_load(open("examples/single-model.yaml"))
+    system["spec"]["tasks"][0]["variants"] = system["spec"]["tasks"][0]["variants"][:1]
+    (tmp_path / "resnet50.yaml").write_text(yaml.safe_dump(system))
+    planned = CliRunner().invoke(main, ["plan", "--gpu", "H100-80GB", "--gpus", "2", "--max-mps", "2", "--measured",
+                                        str(out), "--output", "json", str(tmp_path / "resnet50.yaml")])
+    assert planned.exit_code == 0, planned.output
+    plan = json.loads(planned.stdout)
+    assert plan["profile_sources"] == {"measured": 1}
+
+
+def test_a_csv_naming_an_unknown_mig_profile_is_bad_input(tmp_path):
+    path = tmp_path / "bad.csv"
+    header = ("variant,image,gpuProduct,migProfile,mpsDegree,batchSize,latencyP50Milliseconds,"
+              "latencyP99Milliseconds,throughputRequestsPerSecond")
+    path.write_text(header + "\nresnet50,,H100-80GB,9g.99gb,1,1,1,2,100\n")
+    result = CliRunner().invoke(main, ["plan", "--gpu", "H100-80GB", "--measured", str(path), "examples/single-model.yaml"])
+    assert result.exit_code == BAD_INPUT and "9g.99gb" in result.output
