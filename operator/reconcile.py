@@ -33,6 +33,7 @@ import yaml
 from tessera.operator import builders, metrics, naming
 from tessera.operator import status as st
 from tessera.operator.cluster import Cluster, dumps
+from tessera.operator.demand import DemandPlanner
 from tessera.operator.placement import Placement, PlacedGpu, Share, place, placed_gpus, share_of
 from tessera.operator.pools import Pool, group_pools, node_facts, node_profile_name
 from tessera.operator.settings import OperatorSettings
@@ -92,6 +93,7 @@ class Reconciler:
         self.worker = worker
         self.options = options or PlannerOptions(time_limit_s=settings.solve_time_limit_s)
         self.cancel = threading.Event()
+        self.demand = DemandPlanner(settings.demand)
 
     # -- the whole cluster -----------------------------------------------------
     def reconcile(self) -> ReconcileResult:
@@ -100,6 +102,7 @@ class Reconciler:
         facts = [f for f in (node_facts(n, naming.MIG_CONFIG_REQUESTED) for n in self.cluster.list_nodes()) if f]
         pools, _unknown = group_pools(facts)
         children = self.cluster.list_children()
+        systems = self.demand.apply(systems, children)
         members = assign_to_pools(systems, pools)
         outcomes = {}
         for pool in pools:
@@ -114,7 +117,7 @@ class Reconciler:
             self.relabel_nodes(pool, outcome, written)
             self.reconcile_children(pool, members.get(pool.key, []), children, outcome)
             for system in members.get(pool.key, []):
-                self.write_status(system, *system_status(system, outcome))
+                self.write_status(system, *self.demand.decorate(system, *system_status(system, outcome)))
             metrics.record_pool(pool.key, outcome.plan, pool.gpus, [
                 layout for node, node_plan in outcome.placement.nodes.items()
                 if outcome.mig.get(node) and outcome.mig[node].applied for layout in node_plan.layouts.values()])
@@ -122,6 +125,8 @@ class Reconciler:
                 requeue.append(outcome.requeue_after)
         for system in members.get(None, []):
             self.write_status(system, *no_pool_status(system, pools))
+        if self.demand.watching(systems):
+            requeue.append(self.settings.demand.poll_s)
         return ReconcileResult(min(requeue, default=None), self.cluster.writes - writes_before)
 
     # -- one pool's plan ---------------------------------------------------------
@@ -379,7 +384,8 @@ class Reconciler:
     def write_status(self, system: SystemObject, phase: str, conditions: list[st.Condition],
                      summary: dict | None) -> None:
         now = st.now_rfc3339()
-        new = st.build_status(system.ref.generation, phase, conditions, summary, system.status, now)
+        new = st.build_status(system.ref.generation, phase, conditions, summary, system.status, now,
+                              self.demand.status_of(system, conditions))
         if not st.status_changed(system.status, new):
             return
         self.cluster.patch_system_status(system.ref.namespace, system.ref.name, new)
