@@ -112,7 +112,7 @@ class DemandPlanner:
             if template is None:
                 return unknown(Reason.UNKNOWN_TEMPLATE, f"spec.demandSource.template: no template named "
                                                         f"{source.template!r} (known: {', '.join(sorted(self.settings.templates))})")
-            query = render(template, system.ref.name, system.spec.sources()[0])
+            query = render(template, system.ref.name, system.spec.sources[0])
         else:
             assert source.query is not None
             query = source.query

@@ -102,11 +102,11 @@ def one_number(body: dict) -> Reading:
     if body.get("status") != "success":
         return unknown(Reason.QUERY_FAILED, f"{body.get('errorType', 'error')}: {body.get('error', '')}")
     data = body.get("data") or {}
-    kind, result = data.get("resultType"), data.get("result")
+    kind, result = data.get("resultType"), data.get("result") or []
     if kind == "scalar":
         values = [result]
     elif kind == "vector":
-        values = [series.get("value") for series in result or []]
+        values = [series.get("value") for series in result]
     else:
         return unknown(Reason.QUERY_FAILED, f"the query gives a {kind}, not an instant vector or a scalar")
     if not values:

@@ -1,0 +1,161 @@
+"""Demand from the real Prometheus of the test fixtures, end to end (docs/demand.md).
+
+A tenant exporter serves request counters labelled by namespace; Debian's
+Prometheus scrapes it every second; the operator reads `rate(...[5s])`. The
+scale-down window is 4 s, so a reading taken as zero WOULD scale down within
+each bad-data phase below: the replica counts staying put is not vacuous.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+
+import pytest
+import yaml
+from kubernetes import client
+from prometheus_client.core import CounterMetricFamily
+
+from cluster.kube import wait_for
+from cluster.prometheus import DemandExporter, Prometheus
+
+from .operator_fixtures import crds, custom, run_operator  # noqa: F401  (fixtures)
+from .operator_harness import EXAMPLES, MANAGED, condition, systems, wait_ready
+
+METRIC = "tessera_test_requests"
+TOKEN = "tessera-test-token-7f3a9c"
+QUERY = f'rate({METRIC}_total{{model="classifier"}}[5s])'
+NOSY_QUERY = f'sum(rate({METRIC}_total{{namespace="other-tenant"}}[5s]))'
+READY_TIMEOUT_S = 240
+
+
+class TenantExporter(DemandExporter):
+    """Request counters per (namespace, model, replica); a series can be NaN or absent."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.nan: set[tuple] = set()
+
+    def drop(self, key: tuple) -> None:
+        with self._lock:
+            self._advance()
+            self._rates.pop(key, None)
+            self._totals.pop(key, None)
+
+    def collect(self):
+        with self._lock:
+            self._advance()
+            total = CounterMetricFamily(METRIC, "Requests (tenant demand for tests).",
+                                        labels=["namespace", "model", "replica"])
+            for key in sorted(self._rates):
+                total.add_metric(list(key), math.nan if key in self.nan else self._totals[key])
+        yield total
+
+
+@pytest.fixture(scope="module")
+def tenant_prometheus(tmp_path_factory):
+    exporter = TenantExporter().start()
+    prom = Prometheus(tmp_path_factory.mktemp("tenant-prometheus"), {"tenants": exporter.address}).start()
+    prom.wait_for('up{job="tenants"} == 1', timeout=60)
+    yield exporter, prom
+    prom.stop()
+    exporter.stop()
+
+
+def _system(name: str, query: str) -> str:
+    document = yaml.safe_load((EXAMPLES / "single-model.yaml").read_text())
+    document["metadata"]["name"] = name
+    document["spec"]["demandSource"] = {"query": query}
+    return yaml.safe_dump(document)
+
+
+def _deployments(api_client, namespace: str, system: str) -> list:
+    found = client.AppsV1Api(api_client).list_namespaced_deployment(namespace, label_selector=MANAGED).items
+    return [d for d in found if any(o.name == system for o in d.metadata.owner_references or [])]
+
+
+def _replicas(api_client, namespace: str, system: str) -> int:
+    return sum(d.spec.replicas for d in _deployments(api_client, namespace, system))
+
+
+def _running(api_client, namespace: str, system: str) -> int:
+    return sum(d.status.available_replicas or 0 for d in _deployments(api_client, namespace, system))
+
+
+def _metrics(custom, namespace: str, name: str) -> dict | None:
+    return condition(systems(custom, namespace).get(name, {}), "MetricsAvailable")
+
+
+def _wait_metrics(custom, operator, name: str, status: str, reason: str, timeout: float = 60) -> dict:
+    def reached():
+        if not operator.alive():
+            raise AssertionError(f"operator exited:\n{operator.log_text()}")
+        found = _metrics(custom, operator.namespace, name)
+        return found if found and (found["status"], found["reason"]) == (status, reason) else None
+    try:
+        return wait_for(reached, timeout, f"MetricsAvailable {status} {reason}", interval=0.5)
+    except TimeoutError:
+        raise AssertionError(f"{_metrics(custom, operator.namespace, name)}\n{operator.log_text()}") from None
+
+
+def _hold_without_scale_down(api_client, namespace: str, system: str, floor: int, seconds: float) -> None:
+    """Longer than the scale-down window: the replicas never drop below `floor`."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        assert _replicas(api_client, namespace, system) >= floor
+        time.sleep(0.5)
+
+
+def test_demand_from_prometheus_scales_up_and_never_down_on_bad_data(
+        run_operator, tenant_prometheus, custom, api_client, kubectl, core, tmp_path):
+    exporter, prom = tenant_prometheus
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN)
+    operator = run_operator(nodes=2)
+    operator.extra_args = ["--prometheus-url", prom.url, "--prometheus-token-file", str(token_file),
+                           "--prometheus-timeout", "2", "--demand-poll", "1", "--scale-down-stabilization", "4",
+                           "--repartition-window", "0"]
+    ns = operator.namespace
+    series = (ns, "classifier", "a")
+    exporter.set_rate(series, 200.0)
+    exporter.set_rate(("other-tenant", "classifier", "a"), 5000.0)  # another namespace's series, never read
+    operator.start()
+    kubectl("apply", "-n", ns, "-f", "-", input=_system("classifier", QUERY))
+    kubectl("apply", "-n", ns, "-f", "-", input=_system("nosy", NOSY_QUERY))
+    wait_ready(custom, ns, ["classifier"], READY_TIMEOUT_S, operator)
+    _wait_metrics(custom, operator, "classifier", "True", "DemandRead")
+    before = _replicas(api_client, ns, "classifier")
+    assert before >= 1
+
+    # A step up: more replicas, Running.
+    exporter.set_rate(series, 2000.0)
+    wait_for(lambda: _replicas(api_client, ns, "classifier") > before, 60, "more replicas after a step up")
+    up = _replicas(api_client, ns, "classifier")
+    wait_for(lambda: _running(api_client, ns, "classifier") >= up, READY_TIMEOUT_S, "the new replicas Running")
+
+    # The tenant's query naming another namespace's series reads nothing of it.
+    _wait_metrics(custom, operator, "nosy", "False", "NoData")
+    assert "observedRequestsPerSecond" not in systems(custom, ns)["nosy"]["status"]["demand"]
+
+    # Bad data, each longer than the scale-down window: Unknown, no scale-down, then recovery.
+    def bad_phase(reason: str, spoil, mend) -> None:
+        spoil()
+        _wait_metrics(custom, operator, "classifier", "False", reason)
+        _hold_without_scale_down(api_client, ns, "classifier", up, seconds=8)
+        mend()
+        _wait_metrics(custom, operator, "classifier", "True", "DemandRead")
+
+    bad_phase("PrometheusUnreachable", prom.stop, lambda: (prom.start(), prom.wait_for('up{job="tenants"} == 1')))
+    bad_phase("NoData", lambda: exporter.drop(series), lambda: exporter.set_rate(series, 2000.0))
+    bad_phase("NotANumber", lambda: exporter.nan.add(series), lambda: exporter.nan.discard(series))
+    second = (ns, "classifier", "b")
+    bad_phase("SeveralSeries", lambda: exporter.set_rate(second, 1.0), lambda: exporter.drop(second))
+    assert _replicas(api_client, ns, "classifier") >= up
+
+    # The token appears in no log, status or Event.
+    statuses = json.dumps([s.get("status") for s in systems(custom, ns).values()])
+    events = json.dumps([(e.reason, e.message) for e in core.list_namespaced_event(ns).items])
+    log = operator.log.read_text(errors="replace")
+    assert TOKEN not in log and TOKEN not in statuses and TOKEN not in events
+    assert "demand" in statuses and "PrometheusUnreachable" in events and "MetricsAvailable" in log + events
