@@ -26,8 +26,9 @@ from .operator_harness import EXAMPLES, MANAGED, condition, systems, wait_ready
 METRIC = "tessera_test_requests"
 TOKEN = "tessera-test-token-7f3a9c"
 QUERY = f'rate({METRIC}_total{{model="classifier"}}[5s])'
-NOSY_QUERY = f'sum(rate({METRIC}_total{{namespace="other-tenant"}}[5s]))'
+NOSY_QUERY = f'sum(rate({METRIC}_total{{namespace="other-tenant",model="secret"}}[5s]))'
 READY_TIMEOUT_S = 240
+RATE_UP = 6000.0
 
 
 class TenantExporter(DemandExporter):
@@ -83,6 +84,10 @@ def _running(api_client, namespace: str, system: str) -> int:
     return sum(d.status.available_replicas or 0 for d in _deployments(api_client, namespace, system))
 
 
+def _slices(custom, namespace: str, system: str) -> int:
+    return ((systems(custom, namespace)[system].get("status") or {}).get("plan") or {}).get("slices", 0)
+
+
 def _metrics(custom, namespace: str, name: str) -> dict | None:
     return condition(systems(custom, namespace).get(name, {}), "MetricsAvailable")
 
@@ -99,11 +104,22 @@ def _wait_metrics(custom, operator, name: str, status: str, reason: str, timeout
         raise AssertionError(f"{_metrics(custom, operator.namespace, name)}\n{operator.log_text()}") from None
 
 
-def _hold_without_scale_down(api_client, namespace: str, system: str, floor: int, seconds: float) -> None:
-    """Longer than the scale-down window: the replicas never drop below `floor`."""
+def _wait(custom, operator, check, timeout: float, what: str):
+    try:
+        return wait_for(check, timeout, what, interval=0.5)
+    except TimeoutError:
+        statuses = {n: s.get("status") for n, s in systems(custom, operator.namespace).items()}
+        raise AssertionError(f"timed out after {timeout}s waiting for {what}: {json.dumps(statuses, indent=1)}\n"
+                             f"{operator.log_text()}") from None
+
+
+def _hold_without_scale_down(api_client, custom, namespace: str, system: str, replicas: int, slices: int,
+                             seconds: float) -> None:
+    """Longer than the scale-down window: neither replicas nor planned capacity drop."""
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
-        assert _replicas(api_client, namespace, system) >= floor
+        assert _replicas(api_client, namespace, system) >= replicas
+        assert _slices(custom, namespace, system) >= slices
         time.sleep(0.5)
 
 
@@ -119,20 +135,21 @@ def test_demand_from_prometheus_scales_up_and_never_down_on_bad_data(
     ns = operator.namespace
     series = (ns, "classifier", "a")
     exporter.set_rate(series, 200.0)
-    exporter.set_rate(("other-tenant", "classifier", "a"), 5000.0)  # another namespace's series, never read
+    exporter.set_rate(("other-tenant", "secret", "a"), 5000.0)  # another namespace's series, never read
     operator.start()
     kubectl("apply", "-n", ns, "-f", "-", input=_system("classifier", QUERY))
     kubectl("apply", "-n", ns, "-f", "-", input=_system("nosy", NOSY_QUERY))
     wait_ready(custom, ns, ["classifier"], READY_TIMEOUT_S, operator)
     _wait_metrics(custom, operator, "classifier", "True", "DemandRead")
-    before = _replicas(api_client, ns, "classifier")
-    assert before >= 1
+    before = _slices(custom, ns, "classifier")
+    assert before >= 1 and _replicas(api_client, ns, "classifier") >= 1
 
-    # A step up: more replicas, Running.
-    exporter.set_rate(series, 2000.0)
-    wait_for(lambda: _replicas(api_client, ns, "classifier") > before, 60, "more replicas after a step up")
-    up = _replicas(api_client, ns, "classifier")
-    wait_for(lambda: _running(api_client, ns, "classifier") >= up, READY_TIMEOUT_S, "the new replicas Running")
+    # A step up: more capacity (compute slices of MIG instances), its replicas Running.
+    exporter.set_rate(series, RATE_UP)
+    _wait(custom, operator, lambda: _slices(custom, ns, "classifier") > before, 90, "more capacity after a step up")
+    up, slices_up = _replicas(api_client, ns, "classifier"), _slices(custom, ns, "classifier")
+    _wait(custom, operator, lambda: _running(api_client, ns, "classifier") >= up, READY_TIMEOUT_S,
+          "the new replicas Running")
 
     # The tenant's query naming another namespace's series reads nothing of it.
     _wait_metrics(custom, operator, "nosy", "False", "NoData")
@@ -142,16 +159,16 @@ def test_demand_from_prometheus_scales_up_and_never_down_on_bad_data(
     def bad_phase(reason: str, spoil, mend) -> None:
         spoil()
         _wait_metrics(custom, operator, "classifier", "False", reason)
-        _hold_without_scale_down(api_client, ns, "classifier", up, seconds=8)
+        _hold_without_scale_down(api_client, custom, ns, "classifier", up, slices_up, seconds=8)
         mend()
         _wait_metrics(custom, operator, "classifier", "True", "DemandRead")
 
     bad_phase("PrometheusUnreachable", prom.stop, lambda: (prom.start(), prom.wait_for('up{job="tenants"} == 1')))
-    bad_phase("NoData", lambda: exporter.drop(series), lambda: exporter.set_rate(series, 2000.0))
+    bad_phase("NoData", lambda: exporter.drop(series), lambda: exporter.set_rate(series, RATE_UP))
     bad_phase("NotANumber", lambda: exporter.nan.add(series), lambda: exporter.nan.discard(series))
     second = (ns, "classifier", "b")
     bad_phase("SeveralSeries", lambda: exporter.set_rate(second, 1.0), lambda: exporter.drop(second))
-    assert _replicas(api_client, ns, "classifier") >= up
+    assert _replicas(api_client, ns, "classifier") >= up and _slices(custom, ns, "classifier") >= slices_up
 
     # The token appears in no log, status or Event.
     statuses = json.dumps([s.get("status") for s in systems(custom, ns).values()])

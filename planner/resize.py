@@ -1,0 +1,192 @@
+"""Replicas-only re-solve: new demand, the same variants, configurations and MIG layouts.
+
+A demand change that the running layouts can absorb should not pay for a
+MILP nor move anything but replica counts: re-partitioning stops a GPU's
+servers, adding a replica on an idle MIG instance does not. So, per task,
+with its variant, its (segment type, batch) configurations, its latency
+budget and the plan's headroom fixed, the new load is split over the
+configurations as the old one was, each gets the fewest replicas whose
+profiled throughput carries its load, and the replicas go onto the plan's
+own MIG instances: kept where they are, new ones on idle instances of the
+same profile. The result passes the planner's independent checker or is
+refused (None): then only a full re-plan can serve the demand (more or
+other instances, a smaller batch whose batches still fill in time, ...).
+
+On a node pool, GPUs the plan leaves alone whose MIG layout is known (left
+partitioned by an earlier plan) lend their idle instances too. The layouts
+never change: a scale-down frees pods and instances, not re-partitioned
+GPUs; the next full re-plan consolidates.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+
+from tessera.planner.assignment import config_key, layout_of
+from tessera.planner.catalog import gpu_product, layout_compute_slices
+from tessera.planner.checker import check_plan
+from tessera.planner.features import Features
+from tessera.planner.latency import min_segment_load_rps, stage_latency_ms
+from tessera.planner.model import Pool, SystemSpec
+from tessera.planner.nodes import NodePool, pool_gpus
+from tessera.planner.plan import GpuPlan, InstancePlan, Plan, SolverReport, SystemSummary, TaskPlan
+from tessera.planner.profiles import ProfileStore
+from tessera.planner.solve import PlannerOptions
+
+STATUS = "ReplicasOnly"
+
+
+def resize_replicas(current: Plan, systems: list[SystemSpec], pool: Pool | NodePool, store: ProfileStore | None,
+                    features: Features = Features(), options: PlannerOptions = PlannerOptions()) -> Plan | None:
+    """`current` re-sized for the systems' demands, or None when only a full re-plan can serve them."""
+    started = time.perf_counter()
+    by_name = {s.name: s for s in systems}
+    if {t.system for t in current.tasks} != set(by_name):
+        return None  # systems came or went: not a demand-only change
+    demands = {}
+    for system in systems:
+        variants = {t.task: t.variant for t in current.tasks if t.system == system.name}
+        if set(variants) != {t.name for t in system.tasks}:
+            return None
+        demands.update({(system.name, task): rps for task, rps in system.demand(variants).items()})
+    spare = _spare_gpus(current, pool)
+    counts = _replica_counts(current, spare, demands)
+    if counts is None:
+        return None
+    tasks = []
+    for task in current.tasks:
+        resized = _resize_task(task, counts[(task.system, task.task)], demands[(task.system, task.task)])
+        if resized is None:
+            return None
+        tasks.append(resized)
+    gpus = _place(current.gpus + spare, current.tasks, tasks)
+    if gpus is None:
+        return None
+    kept = {g.index for g in current.gpus}
+    gpus = [g for g in gpus if g.index in kept or any(i.config is not None for i in g.instances)]
+    plan = _finish(current, systems, tasks, gpus, time.perf_counter() - started)
+    if check_plan(plan, systems, pool, store, features, options):
+        return None
+    return plan
+
+
+def _replica_counts(current: Plan, spare: list[GpuPlan], demands: dict[tuple[str, str], float],
+                    ) -> dict[tuple[str, str], list[int]] | None:
+    """Per task, replicas per configuration: first every task gives back what it no longer needs, then
+    tasks that need more take idle instances, the most throughput per compute slice first."""
+    product = gpu_product(current.gpu)
+    usable = {(t.system, t.task): [c.segment_throughput_rps / (1 + current.headroom) for c in t.configs]
+              for t in current.tasks}
+    counts = {(t.system, t.task): [c.replicas for c in t.configs] for t in current.tasks}
+    idle = Counter(i.mig_profile for g in current.gpus + spare for i in g.instances if i.config is None)
+    by_key = {(t.system, t.task): t for t in current.tasks}
+
+    def capacity(key: tuple[str, str]) -> float:
+        return sum(n * u for n, u in zip(counts[key], usable[key]))
+
+    def per_slice(key: tuple[str, str], i: int) -> float:
+        return usable[key][i] / product.profile(by_key[key].configs[i].segment.mig_profile).compute_slices
+
+    for key, n in counts.items():  # give back: the least throughput per slice first, one replica kept per config
+        for i in sorted(range(len(n)), key=lambda i: per_slice(key, i)):
+            while n[i] > 1 and capacity(key) - usable[key][i] >= demands[key]:
+                n[i] -= 1
+                idle[by_key[key].configs[i].segment.mig_profile] += 1
+    for key, n in counts.items():  # take: the most throughput per slice first, where instances are idle
+        order = sorted(range(len(n)), key=lambda i: -per_slice(key, i))
+        while capacity(key) < demands[key] * (1 - 1e-9):
+            free = [i for i in order if idle[by_key[key].configs[i].segment.mig_profile] > 0]
+            if not free:
+                return None
+            n[free[0]] += 1
+            idle[by_key[key].configs[free[0]].segment.mig_profile] -= 1
+    return counts
+
+
+def _resize_task(task: TaskPlan, replicas: list[int], demand_rps: float) -> TaskPlan | None:
+    """The task with these replicas, its demand split in proportion to each configuration's throughput."""
+    total = sum(n * c.segment_throughput_rps for n, c in zip(replicas, task.configs))
+    configs = []
+    for n, config in zip(replicas, task.configs):
+        load = demand_rps * n * config.segment_throughput_rps / total if total > 0 else 0.0
+        if load > 0 and load / n < min_segment_load_rps(config.batch_latency_ms, config.batch, config.segment.mps,
+                                                        task.budget_ms):
+            return None  # batches would not fill within the budget: another batch size is a re-plan
+        configs.append(config.model_copy(update={
+            "replicas": n, "load_rps": load,
+            "stage_latency_ms": stage_latency_ms(config.batch_latency_ms, config.batch, config.segment.mps, load / n)}))
+    if any(c.stage_latency_ms > task.budget_ms for c in configs if c.load_rps > 0):
+        return None
+    return task.model_copy(update={"demand_rps": demand_rps, "configs": configs,
+                                   "stage_latency_ms": max(c.stage_latency_ms for c in configs)})
+
+
+def _spare_gpus(current: Plan, pool: Pool | NodePool) -> list[GpuPlan]:
+    """GPUs of a node pool that the plan leaves alone but whose MIG layout is known: idle instances to use."""
+    if not isinstance(pool, NodePool):
+        return []
+    used = {(g.node, g.device) for g in current.gpus}
+    return [GpuPlan(index=g.index, node=g.node, device=g.device, layout=list(g.current),
+                    instances=[InstancePlan(mig_profile=name) for name, count in g.current for _ in range(count)])
+            for g in pool_gpus(pool).free if g.current and (g.node, g.device) not in used]
+
+
+def _place(gpus: list[GpuPlan], old_tasks: list[TaskPlan], new_tasks: list[TaskPlan]) -> list[GpuPlan] | None:
+    """Replicas on the plan's own instances: kept ones in place, new ones on idle instances of their profile."""
+    old = {(t.system, t.task): t for t in old_tasks}
+    wanted: Counter = Counter()
+    index_of: dict[tuple, tuple[str, str, int]] = {}
+    for task in new_tasks:
+        for i, config in enumerate(task.configs):
+            wanted[config_key(task, config)] += config.replicas
+            index_of[config_key(task, config)] = (task.system, task.task, i)
+    placed: list[GpuPlan] = []
+    idle: list[tuple[int, int]] = []  # (gpu position, instance position)
+    for g, gpu in enumerate(gpus):
+        instances = []
+        for j, instance in enumerate(gpu.instances):
+            task = old.get((instance.system, instance.task)) if instance.config is not None else None
+            key = config_key(task, task.configs[instance.config]) if task is not None else None
+            if key is not None and wanted[key] > 0:
+                wanted[key] -= 1
+                system, name, index = index_of[key]
+                instances.append(InstancePlan(mig_profile=instance.mig_profile, system=system, task=name,
+                                              config=index))
+            else:
+                instances.append(InstancePlan(mig_profile=instance.mig_profile))
+                idle.append((g, j))
+        placed.append(gpu.model_copy(update={"instances": instances}))
+    for key, count in wanted.items():
+        system, name, index = index_of[key]
+        profile = key[3].mig_profile
+        for _ in range(count):
+            slot = next(((g, j) for g, j in idle if placed[g].instances[j].mig_profile == profile), None)
+            if slot is None:
+                return None  # more instances of this profile than the layouts hold
+            idle.remove(slot)
+            placed[slot[0]].instances[slot[1]] = InstancePlan(mig_profile=profile, system=system, task=name,
+                                                              config=index)
+    assert all(layout_of(a) == layout_of(b) for a, b in zip(placed, gpus))
+    return placed
+
+
+def _finish(current: Plan, systems: list[SystemSpec], tasks: list[TaskPlan], gpus: list[GpuPlan],
+            seconds: float) -> Plan:
+    by_key = {(t.system, t.task): t for t in tasks}
+    paths = [p.model_copy(update={"latency_ms": sum(by_key[(p.system, t)].stage_latency_ms for t in p.tasks)})
+             for p in current.paths]
+    summaries = []
+    for system in systems:
+        own = [p for p in paths if p.system == system.name]
+        old = next(s for s in current.systems if s.system == system.name)
+        summaries.append(SystemSummary(
+            system=system.name, demand_rps=system.demand_rps, served_rps=system.demand_rps,
+            latency_slo_ms=old.latency_slo_ms, worst_path_latency_ms=max(p.latency_ms for p in own),
+            accuracy_slo=old.accuracy_slo, worst_path_accuracy=old.worst_path_accuracy))
+    report = SolverReport(status=STATUS, stages=[], objective={}, mip_gap=0.0, build_s=0.0, solve_s=seconds,
+                          variables=0, constraints=0)
+    product = gpu_product(current.gpu)
+    return current.model_copy(update={
+        "tasks": tasks, "gpus": gpus, "paths": paths, "systems": summaries, "solver": report, "diagnosis": [],
+        "gpus_used": len(gpus), "slices_used": sum(layout_compute_slices(product, layout_of(g)) for g in gpus)})
