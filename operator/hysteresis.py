@@ -12,7 +12,9 @@ node's servers), so demand moves the plan asymmetrically:
   planned demand at once; the next step waits a new window;
 - never on missing data: an Unknown reading holds the plan and restarts the
   stabilization window, as does a reading taken while a pod is not Ready
-  (a stopping pod takes its counters with it, so demand would seem to fall).
+  (a stopping pod takes its counters with it, so demand would seem to fall),
+  and so do readings further apart than half the window (what happened
+  between them was not seen).
 
 The state is plain data that the operator keeps in the system's status, so a
 restarted operator resumes its windows rather than starting them again.
@@ -42,6 +44,12 @@ class Windows:
     repartition_s: float = 600.0
     step: float = 0.25
 
+    @property
+    def max_gap_s(self) -> float:
+        """Readings further apart restart the stabilization window: it must be seen, not assumed
+        (a long solve or an operator restart leaves no readings in between)."""
+        return self.stabilization_s / 2
+
 
 @dataclass(frozen=True)
 class DemandState:
@@ -51,6 +59,7 @@ class DemandState:
     last_scale_up: datetime | None = None
     last_scale_down: datetime | None = None
     last_repartition: datetime | None = None
+    last_reading: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -71,9 +80,12 @@ def decide(state: DemandState, reading_rps: float | None, now: datetime, windows
     if reading_rps is None:
         return Decision(Move.UNKNOWN, _restart_window(state),
                         f"demand Unknown: the plan for {planned:g} requests/s holds")
+    seen = state.last_reading is not None and now - state.last_reading <= _seconds(windows.max_gap_s)
+    state = replace(state if seen else _restart_window(state), last_reading=now)
     wanted = max(reading_rps, minimum_rps)
     if wanted > planned * (1 + TOLERANCE) or (planned == 0 and wanted > 0):
-        return Decision(Move.UP, DemandState(wanted, None, None, now, state.last_scale_down, state.last_repartition),
+        return Decision(Move.UP, DemandState(wanted, None, None, now, state.last_scale_down, state.last_repartition,
+                                             now),
                         f"scaled up from {planned:g} to {wanted:g} requests/s")
     if wanted >= planned * (1 - TOLERANCE) or planned == 0:
         return Decision(Move.HOLD, _restart_window(state), f"{wanted:g} requests/s is within the plan's {planned:g}")
@@ -95,7 +107,8 @@ def decide(state: DemandState, reading_rps: float | None, now: datetime, windows
     if target >= planned * (1 - TOLERANCE):
         return Decision(Move.HOLD, replace(waiting, below_since=now, window_peak_rps=wanted),
                         f"the window's peak {peak:g} requests/s is within the plan's {planned:g}")
-    return Decision(Move.DOWN, DemandState(target, now, wanted, state.last_scale_up, now, state.last_repartition),
+    return Decision(Move.DOWN, DemandState(target, now, wanted, state.last_scale_up, now, state.last_repartition,
+                                           now),
                     f"scaled down from {planned:g} to {target:g} requests/s (readings at most {peak:g} for the "
                     f"window, steps of at most {100 * windows.step:g}%)")
 

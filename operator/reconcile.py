@@ -224,6 +224,9 @@ class Reconciler:
         (Invalid) only when it serves nothing even alone on the whole pool,
         else the pool is too small (Degraded).
         """
+        resized = self.demand.replicas_only(current, candidates, gpus, pool.gpu.name, self.options)
+        if resized is not None:
+            return resized, {}
         result = self.run_solver(pool, candidates, gpus, current)
         if result.kind == "cancelled":
             raise SolveCancelled(result.message)

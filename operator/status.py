@@ -110,14 +110,7 @@ def build_status(generation: int, phase: str, conditions: list[Condition], summa
 
 def status_changed(previous: dict, new: dict) -> bool:
     keys = ("observedGeneration", "phase", "conditions", "plan")
-    return any(previous.get(key) != new.get(key) for key in keys) or _demand_changed(previous, new)
-
-
-def _demand_changed(previous: dict, new: dict) -> bool:
-    """A new reading of the same value is no change: status is not rewritten at every poll."""
-    def decided(status: dict) -> dict:
-        return {k: v for k, v in (status.get("demand") or {}).items() if k != "observedTime"}
-    return decided(previous) != decided(new)
+    return any(previous.get(key) != new.get(key) for key in keys) or previous.get("demand") != new.get("demand")
 
 
 def events_for(previous: dict, new: dict) -> list[EventSpec]:

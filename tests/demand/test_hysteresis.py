@@ -83,7 +83,16 @@ def test_a_restart_inside_the_window_resumes_it():
     before = run([40] * 12)  # 3 minutes below the plan, then the operator restarts
     kept = before[-1].state  # what status holds
     restarted = DemandState(kept.planned_rps, kept.below_since, kept.window_peak_rps, kept.last_scale_up,
-                            kept.last_scale_down, kept.last_repartition)
+                            kept.last_scale_down, kept.last_repartition, kept.last_reading)
     after = run([40] * 20, state=restarted, start=T0 + 12 * POLL)
     first_down = next(i for i, d in enumerate(after) if d.move == Move.DOWN)
     assert (12 + first_down) * POLL == timedelta(seconds=300)  # the window counted from before the restart
+
+
+def test_readings_further_apart_than_half_the_window_restart_it():
+    """A long solve or a restart leaves no readings in between: low readings 4 minutes apart prove nothing."""
+    state = DemandState(100.0)
+    for minute in (0, 4, 8):
+        decision = decide(state, 40, T0 + timedelta(minutes=minute), WINDOWS)
+        state = decision.state
+        assert decision.move == Move.WAIT and state.below_since == T0 + timedelta(minutes=minute)
