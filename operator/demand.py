@@ -31,6 +31,7 @@ from tessera.operator.prometheus import PrometheusClient, Reading, Reason, unkno
 from tessera.operator.promql import QueryRejected, confine
 from tessera.operator.systems import SystemObject
 from tessera.planner.model import Pool as PlannerPool
+from tessera.planner.model import SystemDemandSource
 from tessera.planner.plan import Plan
 from tessera.planner.profile_sources import build_profile_store
 from tessera.planner.resize import resize_replicas
@@ -238,7 +239,7 @@ class DemandPlanner:
         return status.model_dump(by_alias=True, mode="json", exclude_none=True)
 
 
-def _source(system: SystemObject):  # type: ignore[no-untyped-def]
+def _source(system: SystemObject) -> SystemDemandSource | None:
     return system.spec.demand_source if system.spec is not None else None
 
 

@@ -23,6 +23,9 @@ from __future__ import annotations
 import time
 from collections import Counter
 
+import highspy
+import numpy as np
+
 from tessera.planner.assignment import config_key, layout_of
 from tessera.planner.catalog import gpu_product, layout_compute_slices
 from tessera.planner.checker import check_plan
@@ -30,7 +33,7 @@ from tessera.planner.features import Features
 from tessera.planner.latency import min_segment_load_rps, stage_latency_ms
 from tessera.planner.model import Pool, SystemSpec
 from tessera.planner.nodes import NodePool, pool_gpus
-from tessera.planner.plan import GpuPlan, InstancePlan, Plan, SolverReport, SystemSummary, TaskPlan
+from tessera.planner.plan import ConfigPlan, GpuPlan, InstancePlan, Plan, SolverReport, SystemSummary, TaskPlan
 from tessera.planner.profiles import ProfileStore
 from tessera.planner.solve import PlannerOptions
 
@@ -56,7 +59,8 @@ def resize_replicas(current: Plan, systems: list[SystemSpec], pool: Pool | NodeP
         return None
     tasks = []
     for task in current.tasks:
-        resized = _resize_task(task, counts[(task.system, task.task)], demands[(task.system, task.task)])
+        resized = _resize_task(task, counts[(task.system, task.task)], demands[(task.system, task.task)],
+                               current.headroom)
         if resized is None:
             return None
         tasks.append(resized)
@@ -72,54 +76,83 @@ def resize_replicas(current: Plan, systems: list[SystemSpec], pool: Pool | NodeP
 
 
 def _replica_counts(current: Plan, spare: list[GpuPlan], demands: dict[tuple[str, str], float],
-                    ) -> dict[tuple[str, str], list[int]] | None:
-    """Per task, replicas per configuration: first every task gives back what it no longer needs, then
-    tasks that need more take idle instances, the most throughput per compute slice first."""
+                    time_limit_s: float = 2.0) -> dict[tuple[str, str], list[int]] | None:
+    """Per task, replicas per configuration: a small integer program on replica counts alone.
+
+    Every configuration keeps at least one replica; a task's replicas carry
+    its demand within their usable throughput, and fill their batches within
+    its budget (at least their least load each); a MIG profile's replicas
+    fit its instances in the layouts. Fewest compute slices first, then the
+    fewest replicas changed (weighted so that no change outweighs a slice).
+    """
     product = gpu_product(current.gpu)
-    usable = {(t.system, t.task): [c.segment_throughput_rps / (1 + current.headroom) for c in t.configs]
-              for t in current.tasks}
-    counts = {(t.system, t.task): [c.replicas for c in t.configs] for t in current.tasks}
-    idle = Counter(i.mig_profile for g in current.gpus + spare for i in g.instances if i.config is None)
-    by_key = {(t.system, t.task): t for t in current.tasks}
-
-    def capacity(key: tuple[str, str]) -> float:
-        return sum(n * u for n, u in zip(counts[key], usable[key]))
-
-    def per_slice(key: tuple[str, str], i: int) -> float:
-        return usable[key][i] / product.profile(by_key[key].configs[i].segment.mig_profile).compute_slices
-
-    for key, n in counts.items():  # give back: the least throughput per slice first, one replica kept per config
-        for i in sorted(range(len(n)), key=lambda i: per_slice(key, i)):
-            while n[i] > 1 and capacity(key) - usable[key][i] >= demands[key]:
-                n[i] -= 1
-                idle[by_key[key].configs[i].segment.mig_profile] += 1
-    for key, n in counts.items():  # take: the most throughput per slice first, where instances are idle
-        order = sorted(range(len(n)), key=lambda i: -per_slice(key, i))
-        while capacity(key) < demands[key] * (1 - 1e-9):
-            free = [i for i in order if idle[by_key[key].configs[i].segment.mig_profile] > 0]
-            if not free:
-                return None
-            n[free[0]] += 1
-            idle[by_key[key].configs[free[0]].segment.mig_profile] -= 1
+    instances = Counter(i.mig_profile for g in current.gpus + spare for i in g.instances)
+    columns = [(t, i, c) for t in current.tasks for i, c in enumerate(t.configs)]
+    slices = [product.profile(c.segment.mig_profile).compute_slices for _, _, c in columns]
+    weight = 2.0 * (len(columns) * max(instances.values(), default=1) + 1)
+    h = highspy.Highs()
+    h.setOptionValue("output_flag", False)
+    h.setOptionValue("time_limit", time_limit_s)
+    count = len(columns)
+    for (_, _, config), cost in zip(columns, slices):  # n: replicas
+        h.addVar(1, instances[config.segment.mig_profile])
+        h.changeColCost(h.getNumCol() - 1, weight * cost)
+    for _ in range(2 * count):  # up and down: the change from the running replicas
+        h.addVar(0, highspy.kHighsInf)
+        h.changeColCost(h.getNumCol() - 1, 1.0)
+    h.changeColsIntegrality(count, np.arange(count, dtype=np.int32),
+                            np.full(count, highspy.HighsVarType.kInteger, dtype=np.uint8))
+    for j, (_, _, config) in enumerate(columns):  # n - up + down = running replicas
+        h.addRow(config.replicas, config.replicas, 3, np.array([j, count + j, 2 * count + j], dtype=np.int32),
+                 np.array([1.0, -1.0, 1.0]))
+    by_task: dict[tuple[str, str], list[int]] = {}
+    for j, (task, _, _) in enumerate(columns):
+        by_task.setdefault((task.system, task.task), []).append(j)
+    for key, js in by_task.items():
+        task = columns[js[0]][0]
+        usable = [columns[j][2].segment_throughput_rps / (1 + current.headroom) for j in js]
+        least = [_least_load(task, columns[j][2]) for j in js]
+        index = np.array(js, dtype=np.int32)
+        h.addRow(demands[key], highspy.kHighsInf, len(js), index, np.array(usable))
+        h.addRow(-highspy.kHighsInf, demands[key], len(js), index, np.array(least))
+    for profile in {c.segment.mig_profile for _, _, c in columns}:
+        js = [j for j, (_, _, c) in enumerate(columns) if c.segment.mig_profile == profile]
+        h.addRow(-highspy.kHighsInf, instances[profile], len(js), np.array(js, dtype=np.int32), np.ones(len(js)))
+    h.run()
+    if h.modelStatusToString(h.getModelStatus()) != "Optimal":
+        return None
+    values = h.getSolution().col_value
+    counts: dict[tuple[str, str], list[int]] = {}
+    for j, (task, _, _) in enumerate(columns):
+        counts.setdefault((task.system, task.task), []).append(int(round(values[j])))
     return counts
 
 
-def _resize_task(task: TaskPlan, replicas: list[int], demand_rps: float) -> TaskPlan | None:
-    """The task with these replicas, its demand split in proportion to each configuration's throughput."""
-    total = sum(n * c.segment_throughput_rps for n, c in zip(replicas, task.configs))
+def _resize_task(task: TaskPlan, replicas: list[int], demand_rps: float, headroom: float) -> TaskPlan | None:
+    """The task with these replicas and its demand split so that every configuration's batches fill within
+    the budget (at least its least load per replica) and none runs past its usable throughput."""
+    least = [n * _least_load(task, c) for n, c in zip(replicas, task.configs)]
+    most = [n * c.segment_throughput_rps / (1 + headroom) for n, c in zip(replicas, task.configs)]
+    spare = demand_rps - sum(least)
+    room = sum(m - low for m, low in zip(most, least))
+    if spare < 0 or spare > room * (1 + 1e-9):
+        return None  # too many replicas to fill their batches, or too few: only a re-plan changes that
+    share = spare / room if room > 0 else 0.0
     configs = []
-    for n, config in zip(replicas, task.configs):
-        load = demand_rps * n * config.segment_throughput_rps / total if total > 0 else 0.0
-        if load > 0 and load / n < min_segment_load_rps(config.batch_latency_ms, config.batch, config.segment.mps,
-                                                        task.budget_ms):
-            return None  # batches would not fill within the budget: another batch size is a re-plan
+    for n, low, high, config in zip(replicas, least, most, task.configs):
+        load = low + (high - low) * share
         configs.append(config.model_copy(update={
             "replicas": n, "load_rps": load,
             "stage_latency_ms": stage_latency_ms(config.batch_latency_ms, config.batch, config.segment.mps, load / n)}))
-    if any(c.stage_latency_ms > task.budget_ms for c in configs if c.load_rps > 0):
+    if any(c.stage_latency_ms > task.budget_ms * (1 + 1e-9) for c in configs if c.load_rps > 0):
         return None
     return task.model_copy(update={"demand_rps": demand_rps, "configs": configs,
                                    "stage_latency_ms": max(c.stage_latency_ms for c in configs)})
+
+
+def _least_load(task: TaskPlan, config: ConfigPlan) -> float:
+    """Per replica: the least load that fills a batch within the task's budget."""
+    return min_segment_load_rps(config.batch_latency_ms, config.batch, config.segment.mps, task.budget_ms) * (1 + 1e-9)
 
 
 def _spare_gpus(current: Plan, pool: Pool | NodePool) -> list[GpuPlan]:
