@@ -38,6 +38,8 @@ from tessera.planner.profiles import ProfileStore
 from tessera.planner.solve import PlannerOptions
 
 STATUS = "ReplicasOnly"
+RunKey = tuple[object, ...]
+"""A running configuration: (system, task, variant, segment type, batch), as the assignment keys it."""
 
 
 def resize_replicas(current: Plan, systems: list[SystemSpec], pool: Pool | NodePool, store: ProfileStore | None,
@@ -90,7 +92,7 @@ def _replica_counts(current: Plan, spare: list[GpuPlan], demands: dict[tuple[str
     columns = [(t, i, c) for t in current.tasks for i, c in enumerate(t.configs)]
     slices = [product.profile(c.segment.mig_profile).compute_slices for _, _, c in columns]
     weight = 2.0 * (len(columns) * max(instances.values(), default=1) + 1)
-    h = highspy.Highs()
+    h = highspy.Highs()  # type: ignore[no-untyped-call]  # highspy ships no annotations for its constructor
     h.setOptionValue("output_flag", False)
     h.setOptionValue("time_limit", time_limit_s)
     count = len(columns)
@@ -168,22 +170,21 @@ def _spare_gpus(current: Plan, pool: Pool | NodePool) -> list[GpuPlan]:
 def _place(gpus: list[GpuPlan], old_tasks: list[TaskPlan], new_tasks: list[TaskPlan]) -> list[GpuPlan] | None:
     """Replicas on the plan's own instances: kept ones in place, new ones on idle instances of their profile."""
     old = {(t.system, t.task): t for t in old_tasks}
-    wanted: Counter = Counter()
-    index_of: dict[tuple, tuple[str, str, int]] = {}
+    wanted: Counter[RunKey] = Counter()
+    index_of: dict[RunKey, tuple[str, str, int, str]] = {}
     for task in new_tasks:
         for i, config in enumerate(task.configs):
             wanted[config_key(task, config)] += config.replicas
-            index_of[config_key(task, config)] = (task.system, task.task, i)
+            index_of[config_key(task, config)] = (task.system, task.task, i, config.segment.mig_profile)
     placed: list[GpuPlan] = []
     idle: list[tuple[int, int]] = []  # (gpu position, instance position)
     for g, gpu in enumerate(gpus):
         instances = []
         for j, instance in enumerate(gpu.instances):
-            task = old.get((instance.system, instance.task)) if instance.config is not None else None
-            key = config_key(task, task.configs[instance.config]) if task is not None else None
+            key = _running_config(old, instance)
             if key is not None and wanted[key] > 0:
                 wanted[key] -= 1
-                system, name, index = index_of[key]
+                system, name, index, _ = index_of[key]
                 instances.append(InstancePlan(mig_profile=instance.mig_profile, system=system, task=name,
                                               config=index))
             else:
@@ -191,8 +192,7 @@ def _place(gpus: list[GpuPlan], old_tasks: list[TaskPlan], new_tasks: list[TaskP
                 idle.append((g, j))
         placed.append(gpu.model_copy(update={"instances": instances}))
     for key, count in wanted.items():
-        system, name, index = index_of[key]
-        profile = key[3].mig_profile
+        system, name, index, profile = index_of[key]
         for _ in range(count):
             slot = next(((g, j) for g, j in idle if placed[g].instances[j].mig_profile == profile), None)
             if slot is None:
@@ -202,6 +202,13 @@ def _place(gpus: list[GpuPlan], old_tasks: list[TaskPlan], new_tasks: list[TaskP
                                                               config=index)
     assert all(layout_of(a) == layout_of(b) for a, b in zip(placed, gpus))
     return placed
+
+
+def _running_config(old: dict[tuple[str, str], TaskPlan], instance: InstancePlan) -> RunKey | None:
+    if instance.config is None or instance.system is None or instance.task is None:
+        return None
+    task = old.get((instance.system, instance.task))
+    return config_key(task, task.configs[instance.config]) if task is not None else None
 
 
 def _finish(current: Plan, systems: list[SystemSpec], tasks: list[TaskPlan], gpus: list[GpuPlan],
