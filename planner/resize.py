@@ -27,7 +27,7 @@ import highspy
 import numpy as np
 
 from tessera.planner.assignment import config_key, layout_of
-from tessera.planner.catalog import gpu_product, layout_compute_slices
+from tessera.planner.catalog import COMPUTE_SLICES, gpu_product, layout_compute_slices
 from tessera.planner.checker import check_plan
 from tessera.planner.features import Features
 from tessera.planner.latency import min_segment_load_rps, stage_latency_ms
@@ -66,7 +66,7 @@ def resize_replicas(current: Plan, systems: list[SystemSpec], pool: Pool | NodeP
         if resized is None:
             return None
         tasks.append(resized)
-    gpus = _place(current.gpus + spare, current.tasks, tasks)
+    gpus = _place(current.gpus, spare, current.tasks, tasks)
     if gpus is None:
         return None
     kept = {g.index for g in current.gpus}
@@ -117,9 +117,14 @@ def _replica_counts(current: Plan, spare: list[GpuPlan], demands: dict[tuple[str
         index = np.array(js, dtype=np.int32)
         h.addRow(demands[key], highspy.kHighsInf, len(js), index, np.array(usable))
         h.addRow(-highspy.kHighsInf, demands[key], len(js), index, np.array(least))
+    own = Counter(i.mig_profile for g in current.gpus for i in g.instances)
     for profile in {c.segment.mig_profile for _, _, c in columns}:
+        # Instances of spare GPUs cost as much as opening a whole GPU: taken only where the plan's own run out.
+        h.addVar(0, instances[profile] - own[profile])
+        h.changeColCost(h.getNumCol() - 1, weight * COMPUTE_SLICES)
         js = [j for j, (_, _, c) in enumerate(columns) if c.segment.mig_profile == profile]
-        h.addRow(-highspy.kHighsInf, instances[profile], len(js), np.array(js, dtype=np.int32), np.ones(len(js)))
+        h.addRow(-highspy.kHighsInf, own[profile], len(js) + 1, np.array(js + [h.getNumCol() - 1], dtype=np.int32),
+                 np.array([1.0] * len(js) + [-1.0]))
     h.run()
     if h.modelStatusToString(h.getModelStatus()) != "Optimal":
         return None
@@ -167,7 +172,8 @@ def _spare_gpus(current: Plan, pool: Pool | NodePool) -> list[GpuPlan]:
             for g in pool_gpus(pool).free if g.current and (g.node, g.device) not in used]
 
 
-def _place(gpus: list[GpuPlan], old_tasks: list[TaskPlan], new_tasks: list[TaskPlan]) -> list[GpuPlan] | None:
+def _place(old_gpus: list[GpuPlan], spare: list[GpuPlan], old_tasks: list[TaskPlan],
+           new_tasks: list[TaskPlan]) -> list[GpuPlan] | None:
     """Replicas on the plan's own instances: kept ones in place, new ones on idle instances of their profile."""
     old = {(t.system, t.task): t for t in old_tasks}
     wanted: Counter[RunKey] = Counter()
@@ -178,7 +184,8 @@ def _place(gpus: list[GpuPlan], old_tasks: list[TaskPlan], new_tasks: list[TaskP
             index_of[config_key(task, config)] = (task.system, task.task, i, config.segment.mig_profile)
     placed: list[GpuPlan] = []
     idle: list[tuple[int, int]] = []  # (gpu position, instance position)
-    for g, gpu in enumerate(gpus):
+    own_gpus = len(old_gpus)
+    for g, gpu in enumerate(old_gpus + spare):
         instances = []
         for j, instance in enumerate(gpu.instances):
             key = _running_config(old, instance)
@@ -194,14 +201,20 @@ def _place(gpus: list[GpuPlan], old_tasks: list[TaskPlan], new_tasks: list[TaskP
     for key, count in wanted.items():
         system, name, index, profile = index_of[key]
         for _ in range(count):
-            slot = next(((g, j) for g, j in idle if placed[g].instances[j].mig_profile == profile), None)
+            # The plan's own GPUs first, then spare GPUs already opened: the fewest GPUs in use.
+            candidates = [(g, j) for g, j in idle if placed[g].instances[j].mig_profile == profile]
+            slot = min(candidates, key=lambda c: (c[0] >= own_gpus, not _in_use(placed[c[0]]), c), default=None)
             if slot is None:
                 return None  # more instances of this profile than the layouts hold
             idle.remove(slot)
             placed[slot[0]].instances[slot[1]] = InstancePlan(mig_profile=profile, system=system, task=name,
                                                               config=index)
-    assert all(layout_of(a) == layout_of(b) for a, b in zip(placed, gpus))
+    assert all(layout_of(a) == layout_of(b) for a, b in zip(placed, old_gpus + spare))
     return placed
+
+
+def _in_use(gpu: GpuPlan) -> bool:
+    return any(i.config is not None for i in gpu.instances)
 
 
 def _running_config(old: dict[tuple[str, str], TaskPlan], instance: InstancePlan) -> RunKey | None:
