@@ -97,6 +97,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--full-step", type=float, default=1.2)
     parser.add_argument("--time-limit", type=float, default=120.0)
+    parser.add_argument("--save-base", type=Path, help="Also write the base plan (JSON) here, to study a refusal.")
     args = parser.parse_args()
     console = Console()
     options = PlannerOptions(time_limit_s=args.time_limit)
@@ -106,6 +107,8 @@ def main() -> None:
         base, base_wall, base_cpu = timed(lambda: plan(systems, Pool(gpu=GPU, gpus=NODES * PER_NODE), store,
                                                        options=options))
     base, nodes = on_nodes(base)
+    if args.save_base:
+        args.save_base.write_text(base.model_dump_json())
     rows = [row("base plan", 1.0, base, base_wall, base_cpu, base)]
     for step in STEPS:
         demand = scaled(systems, step)

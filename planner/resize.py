@@ -81,7 +81,7 @@ def _replica_counts(current: Plan, spare: list[GpuPlan], demands: dict[tuple[str
                     time_limit_s: float = 2.0) -> dict[tuple[str, str], list[int]] | None:
     """Per task, replicas per configuration: a small integer program on replica counts alone.
 
-    Every configuration keeps at least one replica; a task's replicas carry
+    A configuration may drop to no replica, none is added; a task's replicas carry
     its demand within their usable throughput, and fill their batches within
     its budget (at least their least load each); a MIG profile's replicas
     fit its instances in the layouts. Fewest compute slices first, then the
@@ -96,8 +96,8 @@ def _replica_counts(current: Plan, spare: list[GpuPlan], demands: dict[tuple[str
     h.setOptionValue("output_flag", False)
     h.setOptionValue("time_limit", time_limit_s)
     count = len(columns)
-    for (_, _, config), cost in zip(columns, slices):  # n: replicas
-        h.addVar(1, instances[config.segment.mig_profile])
+    for (_, _, config), cost in zip(columns, slices):  # n: replicas (0 drops the configuration)
+        h.addVar(0, instances[config.segment.mig_profile])
         h.changeColCost(h.getNumCol() - 1, weight * cost)
     for _ in range(2 * count):  # up and down: the change from the running replicas
         h.addVar(0, highspy.kHighsInf)
@@ -138,15 +138,19 @@ def _replica_counts(current: Plan, spare: list[GpuPlan], demands: dict[tuple[str
 def _resize_task(task: TaskPlan, replicas: list[int], demand_rps: float, headroom: float) -> TaskPlan | None:
     """The task with these replicas and its demand split so that every configuration's batches fill within
     the budget (at least its least load per replica) and none runs past its usable throughput."""
-    least = [n * _least_load(task, c) for n, c in zip(replicas, task.configs)]
-    most = [n * c.segment_throughput_rps / (1 + headroom) for n, c in zip(replicas, task.configs)]
+    kept = [(n, c) for n, c in zip(replicas, task.configs) if n > 0]
+    if not kept:
+        return None
+    replicas, configs_kept = [n for n, _ in kept], [c for _, c in kept]
+    least = [n * _least_load(task, c) for n, c in kept]
+    most = [n * c.segment_throughput_rps / (1 + headroom) for n, c in kept]
     spare = demand_rps - sum(least)
     room = sum(m - low for m, low in zip(most, least))
     if spare < 0 or spare > room * (1 + 1e-9):
         return None  # too many replicas to fill their batches, or too few: only a re-plan changes that
     share = spare / room if room > 0 else 0.0
     configs = []
-    for n, low, high, config in zip(replicas, least, most, task.configs):
+    for n, low, high, config in zip(replicas, least, most, configs_kept):
         load = low + (high - low) * share
         configs.append(config.model_copy(update={
             "replicas": n, "load_rps": load,
@@ -242,4 +246,5 @@ def _finish(current: Plan, systems: list[SystemSpec], tasks: list[TaskPlan], gpu
     product = gpu_product(current.gpu)
     return current.model_copy(update={
         "tasks": tasks, "gpus": gpus, "paths": paths, "systems": summaries, "solver": report, "diagnosis": [],
-        "gpus_used": len(gpus), "slices_used": sum(layout_compute_slices(product, layout_of(g)) for g in gpus)})
+        "gpus_used": len(gpus), "slices_used": sum(layout_compute_slices(product, layout_of(g)) for g in gpus),
+        "profile_sources": dict(Counter(c.source.value for t in tasks for c in t.configs))})

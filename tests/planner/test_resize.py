@@ -48,12 +48,13 @@ def replicas(result):
     return sum(c.replicas for t in result.tasks for c in t.configs)
 
 
-def test_a_scale_down_lowers_replicas_and_keeps_variants_configurations_and_layouts(base, systems, store, pool):
+def test_a_scale_down_lowers_replicas_and_keeps_variants_and_layouts_and_adds_no_configuration(base, systems, store, pool):
     result = resize_replicas(base, scaled(systems, 0.5), pool, store)
     assert result is not None and result.solver.status == STATUS
     assert replicas(result) < replicas(base)
-    assert [(t.variant, [(c.segment, c.batch) for c in t.configs]) for t in result.tasks] == \
-        [(t.variant, [(c.segment, c.batch) for c in t.configs]) for t in base.tasks]
+    for before, after in zip(base.tasks, result.tasks):  # a configuration may go, none comes
+        assert after.variant == before.variant
+        assert {(c.segment, c.batch) for c in after.configs} <= {(c.segment, c.batch) for c in before.configs}
     assert [layout_of(g) for g in result.gpus] == [layout_of(g) for g in base.gpus]
     assert result.fully_served
 
