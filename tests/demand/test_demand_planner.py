@@ -1,12 +1,9 @@
 """The reconciler's demand hook: what the planner is handed, what status says (operator/demand.py).
 
-Prometheus is a local HTTP server answering the value a test sets.
+Prometheus is a local HTTP server answering the value a test sets (conftest.py).
 """
 
-import json
-import threading
 from datetime import datetime, timedelta, timezone
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -21,28 +18,9 @@ T0 = datetime(2026, 12, 1, 8, 0, tzinfo=timezone.utc)
 
 
 @pytest.fixture
-def prometheus():
-    answer = {"value": "500"}
-    queries: list[str] = []
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self):
-            queries.append(self.rfile.read(int(self.headers["Content-Length"])).decode())
-            body = json.dumps({"status": "success", "data": {"resultType": "vector", "result": [
-                {"metric": {}, "value": [1.0, answer["value"]]}] if answer["value"] else []}}).encode()
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args):
-            pass
-
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{httpd.server_port}", answer, queries
-    httpd.shutdown()
-    httpd.server_close()
+def prometheus(prometheus_stub):
+    prometheus_stub.values = ("500",)
+    return prometheus_stub
 
 
 def system(status=None, **source):
@@ -58,15 +36,13 @@ def planner(url, clock, **settings):
 
 
 def test_the_planner_gets_the_measured_demand_and_the_query_is_confined(prometheus):
-    url, _, queries = prometheus
-    (planned,) = planner(url, lambda: T0).apply([system()], [])
+    (planned,) = planner(prometheus.url, lambda: T0).apply([system()], [])
     assert planned.spec.demand_rps == 500
-    assert "namespace%3D%22tenant-a%22" in queries[0]
+    assert "namespace%3D%22tenant-a%22" in prometheus.requests[0]["body"]
 
 
 def test_dry_run_reports_the_recommendation_and_plans_for_the_spec(prometheus):
-    url, _, _ = prometheus
-    hook = planner(url, lambda: T0)
+    hook = planner(prometheus.url, lambda: T0)
     original = system(dryRun=True)
     (planned,) = hook.apply([original], [])
     assert planned.spec.demand_rps == 200
@@ -76,9 +52,8 @@ def test_dry_run_reports_the_recommendation_and_plans_for_the_spec(prometheus):
 
 
 def test_unknown_is_not_zero_and_the_condition_says_why(prometheus):
-    url, answer, _ = prometheus
-    answer["value"] = None
-    hook = planner(url, lambda: T0)
+    prometheus.values = ()
+    hook = planner(prometheus.url, lambda: T0)
     original = system()
     (planned,) = hook.apply([original], [])
     assert planned.spec.demand_rps == 200
@@ -88,12 +63,12 @@ def test_unknown_is_not_zero_and_the_condition_says_why(prometheus):
 
 
 def test_the_windows_survive_a_restart_through_status(prometheus):
-    url, answer, _ = prometheus
+    url = prometheus.url
     now = [T0]
     hook = planner(url, lambda: now[0])
     first = system()
     hook.apply([first], [])  # scales up to 500
-    answer["value"] = "100"
+    prometheus.values = ("100",)
     status = {"demand": hook.status_of(first, [])}
     for minute in range(1, 4):  # the operator restarts each minute: a new hook, the status it wrote
         now[0] = T0 + timedelta(seconds=30 * minute)

@@ -1,23 +1,16 @@
 """The Prometheus client's readings: one number or Unknown with why (operator/prometheus.py).
 
-Answers come from a local HTTP server that records the requests it gets, to
-check the bearer token travels only in the Authorization header.
+Answers come from a local HTTP server that records the requests it gets
+(conftest.py), to check the bearer token travels only in the Authorization header.
 """
-
-import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
 from tessera.operator.prometheus import PrometheusClient, Reason, one_number
 
+from .conftest import vector
+
 TOKEN = "s3cr3t-token-for-tests"
-
-
-def vector(*values):
-    return {"status": "success", "data": {"resultType": "vector", "result": [
-        {"metric": {"pod": f"p{i}"}, "value": [1.0, v]} for i, v in enumerate(values)]}}
 
 
 @pytest.mark.parametrize("body, reason", [
@@ -41,37 +34,8 @@ def test_a_scalar_is_a_reading():
     assert one_number({"status": "success", "data": {"resultType": "scalar", "result": [1.0, "4.5"]}}).value == 4.5
 
 
-@pytest.fixture
-def server():
-    seen: list[dict] = []
-    delay = threading.Event()
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self):
-            length = int(self.headers["Content-Length"])
-            seen.append({"headers": dict(self.headers), "body": self.rfile.read(length).decode(), "path": self.path})
-            if delay.is_set():
-                threading.Event().wait(2)
-            body = json.dumps(vector("12.5")).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args):
-            pass
-
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{httpd.server_port}", seen, delay
-    httpd.shutdown()
-    httpd.server_close()
-
-
-def test_the_token_is_read_from_its_file_and_sent_only_as_a_bearer_header(server, tmp_path):
-    url, seen, _ = server
+def test_the_token_is_read_from_its_file_and_sent_only_as_a_bearer_header(prometheus_stub, tmp_path):
+    url, seen = prometheus_stub.url, prometheus_stub.requests
     token_file = tmp_path / "token"
     token_file.write_text(TOKEN + "\n")
     reading = PrometheusClient(url, token_file=str(token_file)).instant("sum(x)")
@@ -80,8 +44,8 @@ def test_the_token_is_read_from_its_file_and_sent_only_as_a_bearer_header(server
     assert TOKEN not in seen[0]["body"] and TOKEN not in seen[0]["path"]
 
 
-def test_a_rotated_token_is_used_at_the_next_query(server, tmp_path):
-    url, seen, _ = server
+def test_a_rotated_token_is_used_at_the_next_query(prometheus_stub, tmp_path):
+    url, seen = prometheus_stub.url, prometheus_stub.requests
     token_file = tmp_path / "token"
     client = PrometheusClient(url, token_file=str(token_file))
     token_file.write_text("first")
@@ -91,10 +55,9 @@ def test_a_rotated_token_is_used_at_the_next_query(server, tmp_path):
     assert [s["headers"]["Authorization"] for s in seen] == ["Bearer first", "Bearer second"]
 
 
-def test_a_slow_answer_is_a_timeout(server):
-    url, _, delay = server
-    delay.set()
-    reading = PrometheusClient(url, timeout_s=0.3).instant("sum(x)")
+def test_a_slow_answer_is_a_timeout(prometheus_stub):
+    prometheus_stub.delay_s = 2.0
+    reading = PrometheusClient(prometheus_stub.url, timeout_s=0.3).instant("sum(x)")
     assert reading.value is None and reading.reason == Reason.TIMEOUT
 
 
