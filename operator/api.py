@@ -184,7 +184,11 @@ class AdapterPlacementSummary(Spec):
 
 
 class DemandStatus(Spec):
-    """The demand the operator last read, and the hysteresis windows it keeps."""
+    """The demand the operator last read, what it plans for, and the hysteresis windows it keeps.
+
+    The times are the windows' state: they live here so a restarted operator
+    resumes a window instead of starting a new one.
+    """
 
     source: Literal["Spec", "Prometheus"] = Field(description="Where the demand planned for comes from.")
     observed_rps: float | None = Field(
@@ -192,6 +196,27 @@ class DemandStatus(Spec):
         description="Last measured total requests/s; absent while Unknown (never read as 0).",
     )
     observed_time: datetime | None = Field(default=None, alias="observedTime", description="When it was measured.")
+    planned_rps: float | None = Field(
+        default=None, alias="plannedRequestsPerSecond", ge=0, le=10_000_000,
+        description="The demand the plan in force is made for, in requests/s.",
+    )
+    recommended_rps: float | None = Field(
+        default=None, alias="recommendedRequestsPerSecond", ge=0, le=10_000_000,
+        description="What hysteresis would plan for now; with dryRun it is reported and not applied.",
+    )
+    decision: str | None = Field(
+        default=None, max_length=256, description="The last hysteresis decision and why, in words.",
+    )
+    dry_run: bool = Field(default=False, alias="dryRun", description="Recommendations are reported, not applied.")
+    below_since: datetime | None = Field(
+        default=None, alias="belowPlanSince",
+        description="Since when every reading stayed below the plan (the stabilization window's start).",
+    )
+    window_peak_rps: float | None = Field(
+        default=None, alias="windowPeakRequestsPerSecond", ge=0, le=10_000_000,
+        description="Highest reading since belowPlanSince: a scale-down goes no lower.",
+    )
+    last_scale_up_time: datetime | None = Field(default=None, alias="lastScaleUpTime", description="Last scale-up.")
     last_scale_down_time: datetime | None = Field(
         default=None, alias="lastScaleDownTime", description="Last scale-down; the next waits for the window.",
     )

@@ -36,6 +36,7 @@ from tessera.operator import status as st
 from tessera.operator.cluster import Cluster, dumps
 from tessera.operator.node_pool import MigConfigs, mig_configs, planner_pool
 from tessera.operator.profiler_jobs import Profiling
+from tessera.operator.demand import DemandPlanner
 from tessera.operator.placement import Placement, PlacedGpu, Share, place, placed_gpus, share_of
 from tessera.operator.pools import Pool, group_pools, node_facts, node_profile_name
 from tessera.operator.settings import OperatorSettings
@@ -103,6 +104,7 @@ class Reconciler:
         self.options = options or PlannerOptions(time_limit_s=settings.solve_time_limit_s)
         self.cancel = threading.Event()
         self.profiling = Profiling(cluster, settings)
+        self.demand = DemandPlanner(settings.demand)
 
     # -- the whole cluster -----------------------------------------------------
     def reconcile(self) -> ReconcileResult:
@@ -112,6 +114,7 @@ class Reconciler:
         facts = [f for f in (node_facts(n, naming.MIG_CONFIG_REQUESTED) for n in self.cluster.list_nodes()) if f]
         pools, _unknown = group_pools(facts)
         children = self.cluster.list_children()
+        systems = self.demand.apply(systems, children)
         members = assign_to_pools(systems, pools)
         mig_configmap = self.cluster.mig_configmap_name()
         configmap = self.cluster.read_configmap(self.settings.gpu_operator_namespace, mig_configmap)
@@ -136,7 +139,7 @@ class Reconciler:
             for system in members.get(pool.key, []):
                 phase, conditions, summary = system_status(system, outcome)
                 profiled = self.profiling.condition(system, pool) if summary is not None else []
-                self.write_status(system, phase, conditions + profiled, summary)
+                self.write_status(system, *self.demand.decorate(system, phase, conditions + profiled, summary))
             metrics.record_pool(pool.key, outcome.plan, pool.gpus, [
                 layout for node, node_plan in outcome.placement.nodes.items()
                 if outcome.mig.get(node) and outcome.mig[node].applied for layout in node_plan.layouts.values()])
@@ -144,6 +147,8 @@ class Reconciler:
                 requeue.append(outcome.requeue_after)
         for system in members.get(None, []):
             self.write_status(system, *no_pool_status(system, pools))
+        if self.demand.watching(systems):
+            requeue.append(self.settings.demand.poll_s)
         return ReconcileResult(min(requeue, default=None), self.cluster.writes - writes_before)
 
     # -- one pool's plan ---------------------------------------------------------
@@ -242,6 +247,10 @@ class Reconciler:
         checked plan is a plan; one without, or a planner failure, keeps
         what runs and retries.
         """
+        resized = self.demand.replicas_only(current, candidates, node_pool, self.options,
+                                            self.profiling.store(pool_key))
+        if resized is not None:
+            return resized, {}
         result = self.run_solver(pool_key, candidates, node_pool, current)
         if isinstance(result, (Planned, TimeLimit, Infeasible)) and result.plan is not None:
             starved = [s for s in candidates if _serves_nothing(result.plan, s.ref.key)]
@@ -428,7 +437,8 @@ class Reconciler:
     def write_status(self, system: SystemObject, phase: str, conditions: list[st.Condition],
                      summary: Json | None) -> None:
         now = st.now_rfc3339()
-        new = st.build_status(system.ref.generation, phase, conditions, summary, system.status, now)
+        new = st.build_status(system.ref.generation, phase, conditions, summary, system.status, now,
+                              self.demand.status_of(system, conditions))
         if not st.status_changed(system.status, new):
             return
         self.cluster.patch_system_status(system.ref.namespace, system.ref.name, new)

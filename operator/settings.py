@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
+from tessera.operator.demand_settings import DemandSettings
+
 
 class OperatorSettings(BaseModel):
     namespaces: list[str] = Field(default_factory=list, description="Namespaces to watch; empty: all.")
@@ -29,6 +31,7 @@ class OperatorSettings(BaseModel):
     server_port: int = Field(default=8000, ge=1, le=65535, description="Port of the model servers (KServe V2 HTTP).")
     health_port: int = Field(default=8080, ge=0, le=65535, description="Liveness/readiness port; 0: off.")
     metrics_port: int = Field(default=9090, ge=0, le=65535, description="Prometheus metrics port; 0: off.")
+    demand: DemandSettings = Field(default_factory=DemandSettings, description="Demand read from Prometheus.")
 
     profiler_image: str = Field(
         default="", max_length=512,

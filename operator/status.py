@@ -28,8 +28,9 @@ MIG_LAYOUT_APPLIED = ConditionType.MIG_LAYOUT_APPLIED
 PROFILES_ESTIMATED = ConditionType.PROFILES_ESTIMATED
 PROFILING_COMPLETE = ConditionType.PROFILING_COMPLETE
 INVALID = ConditionType.INVALID
+METRICS_AVAILABLE = ConditionType.METRICS_AVAILABLE
 CONDITION_ORDER = (READY, PLANNED, PROGRESSING, DEGRADED, MIG_LAYOUT_APPLIED, PROFILES_ESTIMATED, PROFILING_COMPLETE,
-                   INVALID)
+                   INVALID, METRICS_AVAILABLE)
 
 # Reasons.
 INVALID_SPEC = "InvalidSpec"
@@ -92,7 +93,7 @@ def now_rfc3339() -> str:
 
 
 def build_status(generation: int, phase: str, conditions: list[Condition], summary: dict | None,
-                 previous: dict, now: str) -> dict:
+                 previous: dict, now: str, demand: dict | None = None) -> dict:
     """The new status; a condition keeps its lastTransitionTime while its status stays the same."""
     before = {c.get("type"): c for c in previous.get("conditions") or []}
     ordered = sorted(conditions, key=lambda c: CONDITION_ORDER.index(c.type))
@@ -106,12 +107,14 @@ def build_status(generation: int, phase: str, conditions: list[Condition], summa
         status["plan"] = summary
     elif previous.get("plan") is not None:
         status["plan"] = previous["plan"]  # the last good plan's summary stays while it keeps running
+    if demand is not None:
+        status["demand"] = demand
     return status
 
 
 def status_changed(previous: dict, new: dict) -> bool:
     keys = ("observedGeneration", "phase", "conditions", "plan")
-    return any(previous.get(key) != new.get(key) for key in keys)
+    return any(previous.get(key) != new.get(key) for key in keys) or previous.get("demand") != new.get("demand")
 
 
 def events_for(previous: dict, new: dict) -> list[EventSpec]:

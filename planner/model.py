@@ -68,11 +68,49 @@ class EnvVar(Spec):
 
 
 class PrometheusQuery(Spec):
-    """Where the operator reads a demand: an instant PromQL query."""
+    """Where the operator reads a demand: an instant PromQL query, the user's or an admin template."""
 
-    query: str = Field(
-        min_length=1, max_length=4096,
-        description="PromQL expression giving requests/s. An error, an empty result or NaN reads as Unknown, never as 0.",
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [
+        cel("has(self.query) != has(self.template)", "give exactly one of query and template"),
+    ]})
+
+    query: str | None = Field(
+        default=None, min_length=1, max_length=4096,
+        description="PromQL expression giving requests/s; the operator adds the object's namespace matcher to "
+                    "every selector. An error, an empty result or NaN reads as Unknown, never as 0.",
+    )
+    template: Name | None = Field(
+        default=None,
+        description="Name of a query template the operator's administrator defined (tessera operator "
+                    "--demand-template), instead of query.",
+    )
+
+    @model_validator(mode="after")
+    def _one_query(self) -> "PrometheusQuery":
+        if (self.query is None) == (self.template is None):
+            raise ValueError("give exactly one of query and template")
+        return self
+
+
+MAX_WINDOW_S = 86_400
+
+
+class SystemDemandSource(PrometheusQuery):
+    """A system's demand read from Prometheus, re-planned with hysteresis."""
+
+    minimum_rps: float = Field(
+        default=0.0, alias="minimumRequestsPerSecond", ge=0, le=MAX_RATE_RPS,
+        description="Demand never planned below this, in requests/s, whatever Prometheus reads (idle included).",
+    )
+    stabilization_s: int | None = Field(
+        default=None, alias="scaleDownStabilizationSeconds", ge=0, le=MAX_WINDOW_S,
+        description="Demand must stay below the plan this long before a scale-down, in s "
+                    "(default: the operator's, 300).",
+    )
+    dry_run: bool = Field(
+        default=False, alias="dryRun",
+        description="Compute and report (status.demand, metrics) the demand tessera would plan for, without "
+                    "re-planning on it.",
     )
 
 
@@ -243,7 +281,7 @@ class SystemSpec(Spec):
         alias="demandRequestsPerSecond", ge=0, le=MAX_RATE_RPS,
         description="Requests/s entering every source task, in [0, 1e7]; with demandSource, the rate planned for until a measurement arrives.",
     )
-    demand_source: PrometheusQuery | None = Field(
+    demand_source: SystemDemandSource | None = Field(
         default=None, alias="demandSource",
         description="Optional Prometheus query for the requests/s entering every source task; re-planned with hysteresis.",
     )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from tessera.operator.demand_settings import DemandSettings
 from tessera.operator.settings import OperatorSettings
 
 DEFAULTS = OperatorSettings()
@@ -51,9 +52,38 @@ def _selector(_ctx, _param, values: tuple[str, ...]) -> dict[str, str]:
                    "unset: no profiling, plans rest on estimates and given profiles.")
 @click.option("--profiling-jobs-per-pool", type=click.IntRange(1, 64), default=DEFAULTS.profiling_jobs_per_pool,
               show_default=True, help="Profiler Jobs running at once per GPU pool.")
+@click.option("--prometheus-url", help="Prometheus' HTTP API base URL, for systems whose demand comes from it.")
+@click.option("--prometheus-token-file", type=click.Path(dir_okay=False),
+              help="File with a bearer token for Prometheus (a mounted Secret); read at every query, never logged.")
+@click.option("--prometheus-ca-file", type=click.Path(exists=True, dir_okay=False),
+              help="CA bundle for Prometheus' TLS certificate.")
+@click.option("--prometheus-timeout", "prometheus_timeout_s", type=click.FloatRange(min=0.1, max=120),
+              default=DEFAULTS.demand.timeout_s, show_default=True, help="Seconds per query; then demand is Unknown.")
+@click.option("--demand-poll", "demand_poll_s", type=click.FloatRange(min=1), default=DEFAULTS.demand.poll_s,
+              show_default=True, help="Seconds between demand readings.")
+@click.option("--scale-down-stabilization", "stabilization_s", type=click.FloatRange(min=0),
+              default=DEFAULTS.demand.stabilization_s, show_default=True,
+              help="Seconds demand stays below the plan before a scale-down.")
+@click.option("--repartition-window", "repartition_window_s", type=click.FloatRange(min=0),
+              default=DEFAULTS.demand.repartition_window_s, show_default=True,
+              help="Seconds after a re-partition without another (nor a scale-down).")
+@click.option("--demand-dry-run", is_flag=True, help="Report demand recommendations (status, metrics), apply none.")
+@click.option("--demand-template", "templates", multiple=True, callback=_selector, metavar="NAME=PROMQL",
+              help="A named demand query systems may choose (repeatable; adds to the Triton and MLServer ones).")
 def operator(kubeconfig, **options) -> None:
     """Run the tessera operator (kopf): plan every GPU pool, partition MIG, run the model servers."""
     from tessera.operator.main import run
 
     options["namespaces"] = list(options["namespaces"])
+    options["demand"] = demand_settings(options)
     run(OperatorSettings(**options), kubeconfig)
+
+
+def demand_settings(options: dict) -> DemandSettings:
+    """Takes the demand options out of `options`."""
+    return DemandSettings(
+        prometheus_url=options.pop("prometheus_url"), token_file=options.pop("prometheus_token_file"),
+        ca_file=options.pop("prometheus_ca_file"), timeout_s=options.pop("prometheus_timeout_s"),
+        poll_s=options.pop("demand_poll_s"), stabilization_s=options.pop("stabilization_s"),
+        repartition_window_s=options.pop("repartition_window_s"), dry_run=options.pop("demand_dry_run"),
+        templates={**DEFAULTS.demand.templates, **options.pop("templates")})

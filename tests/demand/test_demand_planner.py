@@ -1,0 +1,81 @@
+"""The reconciler's demand hook: what the planner is handed, what status says (operator/demand.py).
+
+Prometheus is a local HTTP server answering the value a test sets (conftest.py).
+"""
+
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tessera.operator.demand import DemandPlanner
+from tessera.operator.demand_settings import DemandSettings
+from tessera.operator.systems import read_system
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "single-model.yaml"
+T0 = datetime(2026, 12, 1, 8, 0, tzinfo=timezone.utc)
+
+
+@pytest.fixture
+def prometheus(prometheus_stub):
+    prometheus_stub.values = ("500",)
+    return prometheus_stub
+
+
+def system(status=None, **source):
+    document = yaml.safe_load(EXAMPLE.read_text())
+    document["spec"]["demandSource"] = {"query": "sum(rate(requests_total[1m]))", **source}
+    document["metadata"].update(namespace="tenant-a", uid="u1", generation=1)
+    document["status"] = status or {}
+    return read_system(document)
+
+
+def planner(url, clock, **settings):
+    return DemandPlanner(DemandSettings(prometheus_url=url, stabilization_s=60, **settings), clock=clock)
+
+
+def test_the_planner_gets_the_measured_demand_and_the_query_is_confined(prometheus):
+    (planned,) = planner(prometheus.url, lambda: T0).apply([system()], [])
+    assert planned.spec.demand_rps == 500
+    assert "namespace%3D%22tenant-a%22" in prometheus.requests[0]["body"]
+
+
+def test_dry_run_reports_the_recommendation_and_plans_for_the_spec(prometheus):
+    hook = planner(prometheus.url, lambda: T0)
+    original = system(dryRun=True)
+    (planned,) = hook.apply([original], [])
+    assert planned.spec.demand_rps == 200
+    status = hook.status_of(original, [])
+    assert status["dryRun"] and status["recommendedRequestsPerSecond"] == 500
+    assert status["plannedRequestsPerSecond"] == 200
+
+
+def test_unknown_is_not_zero_and_the_condition_says_why(prometheus):
+    prometheus.values = ()
+    hook = planner(prometheus.url, lambda: T0)
+    original = system()
+    (planned,) = hook.apply([original], [])
+    assert planned.spec.demand_rps == 200
+    _, conditions, _ = hook.decorate(original, "Ready", [], None)
+    (metrics,) = conditions
+    assert (metrics.type, metrics.status, metrics.reason) == ("MetricsAvailable", False, "NoData")
+
+
+def test_the_windows_survive_a_restart_through_status(prometheus):
+    url = prometheus.url
+    now = [T0]
+    hook = planner(url, lambda: now[0])
+    first = system()
+    hook.apply([first], [])  # scales up to 500
+    prometheus.values = ("100",)
+    status = {"demand": hook.status_of(first, [])}
+    for minute in range(1, 4):  # the operator restarts each minute: a new hook, the status it wrote
+        now[0] = T0 + timedelta(seconds=30 * minute)
+        restarted = planner(url, lambda: now[0])
+        current = system(status=status)
+        (planned,) = restarted.apply([current], [])
+        status = {"demand": restarted.status_of(current, [])}
+        if minute < 3:
+            assert planned.spec.demand_rps == 500, minute  # inside the 60 s window
+    assert planned.spec.demand_rps == 375  # one bounded step once the window passed

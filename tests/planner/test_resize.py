@@ -1,0 +1,87 @@
+"""Replicas-only re-solve: new demand on the same variants, configurations and MIG layouts (planner/resize.py).
+
+A result is returned only when the planner's independent checker passes it,
+so every non-None result below is also a checked plan.
+"""
+
+from pathlib import Path
+
+import pytest
+
+from tessera.planner.assignment import layout_of
+from tessera.planner.model import Pool
+from tessera.planner.nodes import NodePool, NodeState
+from tessera.planner.profile_sources import build_profile_store
+from tessera.planner.resize import STATUS, resize_replicas
+from tessera.planner.solve import plan
+from tessera.planner.spec_file import load_systems
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "single-model.yaml"
+DEMAND = 20_000.0
+
+
+def scaled(systems, factor):
+    return [s.model_copy(update={"demand_rps": DEMAND * factor}) for s in systems]
+
+
+@pytest.fixture(scope="module")
+def systems():
+    return scaled(load_systems(EXAMPLE), 1.0)
+
+
+@pytest.fixture(scope="module")
+def store(systems):
+    return build_profile_store(systems, "H100-80GB")
+
+
+@pytest.fixture(scope="module")
+def pool():
+    return Pool(gpu="H100-80GB", gpus=8)
+
+
+@pytest.fixture(scope="module")
+def base(systems, store, pool):
+    return plan(systems, pool, store)
+
+
+def replicas(result):
+    return sum(c.replicas for t in result.tasks for c in t.configs)
+
+
+def test_a_scale_down_lowers_replicas_and_keeps_variants_and_layouts_and_adds_no_configuration(base, systems, store, pool):
+    result = resize_replicas(base, scaled(systems, 0.5), pool, store)
+    assert result is not None and result.solver.status == STATUS
+    assert replicas(result) < replicas(base)
+    for before, after in zip(base.tasks, result.tasks):  # a configuration may go, none comes
+        assert after.variant == before.variant
+        assert {(c.segment, c.batch) for c in after.configs} <= {(c.segment, c.batch) for c in before.configs}
+    assert [layout_of(g) for g in result.gpus] == [layout_of(g) for g in base.gpus]
+    assert result.fully_served
+
+
+def test_kept_replicas_stay_on_their_instances(base, systems, store, pool):
+    result = resize_replicas(base, scaled(systems, 0.8), pool, store)
+    before = {(g.index, i): inst for g in base.gpus for i, inst in enumerate(g.instances) if inst.config is not None}
+    after = {(g.index, i): inst for g in result.gpus for i, inst in enumerate(g.instances) if inst.config is not None}
+    assert set(after) <= set(before)
+
+
+def test_more_than_the_layouts_hold_needs_a_full_replan(base, systems, store, pool):
+    assert resize_replicas(base, scaled(systems, 3.0), pool, store) is None
+
+
+def test_a_scale_up_uses_idle_instances_of_gpus_partitioned_earlier(systems, store):
+    spare = {"2g.20gb": 3}
+    nodes = NodePool(gpu="H100-80GB", nodes=[NodeState(name="n0", gpus=[spare] * 8)])
+    base = plan(systems, nodes, store)
+    result = resize_replicas(base, scaled(systems, 1.5), nodes, store)
+    assert result is not None and replicas(result) > replicas(base)
+    before = {g.device: layout_of(g) for g in base.gpus}
+    assert len(result.gpus) > len(base.gpus)
+    for gpu in result.gpus:  # nothing re-partitioned: the plan's layouts, and the spare GPUs' own
+        assert layout_of(gpu) == before.get(gpu.device, tuple(spare.items()))
+
+
+def test_systems_that_came_or_went_need_a_full_replan(base, systems, store, pool):
+    renamed = [s.model_copy(update={"name": "other"}) for s in systems]
+    assert resize_replicas(base, renamed, pool, store) is None
