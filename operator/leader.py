@@ -71,10 +71,6 @@ def default_identity() -> str:
     return f"{os.environ.get('POD_NAME') or socket.gethostname()}_{uuid.uuid4().hex[:8]}"
 
 
-def _now_micro() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
 class LeaderElector:
     """Takes, renews and releases one Lease. Blocking calls; the async loop runs them in a thread."""
 
@@ -110,7 +106,8 @@ class LeaderElector:
             return self._create(sent)
         spec = lease.spec or client.V1LeaseSpec()
         holder = spec.holder_identity or ""
-        record = (holder, spec.renew_time, spec.lease_transitions, lease.metadata.resource_version)
+        metadata = lease.metadata or client.V1ObjectMeta()
+        record = (holder, spec.renew_time, spec.lease_transitions, metadata.resource_version)
         if self._observed is None or self._observed[0] != record:
             self._observed = (record, sent)
         if holder and holder != self.identity:
@@ -134,11 +131,12 @@ class LeaderElector:
             return
         try:
             lease = self.api.read_namespaced_lease(self.name, self.namespace)
-            if (lease.spec and lease.spec.holder_identity) != self.identity:
+            spec = lease.spec
+            if spec is None or spec.holder_identity != self.identity:
                 return
-            lease.spec.holder_identity = None
-            lease.spec.lease_duration_seconds = 1
-            lease.spec.renew_time = _now_micro()
+            spec.holder_identity = None
+            spec.lease_duration_seconds = 1
+            spec.renew_time = datetime.now(timezone.utc)
             self.api.replace_namespaced_lease(self.name, self.namespace, lease)
             log.info("released Lease %s/%s", self.namespace, self.name)
         except ApiException as error:
@@ -147,7 +145,7 @@ class LeaderElector:
 
     # -- helpers ---------------------------------------------------------------
     def _spec(self, transitions: int, acquire_time: Any = None) -> client.V1LeaseSpec:
-        now = _now_micro()
+        now = datetime.now(timezone.utc)
         return client.V1LeaseSpec(holder_identity=self.identity, lease_duration_seconds=round(
             self.timing.lease_duration_s) or 1, acquire_time=acquire_time or now, renew_time=now,
             lease_transitions=transitions)
@@ -166,7 +164,8 @@ class LeaderElector:
     def _create_namespace(self) -> bool:
         """Out of cluster the Lease's namespace may not exist yet (in cluster it is the pod's own)."""
         try:
-            client.CoreV1Api(self.api.api_client).create_namespace({"metadata": {"name": self.namespace}})
+            client.CoreV1Api(self.api.api_client).create_namespace(
+                client.V1Namespace(metadata=client.V1ObjectMeta(name=self.namespace)))
         except ApiException as error:
             if error.status != 409:
                 log.warning("the Lease's namespace %s is missing and cannot be created: %s", self.namespace,
@@ -225,7 +224,7 @@ def guard_writes(api_client: client.ApiClient, elector: LeaderElector) -> None:
             kwargs["_request_timeout"] = _shorter(kwargs.get("_request_timeout"), left + margin)
         return request(method, url, *args, **kwargs)
 
-    api_client.rest_client.request = guarded
+    api_client.rest_client.request = guarded  # type: ignore[method-assign]
 
 
 def _shorter(current: Any, limit: float) -> float:

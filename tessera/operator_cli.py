@@ -29,6 +29,8 @@ def _selector(_ctx, _param, values: tuple[str, ...]) -> dict[str, str]:
               help="Namespace where each pool's plan is stored.")
 @click.option("--gpu-operator-namespace", default=DEFAULTS.gpu_operator_namespace, show_default=True,
               help="Namespace of the mig-parted ConfigMap that the ClusterPolicy names.")
+@click.option("--cluster-policy", default=DEFAULTS.cluster_policy, show_default=True,
+              help="Name of the GPU Operator's ClusterPolicy.")
 @click.option("--mig-configmap", default=None,
               help="The mig-parted ConfigMap tessera writes (set in the ClusterPolicy by the admin); a ClusterPolicy "
                    "naming another is reported. Default: whichever the ClusterPolicy names.")
