@@ -201,14 +201,18 @@ def signature(api_client, namespace: str, pool: GpuPool) -> dict:
 
 
 def operator_writes(audit_log: Path, since_line: int) -> list[dict]:
-    """Writes the operator (its client, or kopf's) made, from the API server's audit log, after a line."""
+    """Writes the operator (its client, or kopf's) made, from the API server's audit log, after a line.
+
+    Its Lease renewals (leader election, every few seconds) are not counted: they change no cluster state.
+    """
     writes = []
     with open(audit_log) as log:
         for number, line in enumerate(log):
             if number < since_line:
                 continue
             event = json.loads(line)
-            if event.get("verb") in WRITE_VERBS and event.get("userAgent", "").startswith(OPERATOR_AGENTS):
+            if (event.get("verb") in WRITE_VERBS and event.get("userAgent", "").startswith(OPERATOR_AGENTS)
+                    and event["objectRef"].get("resource") != "leases"):  # leader election's heartbeat
                 writes.append(event)
     return writes
 

@@ -27,10 +27,11 @@ import yaml
 from kubernetes import client
 
 from cluster.controlplane import die_with_parent_prefix, free_port
+from cluster.gpu_nodes import create_gpu_nodes
 from cluster.kube import ensure_namespace, wait_for
 
 from .operator_harness import (
-    REPO, THREE_EXAMPLES, apply_examples, children, delete_pool, is_true, make_pool, systems,
+    H100, REPO, THREE_EXAMPLES, apply_examples, children, condition, delete_pool, is_true, make_pool, systems,
 )
 
 CHART = REPO / "charts" / "tessera"
@@ -267,13 +268,21 @@ def test_reapplying_the_examples_server_side_conflicts_with_nothing_and_replans_
                     if c.metadata.name.startswith("tessera-pool-")}
     assert state_before, "the pool's stored plan"
     start = audit_length(cluster.audit_log)
+    log_before = len(operator.text())
+    planned_before = {n: condition(s, "Planned") for n, s in systems(custom, release.workloads).items()}
     apply_server_side(kubectl, release.workloads)
     resyncs = operator.text().count("reconciled (")
     wait_for(lambda: operator.text().count("reconciled (") >= resyncs + 2, 60, "two more reconciles")
     state_after = {c.metadata.name: c.data for c in core.list_namespaced_config_map(release.namespace).items
                    if c.metadata.name.startswith("tessera-pool-")}
     assert state_after == state_before
-    assert [w for w in writes_by(cluster.audit_log, release.user, start) if w["objectRef"]["resource"] != "leases"] == []
+    # No re-plan: no solve, nothing written to nodes, servers or plans. (Status and Events may still
+    # follow the servers' availability, which KWOK's pods change on their own.)
+    assert "solve of" not in operator.text()[log_before:]
+    planned_after = {n: condition(s, "Planned") for n, s in systems(custom, release.workloads).items()}
+    assert planned_after == planned_before
+    kept_out = {"leases", "events", "compoundinferencesystems"}
+    assert [w for w in writes_by(cluster.audit_log, release.user, start) if w["objectRef"]["resource"] not in kept_out] == []
     # The operator owns no spec field of the systems: it writes status only, through the status subresource.
     for system in systems(custom, release.workloads).values():
         for entry in system["metadata"]["managedFields"]:
@@ -296,16 +305,18 @@ CAN = [
 ]
 CANNOT = [
     ("get", "secrets"), ("list", "secrets", "--all-namespaces"), ("get", "secrets", "-n", "kube-system"),
-    ("create", "pods/exec", "--all-namespaces"), ("create", "pods/attach", "--all-namespaces"),
+    ("create", "pods", "--subresource=exec", "--all-namespaces"),
+    ("create", "pods", "--subresource=attach", "--all-namespaces"),
     ("create", "pods"), ("delete", "pods", "--all-namespaces"),
-    ("delete", "nodes"), ("create", "nodes"), ("update", "nodes/status"), ("patch", "nodes/status"),
+    ("delete", "nodes"), ("create", "nodes"), ("update", "nodes", "--subresource=status"), ("patch", "nodes", "--subresource=status"),
     ("get", "clusterpolicies.nvidia.com/other"), ("patch", "clusterpolicies.nvidia.com/cluster-policy"),
     ("patch", "configmaps/default-mig-parted-config", "-n", "gpu-operator"),
     ("get", "configmaps", "-n", "kube-system"),
     ("create", "deployments", "-n", "default"), ("list", "compoundinferencesystems.tessera.ai", "-n", "default"),
     ("patch", "compoundinferencesystems.tessera.ai", "--all-namespaces"),
     ("create", "clusterroles"), ("create", "rolebindings", "--all-namespaces"), ("escalate", "clusterroles"),
-    ("impersonate", "serviceaccounts"), ("create", "serviceaccounts/token", "--all-namespaces"),
+    ("impersonate", "serviceaccounts"),
+    ("create", "serviceaccounts", "--subresource=token", "--all-namespaces"),
     ("create", "namespaces"), ("delete", "namespaces"),
     ("update", "leases/other-lease"), ("delete", "leases/tessera-operator"),
     ("create", "validatingadmissionpolicies.admissionregistration.k8s.io"),
@@ -313,7 +324,7 @@ CANNOT = [
 
 
 def test_the_service_account_can_what_the_operator_does(release, kubectl):
-    namespaced = [("list", "compoundinferencesystems.tessera.ai"), ("patch", "compoundinferencesystems.tessera.ai/status"),
+    namespaced = [("list", "compoundinferencesystems.tessera.ai"), ("patch", "compoundinferencesystems.tessera.ai", "--subresource=status"),
                   ("watch", "deployments.apps"), ("create", "deployments.apps"), ("patch", "deployments.apps"),
                   ("delete", "deployments.apps"), ("patch", "services"), ("create", "events")]
     missing = [c for c in CAN if not can_i(kubectl, release, *c)]
@@ -352,7 +363,15 @@ def test_the_admission_policy_limits_the_operators_node_changes_to_mig_its_annot
     kubeconfig = token_kubeconfig(core, cluster, release.namespace, release.service_account,
                                   release.tmp / "policy.kubeconfig")
     as_operator = client.CoreV1Api(config.new_client_from_config(config_file=str(kubeconfig)))
-    node = release.pool.nodes[-1]
+    # A node of its own, outside the pool: the serving pool stays untouched for the tests after this one.
+    (node,) = create_gpu_nodes(core, 1, H100, gpus_per_node=1, name_prefix=f"vap-{release.pool.id}")
+    try:
+        check_node_policy(core, as_operator, node)
+    finally:
+        core.delete_node(node)
+
+
+def check_node_policy(core: client.CoreV1Api, as_operator: client.CoreV1Api, node: str) -> None:
     core.patch_node(node, {"metadata": {"labels": {"nvidia.com/mig.config.state": "success"}}})
 
     def refused(patch: dict, why: str) -> None:
