@@ -11,11 +11,12 @@ event loop.
 from __future__ import annotations
 
 import json
+from datetime import datetime, timezone
 
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from tessera.operator import naming
+from tessera.operator import mig_configmap, naming
 from tessera.operator.settings import OperatorSettings
 from tessera.operator.systems import PLURAL
 
@@ -36,6 +37,7 @@ class Cluster:
         self.batch = client.BatchV1Api(api_client)
         self.custom = client.CustomObjectsApi(api_client)
         self.writes = 0
+        self.mig_mismatch = mig_configmap.MismatchReporter()
 
     @staticmethod
     def _json(response) -> dict:
@@ -92,16 +94,22 @@ class Cluster:
         return holding
 
     def mig_configmap_name(self) -> str:
-        """The ConfigMap the GPU Operator's ClusterPolicy names for mig-manager."""
+        """The ConfigMap tessera writes MIG configs into; a ClusterPolicy naming another is reported."""
         group, version, plural = CLUSTER_POLICY
         try:
             policy = self.custom.get_cluster_custom_object(group, version, plural, self.settings.cluster_policy)
         except ApiException as error:
-            if error.status == 404:
-                return self.settings.mig_configmap_fallback
-            raise
-        config = ((policy.get("spec") or {}).get("migManager") or {}).get("config") or {}
-        return config.get("name") or DEFAULT_MIG_CONFIGMAP
+            if error.status != 404:
+                raise
+            policy = None
+        config = (((policy or {}).get("spec") or {}).get("migManager") or {}).get("config") or {}
+        named = None if policy is None else (config.get("name") or DEFAULT_MIG_CONFIGMAP)
+        resolved = mig_configmap.resolve(named, self.settings.mig_configmap, self.settings.mig_configmap_fallback)
+        if self.mig_mismatch.changed(resolved) and policy is not None and resolved.mismatch:
+            now = datetime.now(timezone.utc)
+            self.post_event(mig_configmap.event_body(policy, resolved.mismatch, self.settings.state_namespace,
+                                                     now.strftime("%Y-%m-%dT%H:%M:%SZ"), f"{now:%Y%m%d%H%M%S%f}"))
+        return resolved.name
 
     def read_configmap(self, namespace: str, name: str) -> dict | None:
         try:

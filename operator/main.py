@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
+import signal
 import time
+from pathlib import Path
 
 import kopf
 from aiohttp import web
@@ -16,6 +19,7 @@ from tessera.logs import FORMAT, configure_logging
 from tessera.operator import naming
 from tessera.operator.cluster import Cluster
 from tessera.operator.controller import Controller
+from tessera.operator.leader import LeaderElector, LeaseTiming, guard_writes
 from tessera.operator.pools import MIG_PREFIX
 from tessera.operator.reconcile import Reconciler
 from tessera.operator.settings import OperatorSettings
@@ -26,6 +30,7 @@ STALE_AFTER_RESYNCS = 5
 """Liveness fails when no reconcile succeeded for this many resync periods."""
 
 USER_AGENT = "tessera-operator"
+POD_NAMESPACE_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 _settings: OperatorSettings | None = None
 _kubeconfig: str | None = None
 
@@ -70,38 +75,70 @@ def configure_kopf(settings: kopf.OperatorSettings) -> None:
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="kopf.tessera.ai")
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix="kopf.tessera.ai")
     settings.watching.server_timeout = 300
+    # No CRD/namespace watching for discovery: the resources are known, and it would need cluster-wide RBAC.
+    settings.scanning.disabled = True
 
 
 async def start(kopf_settings: kopf.OperatorSettings, memo: kopf.Memo) -> None:
     configure_kopf(kopf_settings)
     settings = _settings or OperatorSettings()
-    cluster = Cluster(api_client(_kubeconfig), settings)
+    elector = LeaderElector(api_client(_kubeconfig), lease_namespace(settings),
+                            timing=LeaseTiming.for_duration(settings.lease_duration_s))
+    writer = api_client(_kubeconfig)
+    guard_writes(writer, elector)  # every write of the operator needs the Lease
+    cluster = Cluster(writer, settings)
     controller = Controller(Reconciler(cluster, settings), settings)
-    memo.controller = controller
+    memo.controller, memo.elector = controller, elector
     if settings.metrics_port:
         start_http_server(settings.metrics_port, addr="0.0.0.0")
     if settings.health_port:
-        memo.probes = await start_probes(controller, settings)
+        memo.probes = await start_probes(controller, settings, elector)
+    memo.leading = asyncio.create_task(lead(elector, controller), name="tessera-leader")
+
+
+async def lead(elector: LeaderElector, controller: Controller) -> None:
+    """Reconciles only once the Lease is taken; a lost Lease stops the process (kubelet restarts it)."""
+    await elector.acquire()
+    controller.last_success = time.monotonic()  # liveness counts from leading, not from a standby's start
     checkpoint("startup")
     controller.start()
     controller.trigger("startup")
+    await elector.keep(on_lost=lambda: os.kill(os.getpid(), signal.SIGTERM))
+
+
+def lease_namespace(settings: OperatorSettings) -> str:
+    if settings.leader_election_namespace:
+        return settings.leader_election_namespace
+    if os.environ.get("POD_NAMESPACE"):
+        return os.environ["POD_NAMESPACE"]
+    if os.environ.get("KUBERNETES_SERVICE_HOST") and POD_NAMESPACE_FILE.exists():
+        return POD_NAMESPACE_FILE.read_text().strip()
+    return settings.state_namespace
 
 
 async def stop(memo: kopf.Memo) -> None:
+    memo.leading.cancel()
+    await asyncio.gather(memo.leading, return_exceptions=True)
     await memo.controller.stop()
+    await asyncio.to_thread(memo.elector.release)
     if getattr(memo, "probes", None) is not None:
         await memo.probes.cleanup()
 
 
-async def start_probes(controller: Controller, settings: OperatorSettings) -> web.AppRunner:
-    """/healthz: the loop answers and reconciles succeed; /readyz: the first reconcile is done."""
+async def start_probes(controller: Controller, settings: OperatorSettings, elector: LeaderElector) -> web.AppRunner:
+    """/healthz: the loop answers and (when leading) reconciles succeed; /readyz: the first reconcile is done,
+    or this operator is a standby (ready to take over: a rolling update must not wait for it to lead)."""
 
     async def healthz(_request):
+        if not elector.may_write():
+            return web.Response(text="standby\n")
         stale = time.monotonic() - controller.last_success > STALE_AFTER_RESYNCS * settings.resync_s
         return web.Response(status=500 if stale and not controller.reconciling else 200,
                             text="stale\n" if stale else "ok\n")
 
     async def readyz(_request):
+        if not elector.may_write():
+            return web.Response(text="standby\n")
         return web.Response(status=200 if controller.ready else 503, text="ready\n" if controller.ready else "starting\n")
 
     app = web.Application()

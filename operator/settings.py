@@ -17,6 +17,14 @@ class OperatorSettings(BaseModel):
     mig_configmap_fallback: str = Field(
         default="tessera-mig-parted-config",
         description="mig-parted ConfigMap used when the ClusterPolicy names none.")
+    mig_configmap: str | None = Field(
+        default=None,
+        description="The mig-parted ConfigMap tessera writes; a ClusterPolicy naming another one is reported. "
+                    "Unset: the one the ClusterPolicy names.")
+    leader_election_namespace: str | None = Field(
+        default=None, description="Namespace of the leader-election Lease; unset: the pod's, else the state namespace.")
+    lease_duration_s: float = Field(
+        default=15.0, ge=3, description="Leader election: a Lease not renewed for this long may be taken over.")
     mig_config_propagation_s: float = Field(
         default=90.0, ge=0,
         description="Seconds between writing a MIG config and relabelling a node for it: a mounted "

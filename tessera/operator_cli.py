@@ -30,6 +30,16 @@ def _selector(_ctx, _param, values: tuple[str, ...]) -> dict[str, str]:
               help="Namespace where each pool's plan is stored.")
 @click.option("--gpu-operator-namespace", default=DEFAULTS.gpu_operator_namespace, show_default=True,
               help="Namespace of the mig-parted ConfigMap that the ClusterPolicy names.")
+@click.option("--cluster-policy", default=DEFAULTS.cluster_policy, show_default=True,
+              help="Name of the GPU Operator's ClusterPolicy.")
+@click.option("--mig-configmap", default=None,
+              help="The mig-parted ConfigMap tessera writes (set in the ClusterPolicy by the admin); a ClusterPolicy "
+                   "naming another is reported. Default: whichever the ClusterPolicy names.")
+@click.option("--leader-election-namespace", default=None,
+              help="Namespace of the leader-election Lease. Default: the pod's, else --state-namespace.")
+@click.option("--lease-duration", "lease_duration_s", type=click.FloatRange(min=3),
+              default=DEFAULTS.lease_duration_s, show_default=True,
+              help="Seconds after which another operator may take over a Lease that was not renewed.")
 @click.option("--mig-config-propagation", "mig_config_propagation_s", type=click.FloatRange(min=0),
               default=DEFAULTS.mig_config_propagation_s, show_default=True,
               help="Seconds between writing a MIG config and relabelling nodes for it.")

@@ -1,0 +1,43 @@
+{{- define "tessera.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "tessera.serviceAccountName" -}}
+{{- default (include "tessera.fullname" .) .Values.serviceAccount.name -}}
+{{- end -}}
+
+{{- define "tessera.selectorLabels" -}}
+app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "tessera.labels" -}}
+{{ include "tessera.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/part-of: tessera
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}
+
+{{/* Rules on tessera's workloads: granted cluster-wide, or per watched namespace. */}}
+{{- define "tessera.workloadRules" -}}
+- apiGroups: [tessera.ai]
+  resources: [compoundinferencesystems]
+  verbs: [list, watch]
+- apiGroups: [tessera.ai]
+  resources: [compoundinferencesystems/status]
+  verbs: [patch]
+# Server-side apply creates a missing object: create and patch.
+- apiGroups: [apps]
+  resources: [deployments]
+  verbs: [list, watch, create, patch, delete]
+- apiGroups: [""]
+  resources: [services]
+  verbs: [list, create, patch, delete]
+- apiGroups: [""]
+  resources: [events]
+  verbs: [create]
+{{- end -}}

@@ -1,0 +1,145 @@
+"""The chart rendered and checked without a cluster: lint, values schema, what each value switches,
+the alerts under promtool, the image's Dockerfile under hadolint. (Under tests/e2e for the built helm.)"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+CHART = REPO / "charts" / "tessera"
+
+
+def render(helm, *args: str) -> list[dict]:
+    out = helm("template", "tessera", str(CHART), "-n", "tessera-system", *args).stdout
+    return [d for d in yaml.safe_load_all(out) if d]
+
+
+def kinds(documents: list[dict]) -> list[str]:
+    return sorted(d["kind"] for d in documents)
+
+
+def test_helm_lint_is_clean_in_strict_mode(helm):
+    lint = helm("lint", "--strict", str(CHART))
+    assert "1 chart(s) linted, 0 chart(s) failed" in lint.stdout
+
+
+def test_the_default_install_is_one_operator_without_a_disruption_budget(helm):
+    documents = render(helm)
+    (deployment,) = [d for d in documents if d["kind"] == "Deployment"]
+    assert deployment["spec"]["replicas"] == 1
+    assert "PodDisruptionBudget" not in kinds(documents)
+    assert {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "Service", "ServiceAccount"} <= set(
+        kinds(documents))
+    assert not {"ServiceMonitor", "PrometheusRule"} & set(kinds(documents))
+
+
+def test_a_disruption_budget_comes_with_a_second_replica(helm):
+    documents = render(helm, "--set", "replicaCount=2")
+    (pdb,) = [d for d in documents if d["kind"] == "PodDisruptionBudget"]
+    assert pdb["spec"]["minAvailable"] == 1
+
+
+def test_the_operator_container_is_locked_down(helm):
+    (deployment,) = [d for d in render(helm) if d["kind"] == "Deployment"]
+    pod = deployment["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert pod["securityContext"]["runAsNonRoot"] and pod["securityContext"]["runAsUser"] == 65532
+    assert container["securityContext"] == {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+                                            "capabilities": {"drop": ["ALL"]}}
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert container["resources"]["limits"]["memory"] and container["resources"]["requests"]["cpu"]
+    assert deployment["spec"]["strategy"]["rollingUpdate"] == {"maxSurge": 1, "maxUnavailable": 0}
+
+
+def test_every_value_reaches_the_operators_command_line(helm):
+    (deployment,) = [d for d in render(
+        helm, "--set", "watchNamespaces={a,b}", "--set", "poolNodeSelector.tessera\\.ai/pool=h100",
+        "--set", "gpuOperator.migConfigMap=mine", "--set", "solver.memoryMB=4096",
+        "--set", "leaderElection.leaseDurationSeconds=20") if d["kind"] == "Deployment"]
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    for expected in ("--namespace=a", "--namespace=b", "--node-selector=tessera.ai/pool=h100", "--mig-configmap=mine",
+                     "--solve-memory=4096", "--lease-duration=20", "--state-namespace=tessera-system",
+                     "--leader-election-namespace=tessera-system"):
+        assert expected in args
+    # The rendered command line is one the CLI accepts.
+    check = subprocess.run([sys.executable, "-P", "-m", "tessera", *args[:args.index("operator") + 1], "--help"],
+                           capture_output=True, text=True)
+    assert check.returncode == 0, check.stderr
+    options = {a.split("=")[0] for a in args if a.startswith("--")} - {"--log-level"}
+    assert all(option in check.stdout for option in options), options
+
+
+def test_a_namespace_scoped_install_grants_workload_rights_only_in_its_namespaces(helm):
+    documents = render(helm, "--set", "watchNamespaces={team-a}")
+    (cluster_role,) = [d for d in documents if d["kind"] == "ClusterRole" and d["metadata"]["name"].endswith("-operator")]
+    assert {r for rule in cluster_role["rules"] for r in rule["resources"]} == {
+        "nodes", "pods", "clusterpolicies", "namespaces"}
+    workloads = [d for d in documents if d["kind"] == "Role" and d["metadata"]["namespace"] == "team-a"]
+    assert len(workloads) == 1 and "deployments" in str(workloads[0]["rules"])
+
+
+@pytest.mark.parametrize("values, field", [
+    (["--set", "replicaCount=0"], "replicaCount"),
+    (["--set", "gpuOperator.migConfigMap=default-mig-parted-config"], "migConfigMap"),
+    (["--set", "leaderElection.leaseDurationSeconds=1"], "leaseDurationSeconds"),
+    (["--set", "watchNamespaces={Bad_Name}"], "watchNamespaces"),
+    (["--set", "solver.memoryMB=64"], "memoryMB"),
+    (["--set", "typo=1"], "typo"),
+], ids=["no-replica", "gpu-operators-own-configmap", "short-lease", "bad-namespace", "tiny-solver", "unknown-key"])
+def test_the_values_schema_refuses_bad_values_naming_the_field(helm, values, field):
+    refused = helm("template", "tessera", str(CHART), *values, check=False)
+    assert refused.returncode != 0 and field in refused.stderr, refused.stderr
+
+
+def test_monitoring_objects_come_with_their_values(helm):
+    documents = render(helm, "--set", "metrics.serviceMonitor.enabled=true", "--set",
+                       "metrics.prometheusRule.enabled=true", "--set", "metrics.dashboard.enabled=true")
+    (rule,) = [d for d in documents if d["kind"] == "PrometheusRule"]
+    assert rule["spec"] == yaml.safe_load((CHART / "files" / "alerts.yaml").read_text())
+    (dashboard,) = [d for d in documents if d["kind"] == "ConfigMap"]
+    panels = json.loads(dashboard["data"]["tessera.json"])["panels"]
+    assert any("tessera_pool_gpus_planned" in t["expr"] for p in panels for t in p["targets"])
+    assert [d for d in documents if d["kind"] == "ServiceMonitor"][0]["spec"]["endpoints"][0]["port"] == "metrics"
+
+
+def test_the_alerts_pass_their_promtool_unit_tests():
+    promtool = shutil.which("promtool")
+    assert promtool, "promtool comes with Debian's prometheus (tests/cluster/setup.sh installs it)"
+    result = subprocess.run([promtool, "test", "rules", str(REPO / "tests" / "helm" / "alerts_test.yaml")],
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_dockerfile_is_hadolint_clean():
+    hadolint = Path(sys.executable).parent / "hadolint"
+    result = subprocess.run([str(hadolint), str(REPO / "Dockerfile")], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout
+
+
+def test_the_gitops_layouts_apply_the_crds_before_the_systems():
+    argo = REPO / "examples" / "gitops" / "argocd" / "apps"
+    waves = {yaml.safe_load(p.read_text())["metadata"]["name"]:
+             int(yaml.safe_load(p.read_text())["metadata"]["annotations"]["argocd.argoproj.io/sync-wave"])
+             for p in argo.glob("*.yaml")}
+    assert waves["tessera"] < waves["inference-systems"]
+    flux = yaml.safe_load((REPO / "examples" / "gitops" / "flux" / "inference-systems.yaml").read_text())
+    assert flux["spec"]["dependsOn"] == [{"name": "tessera"}]
+    release = yaml.safe_load((REPO / "examples" / "gitops" / "flux" / "release" / "helmrelease.yaml").read_text())
+    assert release["spec"]["install"]["crds"] == release["spec"]["upgrade"]["crds"] == "CreateReplace"
+    for path in (REPO / "examples" / "gitops").rglob("*.yaml"):
+        for document in yaml.safe_load_all(path.read_text()):
+            for key in ("path",):
+                source = (document.get("spec") or {}).get("source") or {}
+                if key in source:
+                    assert (REPO / source[key]).is_dir(), (path, source[key])
+    systems = yaml.safe_load((REPO / "examples" / "gitops" / "systems" / "kustomization.yaml").read_text())
+    for resource in systems["resources"]:
+        assert (REPO / "examples" / "gitops" / "systems" / resource).is_file(), resource

@@ -1,0 +1,523 @@
+"""The Helm chart installed like a platform team would, on the real test cluster.
+
+`helm install` creates the chart's objects on the real API server. Fake
+nodes run no containers, so the operator Deployment's pod never really runs;
+instead the test starts the operator on the host from that Deployment *as
+rendered* (its command, args and env) and authenticates it with a
+TokenRequest token of the chart's ServiceAccount. Every call it makes is
+then authorized by the chart's RBAC and admitted by the chart's admission
+policy, exactly as in a cluster; the audit log shows the ServiceAccount as
+the writer, so the admin credentials cannot have done the work.
+
+The tests of this module run in order and share one release: install,
+reconcile, re-apply, upgrade, uninstall.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+import yaml
+from kubernetes import client
+
+from cluster.controlplane import die_with_parent_prefix, free_port
+from cluster.gpu_nodes import create_gpu_nodes
+from cluster.kube import ensure_namespace, wait_for
+
+from .operator_harness import (
+    H100, REPO, THREE_EXAMPLES, apply_examples, children, condition, delete_pool, is_true, make_pool, systems,
+)
+
+CHART = REPO / "charts" / "tessera"
+READY_TIMEOUT_S = 300
+MIG_LABEL = "nvidia.com/mig.config"
+
+
+def rendered(manifest: str, kind: str) -> list[dict]:
+    return [doc for doc in yaml.safe_load_all(manifest) if doc and doc.get("kind") == kind]
+
+
+def token_kubeconfig(core: client.CoreV1Api, cluster, namespace: str, service_account: str, path: Path) -> Path:
+    """A kubeconfig holding a TokenRequest token of the ServiceAccount (what the kubelet mounts in a pod)."""
+    request = core.create_namespaced_service_account_token(
+        service_account, namespace, {"spec": {"expirationSeconds": 7200}})
+    config = {
+        "apiVersion": "v1", "kind": "Config",
+        "clusters": [{"name": "test", "cluster": {"server": cluster.server,
+                                                  "certificate-authority": str(cluster.pki / "ca.crt")}}],
+        "users": [{"name": service_account, "user": {"token": request.status.token}}],
+        "contexts": [{"name": "sa", "context": {"cluster": "test", "user": service_account}}],
+        "current-context": "sa",
+    }
+    path.write_text(json.dumps(config))
+    return path
+
+
+class HostOperator:
+    """The rendered Deployment's container, run as a host process with the ServiceAccount's token."""
+
+    def __init__(self, deployment: dict, kubeconfig: Path, logdir: Path, pod_name: str) -> None:
+        (container,) = deployment["spec"]["template"]["spec"]["containers"]
+        assert container["command"] == ["tessera"], container["command"]
+        self.argv = [sys.executable, "-P", "-m", "tessera", *container["args"], f"--kubeconfig={kubeconfig}"]
+        namespace = deployment["metadata"]["namespace"]
+        field_values = {"metadata.name": pod_name, "metadata.namespace": namespace}
+        self.env = {"PATH": "/usr/bin:/bin"}
+        for variable in container["env"]:
+            if "value" in variable:
+                self.env[variable["name"]] = variable["value"]
+            else:
+                self.env[variable["name"]] = field_values[variable["valueFrom"]["fieldRef"]["fieldPath"]]
+        self.env["HOME"] = str(logdir)  # the rendered /tmp is the pod's emptyDir
+        self.log = logdir / f"{pod_name}.log"
+        self.process: subprocess.Popen | None = None
+
+    def start(self) -> "HostOperator":
+        with open(self.log, "wb") as out:
+            self.process = subprocess.Popen([*die_with_parent_prefix(), *self.argv], stdout=out,
+                                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=self.env,
+                                            start_new_session=True, cwd=self.log.parent)
+        return self
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def stop(self) -> None:
+        if self.alive():
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=10)
+
+    def text(self) -> str:
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+
+class Release:
+    def __init__(self, name: str, namespace: str, workloads: str, pool, values: dict) -> None:
+        self.name, self.namespace, self.workloads, self.pool, self.values = name, namespace, workloads, pool, values
+        self.service_account = f"{name}-tessera" if "tessera" not in name else name
+
+    @property
+    def user(self) -> str:
+        return f"system:serviceaccount:{self.namespace}:{self.service_account}"
+
+
+def values_for(workloads: str, pool_id: str, resync: float = 5.0) -> dict:
+    return {
+        "watchNamespaces": [workloads],
+        "poolNodeSelector": {"tessera.test/pool": pool_id},
+        "gpuOperator": {"migConfigPropagationSeconds": 1.5},
+        "reconcile": {"resyncSeconds": resync, "debounceSeconds": 0.3},
+        "solver": {"timeLimitSeconds": 120},
+        "health": {"port": free_port()},
+        "metrics": {"port": free_port()},
+        "leaderElection": {"leaseDurationSeconds": 6},
+    }
+
+
+def helm_values_file(tmp: Path, values: dict) -> str:
+    path = tmp / f"values-{uuid.uuid4().hex[:6]}.json"
+    # JSON, not PyYAML's YAML: a pool id such as 3813e3 is a number to Helm's parser unless quoted.
+    path.write_text(json.dumps(values))
+    return str(path)
+
+
+def writes_by(audit_log: Path, user: str, since_line: int = 0) -> list[dict]:
+    found = []
+    with open(audit_log) as log:
+        for number, line in enumerate(log):
+            if number >= since_line:
+                event = json.loads(line)
+                if event.get("user", {}).get("username") == user and event.get("verb") in (
+                        "create", "update", "patch", "delete"):
+                    found.append(event)
+    return found
+
+
+def audit_length(audit_log: Path) -> int:
+    with open(audit_log) as log:
+        return sum(1 for _ in log)
+
+
+@pytest.fixture(scope="module")
+def helm_on_cluster(helm, cluster):
+    """The session's helm, pointed at the test cluster."""
+    def run(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+        return helm(*args, f"--kubeconfig={cluster.kubeconfig}", check=check)
+    return run
+
+
+@pytest.fixture(scope="module")
+def release(core, cluster, kubectl, helm_on_cluster, mig_manager, tmp_path_factory):
+    helm = helm_on_cluster
+    tmp = tmp_path_factory.mktemp("helm")
+    pool = make_pool(core, nodes=4)
+    name = f"tessera-{pool.id}"
+    namespace, workloads = f"tessera-system-{pool.id}", f"inference-{pool.id}"
+    for ns in (namespace, workloads):
+        ensure_namespace(core, ns)
+    values = values_for(workloads, pool.id)
+    installed = helm("install", name, str(CHART), "-n", namespace, "-f", helm_values_file(tmp, values), check=False)
+    assert installed.returncode == 0, installed.stderr
+    rel = Release(name, namespace, workloads, pool, values)
+    rel.tmp = tmp
+    rel.operators = []
+    yield rel
+    for operator in rel.operators:
+        operator.stop()
+    helm("uninstall", name, "-n", namespace, check=False)
+    for ns in (workloads, namespace):
+        try:
+            core.delete_namespace(ns)
+        except client.ApiException as error:
+            if error.status != 404:
+                raise
+    delete_pool(core, pool)
+
+
+def start_operator(release: Release, helm, core, cluster, pod_name: str) -> HostOperator:
+    manifest = helm("get", "manifest", release.name, "-n", release.namespace).stdout
+    (deployment,) = rendered(manifest, "Deployment")
+    kubeconfig = token_kubeconfig(core, cluster, release.namespace, release.service_account,
+                                  release.tmp / f"{pod_name}.kubeconfig")
+    operator = HostOperator(deployment, kubeconfig, release.tmp, pod_name).start()
+    release.operators.append(operator)
+    return operator
+
+
+def cluster_view(kubectl, namespace: str) -> str:
+    """What the cluster shows of a namespace, for a failure message."""
+    return kubectl("get", "deployments,pods,events", "-n", namespace, "-o", "wide", check=False).stdout[-6000:]
+
+
+def wait_ready(custom, release: Release, names: list[str], operator: HostOperator, kubectl=None) -> dict:
+    def ready():
+        if not operator.alive():
+            raise AssertionError(f"operator exited:\n{operator.text()[-5000:]}")
+        found = systems(custom, release.workloads)
+        return found if all(n in found and is_true(found[n], "Ready") for n in names) else None
+    try:
+        return wait_for(ready, READY_TIMEOUT_S, f"{names} Ready", interval=1.0)
+    except TimeoutError:
+        view = cluster_view(kubectl, release.workloads) if kubectl else ""
+        raise AssertionError(f"not Ready:\n{operator.text()[-5000:]}\n{view}") from None
+
+
+def wait_quiet(operator: HostOperator) -> None:
+    """Until a reconcile that wrote nothing: the systems' last status and Events after Ready are in."""
+    def quiet():
+        done = [line for line in operator.text().splitlines() if "reconciled (" in line]
+        return done and " 0 write(s)" in done[-1]
+    wait_for(quiet, 60, "a reconcile without writes", interval=0.5)
+
+
+def apply_server_side(kubectl, namespace: str) -> list[str]:
+    """As a GitOps pipeline applies: server-side, its own field manager, conflicts are errors (no --force-conflicts)."""
+    for example in THREE_EXAMPLES:
+        applied = kubectl("apply", "--server-side", "--field-manager=gitops", "-n", namespace,
+                          "-f", str(REPO / "examples" / example), check=False)
+        assert applied.returncode == 0, applied.stderr
+    return [Path(n).stem for n in THREE_EXAMPLES]
+
+
+@pytest.fixture
+def custom(api_client) -> client.CustomObjectsApi:
+    return client.CustomObjectsApi(api_client)
+
+
+# -- install and reconcile ------------------------------------------------------
+
+def test_the_charts_crds_are_the_generated_ones():
+    for path in sorted((REPO / "crds").glob("*.yaml")):
+        assert (CHART / "crds" / path.name).read_text() == path.read_text(), f"charts/tessera/crds/{path.name}"
+    assert {p.name for p in (CHART / "crds").glob("*.yaml")} == {p.name for p in (REPO / "crds").glob("*.yaml")}
+
+
+def test_the_operator_started_from_the_rendered_deployment_with_the_charts_service_account_makes_the_examples_ready(
+        release, helm_on_cluster, core, cluster, custom, kubectl):
+    helm = helm_on_cluster
+    start = audit_length(cluster.audit_log)
+    operator = start_operator(release, helm, core, cluster, "operator-a")
+    names = apply_server_side(kubectl, release.workloads)
+    wait_ready(custom, release, names, operator, kubectl)
+    writes = writes_by(cluster.audit_log, release.user, start)
+    written = {(w["objectRef"]["resource"], w["objectRef"].get("subresource")) for w in writes}
+    assert {("nodes", None), ("deployments", None), ("services", None), ("leases", None),
+            ("compoundinferencesystems", "status")} <= written, written
+    forbidden = [w for w in writes if w.get("responseStatus", {}).get("code") == 403]
+    assert forbidden == [], forbidden[:3]
+    # Nothing but the ServiceAccount's token was used by the operator: no admin-certificate write after start.
+    admin = [w for w in writes_by(cluster.audit_log, "tessera-admin", start)
+             if w.get("userAgent", "").startswith(("tessera-operator", "kopf"))]
+    assert admin == []
+
+
+def test_reapplying_the_examples_server_side_conflicts_with_nothing_and_replans_nothing(
+        release, core, cluster, custom, kubectl):
+    operator = release.operators[-1]
+    wait_quiet(operator)
+    state_before = {c.metadata.name: c.data for c in core.list_namespaced_config_map(release.namespace).items
+                    if c.metadata.name.startswith("tessera-pool-")}
+    assert state_before, "the pool's stored plan"
+    start = audit_length(cluster.audit_log)
+    log_before = len(operator.text())
+    planned_before = {n: condition(s, "Planned") for n, s in systems(custom, release.workloads).items()}
+    apply_server_side(kubectl, release.workloads)
+    resyncs = operator.text().count("reconciled (")
+    wait_for(lambda: operator.text().count("reconciled (") >= resyncs + 2, 60, "two more reconciles")
+    state_after = {c.metadata.name: c.data for c in core.list_namespaced_config_map(release.namespace).items
+                   if c.metadata.name.startswith("tessera-pool-")}
+    assert state_after == state_before
+    # No re-plan: no solve, nothing written to nodes, servers or plans. (Status and Events may still
+    # follow the servers' availability, which KWOK's pods change on their own.)
+    assert "solve of" not in operator.text()[log_before:]
+    planned_after = {n: condition(s, "Planned") for n, s in systems(custom, release.workloads).items()}
+    assert planned_after == planned_before
+    kept_out = {"leases", "events", "compoundinferencesystems"}
+    assert [w for w in writes_by(cluster.audit_log, release.user, start) if w["objectRef"]["resource"] not in kept_out] == []
+    # The operator owns no spec field of the systems: it writes status only, through the status subresource.
+    for system in systems(custom, release.workloads).values():
+        for entry in system["metadata"]["managedFields"]:
+            if entry["manager"] != "gitops":
+                assert entry.get("subresource") == "status", entry["manager"]
+
+
+# -- least privilege ------------------------------------------------------------
+
+def can_i(kubectl, release: Release, *args: str) -> bool:
+    answer = kubectl("auth", "can-i", f"--as={release.user}", *args, check=False)
+    return answer.stdout.strip() == "yes"
+
+
+CAN = [
+    ("list", "nodes"), ("watch", "nodes"), ("patch", "nodes"),
+    ("list", "pods", "--all-namespaces"),
+    ("get", "clusterpolicies.nvidia.com/cluster-policy"),
+    ("create", "configmaps", "-n", "gpu-operator"), ("patch", "configmaps/tessera-mig-parted-config", "-n", "gpu-operator"),
+]
+CANNOT = [
+    ("get", "secrets"), ("list", "secrets", "--all-namespaces"), ("get", "secrets", "-n", "kube-system"),
+    ("create", "pods", "--subresource=exec", "--all-namespaces"),
+    ("create", "pods", "--subresource=attach", "--all-namespaces"),
+    ("create", "pods"), ("delete", "pods", "--all-namespaces"),
+    ("delete", "nodes"), ("create", "nodes"), ("update", "nodes", "--subresource=status"), ("patch", "nodes", "--subresource=status"),
+    ("get", "clusterpolicies.nvidia.com/other"), ("patch", "clusterpolicies.nvidia.com/cluster-policy"),
+    ("patch", "configmaps/default-mig-parted-config", "-n", "gpu-operator"),
+    ("get", "configmaps", "-n", "kube-system"),
+    ("create", "deployments", "-n", "default"), ("list", "compoundinferencesystems.tessera.ai", "-n", "default"),
+    ("patch", "compoundinferencesystems.tessera.ai", "--all-namespaces"),
+    ("create", "clusterroles"), ("create", "rolebindings", "--all-namespaces"), ("escalate", "clusterroles"),
+    ("impersonate", "serviceaccounts"),
+    ("create", "serviceaccounts", "--subresource=token", "--all-namespaces"),
+    ("create", "namespaces"), ("delete", "namespaces"),
+    ("update", "leases/other-lease"), ("delete", "leases/tessera-operator"),
+    ("create", "validatingadmissionpolicies.admissionregistration.k8s.io"),
+]
+
+
+def test_the_service_account_can_what_the_operator_does(release, kubectl):
+    namespaced = [("list", "compoundinferencesystems.tessera.ai"), ("patch", "compoundinferencesystems.tessera.ai", "--subresource=status"),
+                  ("watch", "deployments.apps"), ("create", "deployments.apps"), ("patch", "deployments.apps"),
+                  ("delete", "deployments.apps"), ("patch", "services"), ("create", "events")]
+    missing = [c for c in CAN if not can_i(kubectl, release, *c)]
+    missing += [c for c in namespaced if not can_i(kubectl, release, *c, "-n", release.workloads)]
+    missing += [c for c in [("get", "configmaps"), ("create", "configmaps"), ("patch", "configmaps"),
+                            ("update", "leases/tessera-operator"), ("create", "leases")]
+                if not can_i(kubectl, release, *c, "-n", release.namespace)]
+    assert missing == []
+
+
+@pytest.mark.parametrize("question", CANNOT, ids=lambda q: " ".join(q))
+def test_the_service_account_cannot(release, kubectl, question):
+    """In the namespace named, else in its own, the watched one and another."""
+    scoped = "-n" in question or "--all-namespaces" in question
+    scopes = [()] if scoped else [("-n", release.namespace), ("-n", release.workloads), ("-n", "default")]
+    assert [scope for scope in scopes if can_i(kubectl, release, *question, *scope)] == []
+
+
+def test_no_secret_is_readable_not_even_in_the_release_namespace(release, kubectl):
+    for verb in ("get", "list", "watch"):
+        assert not can_i(kubectl, release, verb, "secrets", "-n", release.namespace)
+
+
+def node_patch(core_as_operator: client.CoreV1Api, node: str, patch: dict) -> str:
+    try:
+        core_as_operator.patch_node(node, patch)
+        return "allowed"
+    except client.ApiException as error:
+        assert error.status in (403, 422), error.body
+        return json.loads(error.body).get("message", "")
+
+
+def test_the_admission_policy_limits_the_operators_node_changes_to_mig_its_annotations_and_unschedulable(
+        release, core, cluster):
+    from kubernetes import config
+    kubeconfig = token_kubeconfig(core, cluster, release.namespace, release.service_account,
+                                  release.tmp / "policy.kubeconfig")
+    as_operator = client.CoreV1Api(config.new_client_from_config(config_file=str(kubeconfig)))
+    # A node of its own, outside the pool: the serving pool stays untouched for the tests after this one.
+    (node,) = create_gpu_nodes(core, 1, H100, gpus_per_node=1, name_prefix=f"vap-{release.pool.id}")
+    try:
+        check_node_policy(core, as_operator, node)
+    finally:
+        core.delete_node(node)
+
+
+def check_node_policy(core: client.CoreV1Api, as_operator: client.CoreV1Api, node: str) -> None:
+    core.patch_node(node, {"metadata": {"labels": {"nvidia.com/mig.config.state": "success"}}})
+
+    def refused(patch: dict, why: str) -> None:
+        message = wait_for(lambda: (m := node_patch(as_operator, node, patch)) != "allowed" and m, 30,
+                           f"the policy refusing {patch}")
+        assert why in message, message
+
+    refused({"metadata": {"labels": {"team": "x"}}}, "only the nvidia.com/mig.config label")
+    refused({"metadata": {"labels": {"nvidia.com/gpu.product": "NVIDIA-A100"}}}, "only the nvidia.com/mig.config label")
+    refused({"metadata": {"labels": {"nvidia.com/mig.config.state": "pending"}}}, "only remove")
+    refused({"metadata": {"annotations": {"example.com/owner": "x"}}}, "tessera.ai/ annotations")
+    refused({"spec": {"taints": [{"key": "x", "effect": "NoSchedule"}]}}, "only spec.unschedulable")
+    refused({"spec": {"providerID": "kwok://other"}}, "only spec.unschedulable")
+    refused({"metadata": {"finalizers": ["example.com/keep"]}}, "owners or finalizers of a node")
+    labels_before = core.read_node(node).metadata.labels
+    assert node_patch(as_operator, node, {"metadata": {"labels": {
+        MIG_LABEL: labels_before.get(MIG_LABEL, "all-disabled"), "nvidia.com/mig.config.state": None}}}) == "allowed"
+    assert node_patch(as_operator, node, {"metadata": {"annotations": {"tessera.ai/note": "x"}}}) == "allowed"
+    assert node_patch(as_operator, node, {"spec": {"unschedulable": True}}) == "allowed"
+    assert node_patch(as_operator, node, {"spec": {"unschedulable": None},
+                                          "metadata": {"annotations": {"tessera.ai/note": None}}}) == "allowed"
+    # The admin (not the operator's ServiceAccount) is not limited by it.
+    core.patch_node(node, {"metadata": {"labels": {"team": "x"}}})
+    core.patch_node(node, {"metadata": {"labels": {"team": None}}})
+
+
+def test_the_chart_grants_no_wildcard(helm):
+    manifest = helm("template", "t", str(CHART), "--set", "watchNamespaces={a,b}").stdout
+    manifest += helm("template", "t", str(CHART)).stdout
+    for role in rendered(manifest, "ClusterRole") + rendered(manifest, "Role"):
+        for rule in role["rules"]:
+            for field in ("apiGroups", "resources", "verbs", "resourceNames"):
+                assert "*" not in rule.get(field, []), (role["metadata"]["name"], rule)
+
+
+# -- upgrade and uninstall ------------------------------------------------------
+
+def test_helm_upgrade_with_changed_values_hands_over_by_the_lease_and_repartitions_nothing(
+        release, helm_on_cluster, core, cluster, custom, api_client, kubectl):
+    helm = helm_on_cluster
+    old = release.operators[-1]
+    labels_before = {n: core.read_node(n).metadata.labels.get(MIG_LABEL) for n in release.pool.nodes}
+    deployments_before = {d.metadata.name: d.metadata.uid for d in children(api_client, release.workloads)[0]}
+    planned_before = {n: condition(s, "Planned") for n, s in systems(custom, release.workloads).items()}
+    values = {**release.values, "reconcile": {"resyncSeconds": 4.0, "debounceSeconds": 0.5}, "logLevel": "debug",
+              "health": {"port": free_port()}, "metrics": {"port": free_port()}}
+    upgraded = helm("upgrade", release.name, str(CHART), "-n", release.namespace,
+                    "-f", helm_values_file(release.tmp, values), check=False)
+    assert upgraded.returncode == 0, upgraded.stderr
+    start = audit_length(cluster.audit_log)
+    # A rolling update: the new operator starts while the old one still leads, and waits as a standby.
+    new = start_operator(release, helm, core, cluster, "operator-b")
+    wait_for(lambda: "standby" in new.text(), 60, "the new operator on standby")
+    assert "reconciled (" not in new.text()
+    old.stop()  # SIGTERM: the old operator releases its Lease
+    wait_for(lambda: "leading: took Lease" in new.text(), 30, "the new operator leading")
+    wait_for(lambda: new.text().count("reconciled (") >= 2, 120, "two reconciles of the new operator")
+    # The new operator reuses the stored plan and finds every layout applied. (Readiness of the servers
+    # is not asked again here: it depends on KWOK's pods, which the first test already showed.)
+    assert "solve of" not in new.text(), "the stored plan is reused, not solved again"
+    for name, system in systems(custom, release.workloads).items():
+        assert condition(system, "Planned") == planned_before[name]
+        assert is_true(system, "MigLayoutApplied"), name
+    assert {n: core.read_node(n).metadata.labels.get(MIG_LABEL) for n in release.pool.nodes} == labels_before
+    writes = writes_by(cluster.audit_log, release.user, start)
+    assert [w for w in writes if w["objectRef"]["resource"] == "nodes"] == []
+    assert {d.metadata.name: d.metadata.uid for d in children(api_client, release.workloads)[0]} == deployments_before
+    assert "--resync=4" in new.argv and "--log-level=debug" in new.argv
+
+
+def test_the_documented_crd_upgrade_replaces_the_crds_helm_installed_and_keeps_the_systems(
+        release, kubectl, custom):
+    """docs/install.md, "Upgrade": Helm never upgrades crds/; `kubectl apply --server-side --force-conflicts` does."""
+    path = CHART / "crds" / "compoundinferencesystems.tessera.ai.yaml"
+    original = yaml.safe_load(path.read_text())
+    newer = copy.deepcopy(original)
+    schema = newer["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    schema["description"] = schema.get("description", "") + " (a newer chart's CRD)"
+    try:
+        plain = kubectl("apply", "--server-side", "-f", "-", input=yaml.safe_dump(newer), check=False)
+        assert plain.returncode != 0 and "conflict" in plain.stderr.lower(), "without --force-conflicts it conflicts"
+        kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", input=yaml.safe_dump(newer))
+        kubectl("wait", "--for=condition=Established", "crd/compoundinferencesystems.tessera.ai", "--timeout=60s")
+        served = json.loads(kubectl("get", "crd", "compoundinferencesystems.tessera.ai", "-o", "json").stdout)
+        assert served["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["description"] == schema["description"]
+        assert len(systems(custom, release.workloads)) == len(THREE_EXAMPLES)
+    finally:
+        kubectl("apply", "--server-side", "--force-conflicts", "-f", str(path))
+
+
+def test_helm_uninstall_leaves_the_crds_the_systems_their_servers_the_plans_and_the_mig_layouts(
+        release, helm_on_cluster, core, cluster, api_client, kubectl):
+    helm = helm_on_cluster
+    for operator in release.operators:
+        operator.stop()
+    labels_before = {n: core.read_node(n).metadata.labels.get(MIG_LABEL) for n in release.pool.nodes}
+    helm("uninstall", release.name, "-n", release.namespace)
+    selector = f"app.kubernetes.io/instance={release.name}"
+    for kind in ("clusterroles", "clusterrolebindings", "validatingadmissionpolicies",
+                 "validatingadmissionpolicybindings"):
+        assert kubectl("get", kind, "-l", selector, "-o", "name").stdout.strip() == "", kind
+    for kind in ("deployments", "services", "serviceaccounts", "roles", "rolebindings"):
+        assert kubectl("get", kind, "-n", release.namespace, "-l", selector, "-o", "name").stdout.strip() == "", kind
+    # What stays (docs/install.md, "Uninstall"):
+    assert kubectl("get", "crd", "compoundinferencesystems.tessera.ai", check=False).returncode == 0
+    assert len(systems(client.CustomObjectsApi(api_client), release.workloads)) == len(THREE_EXAMPLES)
+    assert children(api_client, release.workloads)[0], "model-server Deployments keep serving"
+    assert [c for c in core.list_namespaced_config_map(release.namespace).items
+            if c.metadata.name.startswith("tessera-pool-")], "the stored plans"
+    assert client.CoordinationV1Api(api_client).read_namespaced_lease("tessera-operator", release.namespace)
+    assert core.read_namespaced_config_map("tessera-mig-parted-config", "gpu-operator")
+    assert {n: core.read_node(n).metadata.labels.get(MIG_LABEL) for n in release.pool.nodes} == labels_before
+
+
+def test_a_chart_without_one_permission_fails_to_serve(core, cluster, kubectl, helm, mig_manager, custom, tessera_crds,
+                                                       tmp_path):
+    """The control experiment of the install test: the same chart less `patch` on nodes never gets Ready."""
+    pool = make_pool(core, nodes=1)
+    name, namespace, workloads = f"tessera-{pool.id}", f"tessera-system-{pool.id}", f"inference-{pool.id}"
+    for ns in (namespace, workloads):
+        ensure_namespace(core, ns)
+    values = values_for(workloads, pool.id)
+    manifest = helm("template", name, str(CHART), "-n", namespace, "-f", helm_values_file(tmp_path, values)).stdout
+    documents = [d for d in yaml.safe_load_all(manifest) if d and d["kind"] != "Deployment"]
+    (operator_role,) = [d for d in documents if d["kind"] == "ClusterRole" and d["metadata"]["name"].endswith("-operator")]
+    (nodes_rule,) = [r for r in operator_role["rules"] if r["resources"] == ["nodes"]]
+    nodes_rule["verbs"].remove("patch")
+    applied = kubectl("apply", "-f", "-", input=yaml.safe_dump_all(documents), check=False)
+    assert applied.returncode == 0, applied.stderr
+    (deployment,) = rendered(manifest, "Deployment")
+    release = Release(name, namespace, workloads, pool, values)
+    release.tmp = tmp_path
+    kubeconfig = token_kubeconfig(core, cluster, namespace, release.service_account, tmp_path / "sa.kubeconfig")
+    operator = HostOperator(deployment, kubeconfig, tmp_path, "operator-less").start()
+    try:
+        apply_examples(kubectl, workloads, ("single-model.yaml",))
+        wait_for(lambda: "Forbidden" in operator.text(), 180, "the operator refused (403 Forbidden)")
+        found = systems(custom, workloads)["single-model"]
+        assert not is_true(found, "Ready")
+        assert all(MIG_LABEL not in (core.read_node(n).metadata.labels or {}) or
+                   core.read_node(n).metadata.labels[MIG_LABEL] == "all-disabled" for n in pool.nodes)
+        assert operator.alive(), "a refused write is retried, not a crash"
+    finally:
+        operator.stop()
+        kubectl("delete", "-f", "-", input=yaml.safe_dump_all(documents), check=False)
+        for ns in (workloads, namespace):
+            core.delete_namespace(ns)
+        delete_pool(core, pool)
