@@ -29,6 +29,8 @@ GROUP = "tessera.ai"
 VERSION = "v1alpha1"
 CATEGORY = "tessera"
 CRDS_DIR = Path(__file__).resolve().parent.parent / "crds"
+# Helm installs CRDs only from the chart's own crds/ folder: the generated files are copied there.
+CHART_CRDS_DIR = CRDS_DIR.parent / "charts" / "tessera" / "crds"
 DROPPED_KEYS = {"title", "$defs", "propertyNames"}
 READY = '.status.conditions[?(@.type=="Ready")].status'
 

@@ -266,17 +266,19 @@ def capacity_command(files, gpu, gpus, measured, feature_list, output, **planner
 
 @main.command("crds")
 @click.option("--write", is_flag=True,
-              help="Write them into crds/, and their field reference into docs/api-reference.md, instead of printing.")
+              help="Write them into crds/ (and the Helm chart's crds/), and their field reference into docs/api-reference.md, instead of printing.")
 def crds_command(write: bool) -> None:
     """The CustomResourceDefinitions, generated from the data models."""
     from tessera.operator.api_reference import reference_file
-    from tessera.operator.crds import rendered
+    from tessera.operator.crds import CHART_CRDS_DIR, rendered
 
     for path, text in rendered().items():
         if write:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text)
-            click.echo(f"wrote {path}")
+            copies = [path, CHART_CRDS_DIR / path.name] if CHART_CRDS_DIR.is_dir() else [path]
+            for copy in copies:
+                copy.parent.mkdir(parents=True, exist_ok=True)
+                copy.write_text(text)
+                click.echo(f"wrote {copy}")
         else:
             click.echo("---\n" + text)
     if write:

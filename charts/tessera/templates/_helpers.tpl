@@ -40,4 +40,11 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 - apiGroups: [""]
   resources: [events]
   verbs: [create]
+# Profiler Jobs (only run with --profiler-image; watched either way) and their pods' termination messages.
+- apiGroups: [batch]
+  resources: [jobs]
+  verbs: [list, watch, create, patch]
+- apiGroups: [""]
+  resources: [pods]
+  verbs: [list]
 {{- end -}}
