@@ -123,18 +123,21 @@ class Cluster:
         """Jobs with these labels in the watched namespaces."""
         found = []
         for namespace in self.settings.namespaces or [None]:
-            jobs = (self.batch.list_job_for_all_namespaces(label_selector=selector) if namespace is None
-                    else self.batch.list_namespaced_job(namespace, label_selector=selector))
-            found += [{**self._plain(j), "kind": "Job", "apiVersion": "batch/v1"} for j in jobs.items]
+            raw = {"label_selector": selector, "_preload_content": False}
+            jobs = (self.batch.list_job_for_all_namespaces(**raw) if namespace is None
+                    else self.batch.list_namespaced_job(namespace, **raw))
+            found += [{**j, "kind": "Job", "apiVersion": "batch/v1"} for j in self._json(jobs)["items"]]
         return found
 
     def list_job_pods(self, namespace: str, job: str) -> list[dict]:
         """The pods the Job controller made for a Job (it labels them with the Job's name)."""
-        pods = self.core.list_namespaced_pod(namespace, label_selector=f"batch.kubernetes.io/job-name={job}")
-        return [self._plain(p) for p in pods.items]
+        pods = self.core.list_namespaced_pod(namespace, label_selector=f"batch.kubernetes.io/job-name={job}",
+                                             _preload_content=False)
+        return self._json(pods)["items"]
 
     def list_labelled_configmaps(self, namespace: str, selector: str) -> list[dict]:
-        return [self._plain(c) for c in self.core.list_namespaced_config_map(namespace, label_selector=selector).items]
+        return self._json(self.core.list_namespaced_config_map(namespace, label_selector=selector,
+                                                               _preload_content=False))["items"]
 
     # -- writes ----------------------------------------------------------------
     def write_configmap(self, namespace: str, name: str, data: dict[str, str], annotations: dict[str, str],
