@@ -15,7 +15,7 @@ from kubernetes import client, config
 from prometheus_client import start_http_server
 
 from tessera import __version__
-from tessera.logs import FORMAT, configure_logging
+from tessera.logs import configure_logging
 from tessera.operator import naming
 from tessera.operator.cluster import Cluster
 from tessera.operator.controller import Controller
@@ -40,9 +40,8 @@ def run(settings: OperatorSettings, kubeconfig: str | None) -> None:
     global _settings, _kubeconfig
     _settings, _kubeconfig = settings, kubeconfig
     # The operator logs each decision at info; kopf only its warnings (one line per watch event is noise).
-    logging.basicConfig(level=logging.WARNING, format=FORMAT)
-    if logging.getLogger("tessera").getEffectiveLevel() > logging.INFO:
-        configure_logging("info")
+    tessera_level = logging.getLogger("tessera").getEffectiveLevel()
+    configure_logging(logging.getLevelName(min(tessera_level, logging.INFO)), libraries="warning")
     if kubeconfig:
         os.environ["KUBECONFIG"] = kubeconfig  # kopf's own login reads it too
     from tessera.operator import handlers  # noqa: F401  (registers the handlers)

@@ -399,17 +399,18 @@ def _cost_proof(stages: dict[str, StageResult], milp: CompoundMilp,
                 options: PlannerOptions) -> CostProof | None:
     """GPUs and slices beside the lower bounds the weighted cost's bound B gives them.
 
-    cost = W x GPUs + slices with slices <= 7 x GPUs, so every plan has
-    GPUs >= B / (W + 7), and every plan with as many GPUs as this one has
-    slices >= B - W x GPUs. When the solve proved the cost to within less
-    than one slice, both bounds meet the counts: W exceeds 7 x GPUs + 1.
+    cost = W x GPUs + slices with slices <= S x GPUs (S = COMPUTE_SLICES), so
+    every plan has GPUs >= B / (W + S), and every plan with as many GPUs as
+    this one has slices >= B - W x GPUs. When the solve proved the cost to
+    within less than one slice, both bounds meet the counts: W exceeds
+    S x GPUs + 1.
     """
     if "cost" not in stages:
         return None
     cost, weight = stages["cost"], milp.gpu_weight
     gpus, slices = divmod(round(cost.value), weight)
     bound = cost.bound if math.isfinite(cost.bound) else 0.0
-    return CostProof(gpus=gpus, gpus_lower_bound=min(gpus, max(0, math.ceil(bound / (weight + 7) - 1e-6))),
+    return CostProof(gpus=gpus, gpus_lower_bound=min(gpus, max(0, math.ceil(bound / (weight + COMPUTE_SLICES) - 1e-6))),
                      slices=slices, slices_lower_bound=min(slices, max(0, math.ceil(bound - weight * gpus - 1e-6))),
                      slice_tolerance=options.slice_tolerance)
 

@@ -11,8 +11,11 @@ import logging
 FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
-def configure_logging(level: str = "warning") -> None:
-    """Send the records of tessera's loggers at ``level`` and above to stderr."""
+def configure_logging(level: str = "warning", libraries: str | None = None) -> None:
+    """Send the records of tessera's loggers at ``level`` and above to stderr; with ``libraries``,
+    also those of every other logger (kopf, the kubernetes client) at that level and above."""
+    if libraries is not None:
+        logging.basicConfig(level=libraries.upper(), format=FORMAT)
     handler = logging.StreamHandler()
     handler.setFormatter(logging.Formatter(FORMAT))
     logger = logging.getLogger("tessera")
