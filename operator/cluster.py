@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from datetime import datetime, timezone
+from typing import Any
 
 from kubernetes import client
 from kubernetes.client.rest import ApiException
@@ -40,7 +41,7 @@ class Cluster:
         self.mig_mismatch = mig_configmap.MismatchReporter()
 
     @staticmethod
-    def _json(response) -> dict:
+    def _json(response: Any) -> dict[str, Any]:
         """An answer as the API server sent it. Reads skip the client's models (`_preload_content=False`):
         building them, managedFields and all, took ~10x the CPU, and the GIL from the event loop."""
         return json.loads(response.data)
@@ -48,20 +49,29 @@ class Cluster:
     # -- reads -----------------------------------------------------------------
     def list_systems(self) -> list[dict]:
         if not self.settings.namespaces:
-            return self.custom.list_cluster_custom_object(GROUP, VERSION, PLURAL)["items"]
-        return [item for namespace in self.settings.namespaces
-                for item in self.custom.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL)["items"]]
+            listed: Any = self.custom.list_cluster_custom_object(GROUP, VERSION, PLURAL)
+            return listed["items"]
+        found = []
+        for namespace in self.settings.namespaces:
+            listed = self.custom.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL)
+            found += listed["items"]
+        return found
 
     def list_nodes(self) -> list[dict]:
         selector = ",".join(f"{k}={v}" for k, v in sorted(self.settings.node_selector.items()))
         return self._json(self.core.list_node(label_selector=selector or None, _preload_content=False))["items"]
 
+    def _watched(self) -> list[str | None]:
+        """The namespaces tessera watches; None is all of them."""
+        namespaces: list[str | None] = [*self.settings.namespaces]
+        return namespaces or [None]
+
     def list_children(self) -> list[dict]:
         """tessera's Deployments and Services in the watched namespaces."""
         selector = f"{naming.MANAGED_BY}={naming.MANAGED_BY_VALUE}"
         found = []
-        for namespace in self.settings.namespaces or [None]:
-            raw = {"label_selector": selector, "_preload_content": False}
+        for namespace in self._watched():
+            raw: dict[str, Any] = {"label_selector": selector, "_preload_content": False}
             if namespace is None:
                 deployments = self.apps.list_deployment_for_all_namespaces(**raw)
                 services = self.core.list_service_for_all_namespaces(**raw)
@@ -97,7 +107,7 @@ class Cluster:
         """The ConfigMap tessera writes MIG configs into; a ClusterPolicy naming another is reported."""
         group, version, plural = CLUSTER_POLICY
         try:
-            policy = self.custom.get_cluster_custom_object(group, version, plural, self.settings.cluster_policy)
+            policy: Any = self.custom.get_cluster_custom_object(group, version, plural, self.settings.cluster_policy)
         except ApiException as error:
             if error.status != 404:
                 raise
@@ -122,8 +132,8 @@ class Cluster:
     def list_labelled_jobs(self, selector: str) -> list[dict]:
         """Jobs with these labels in the watched namespaces."""
         found = []
-        for namespace in self.settings.namespaces or [None]:
-            raw = {"label_selector": selector, "_preload_content": False}
+        for namespace in self._watched():
+            raw: dict[str, Any] = {"label_selector": selector, "_preload_content": False}
             jobs = (self.batch.list_job_for_all_namespaces(**raw) if namespace is None
                     else self.batch.list_namespaced_job(namespace, **raw))
             found += [{**j, "kind": "Job", "apiVersion": "batch/v1"} for j in self._json(jobs)["items"]]
@@ -144,7 +154,7 @@ class Cluster:
                         exists: bool) -> None:
         """Creates the ConfigMap or merge-patches the given keys (others, and other managers', stay)."""
         self.writes += 1
-        body = {"metadata": {"name": name, "annotations": annotations}, "data": data}
+        body: Any = {"metadata": {"name": name, "annotations": annotations}, "data": data}  # as post_event
         if exists:
             self.core.patch_namespaced_config_map(name, namespace, body, _content_type=MERGE)
         else:
@@ -157,7 +167,7 @@ class Cluster:
             if error.status != 404:
                 raise
             self.writes += 1
-            self.core.create_namespace({"metadata": {"name": name}})
+            self.core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
 
     def patch_node(self, name: str, patch: dict) -> None:
         self.writes += 1
@@ -167,7 +177,7 @@ class Cluster:
         """Server-side apply under tessera's field manager."""
         self.writes += 1
         name, namespace = body["metadata"]["name"], body["metadata"]["namespace"]
-        kwargs = {"field_manager": naming.FIELD_MANAGER, "force": True, "_content_type": APPLY}
+        kwargs: dict[str, Any] = {"field_manager": naming.FIELD_MANAGER, "force": True, "_content_type": APPLY}
         if body["kind"] == "Deployment":
             self.apps.patch_namespaced_deployment(name, namespace, body, **kwargs)
         elif body["kind"] == "Service":
@@ -205,8 +215,9 @@ class Cluster:
 
     def post_event(self, body: dict) -> None:
         self.writes += 1
+        event: Any = body  # the client sends a dict as it is; its stubs name only the model class
         try:
-            self.core.create_namespaced_event(body["metadata"]["namespace"], body)
+            self.core.create_namespaced_event(body["metadata"]["namespace"], event)
         except ApiException as error:
             if error.status not in (404, 409):
                 raise

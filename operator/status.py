@@ -101,7 +101,7 @@ def build_status(generation: int, phase: str, conditions: list[Condition], summa
     for condition in ordered:
         old = before.get(condition.type)
         unchanged = old is not None and old.get("status") == ("True" if condition.status else "False")
-        listed.append(condition.as_dict(generation, old["lastTransitionTime"] if unchanged else now))
+        listed.append(condition.as_dict(generation, old["lastTransitionTime"] if old and unchanged else now))
     status = {"observedGeneration": generation, "phase": phase, "conditions": listed}
     if summary is not None:
         status["plan"] = summary
