@@ -47,7 +47,6 @@ from tessera.planner.contract import (
 )
 from tessera.planner.nodes import NodePool
 from tessera.planner.plan import InstancePlan, Plan
-from tessera.planner.solve import PlannerOptions
 from tessera.planner.worker import SolveCancelled, SolveHandle, start_solve
 
 log = logging.getLogger("tessera.operator")
@@ -98,10 +97,10 @@ class ReconcileResult:
 
 
 class Reconciler:
-    def __init__(self, cluster: Cluster, settings: OperatorSettings, options: PlannerOptions | None = None) -> None:
+    def __init__(self, cluster: Cluster, settings: OperatorSettings) -> None:
         self.cluster = cluster
         self.settings = settings
-        self.options = options or PlannerOptions(time_limit_s=settings.solve_time_limit_s)
+        self.options = settings.planner
         self.cancel = threading.Event()
         self.profiling = Profiling(cluster, settings)
         self.demand = DemandPlanner(settings.demand)

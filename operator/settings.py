@@ -5,6 +5,7 @@ from __future__ import annotations
 from pydantic import BaseModel, Field
 
 from tessera.operator.demand_settings import DemandSettings
+from tessera.planner.solve import PlannerOptions
 
 
 class OperatorSettings(BaseModel):
@@ -31,7 +32,10 @@ class OperatorSettings(BaseModel):
                     "ConfigMap reaches mig-manager only after a delay.")
     resync_s: float = Field(default=60.0, gt=0, description="Period of the level-triggered resync.")
     debounce_s: float = Field(default=1.0, ge=0, description="Quiet time collecting events into one re-plan.")
-    solve_time_limit_s: float = Field(default=60.0, gt=0, description="Solver time per pool plan.")
+    planner: PlannerOptions = Field(
+        default_factory=PlannerOptions,
+        description="The planner's options for every pool plan: the solver's time limit, grids, and each "
+                    "approximation's switch back to exact.")
     solve_memory_mb: int = Field(default=2048, ge=256, description="Address-space cap of the solver process.")
     default_image: str = Field(
         default="registry.invalid/tessera/model-server:unset",

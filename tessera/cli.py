@@ -15,17 +15,18 @@ from rich.progress import Progress
 from tessera import __version__
 from tessera.exit_codes import BAD_INPUT, INFEASIBLE, OK, PLANNER_FAILED, TIME_LIMIT
 from tessera.logs import configure_logging
-from tessera.options import BoundedInt, FiniteFloat
+from tessera.options import BoundedInt
 from tessera.planner.capacity import capacity
-from tessera.planner.catalog import CATALOG, COMPUTE_SLICES
+from tessera.planner.catalog import CATALOG
 from tessera.planner.contract import Infeasible, InvalidInput, TimeLimit, plan_outcome
 from tessera.planner.features import Features, all_feature_sets
-from tessera.planner.input_files import InputError, quote, shorten
+from tessera.planner.input_files import InputError, quote
 from tessera.planner.measured import load_measured
 from tessera.planner.model import Pool, SystemSpec
 from tessera.planner.profile_sources import build_profile_store
 from tessera.operator_cli import operator
 from tessera.place_cli import place
+from tessera.planner_options_cli import MAX_POOL_GPUS, planner_options, take_planner_options
 from tessera.profiles_cli import profiles
 from tessera.planner.solve import PlannerOptions
 from tessera.planner.spec_file import load_systems
@@ -33,14 +34,7 @@ from tessera.render import capacity_markdown, capacity_rich, render_plan
 from tessera.shipped import default_example_systems
 from tessera.twin_cli import twin
 
-MAX_POOL_GPUS = 10_000
-MAX_BUDGET_LEVELS = 100
-MAX_HEADROOM = 10.0
-MAX_TIME_LIMIT_S = 86_400.0
 MAX_SPEC_FILES = 64
-MAX_BATCH_SIZE = 4096
-MAX_BATCH_SIZES = 32
-MAX_TIER_RATIO = 100.0
 
 
 class BadInput(click.ClickException):
@@ -73,7 +67,9 @@ main.add_command(profiles)
 
 
 def _pool_options(command):
-    options = [
+    command = click.argument("files", nargs=-1, type=click.Path(exists=True, dir_okay=False, path_type=Path))(command)
+    command = planner_options()(command)
+    pool = [
         click.option("--gpu", type=click.Choice(sorted(CATALOG)), default="H100-80GB", show_default=True,
                      help="GPU product of the pool."),
         click.option("--gpus", type=BoundedInt(1, MAX_POOL_GPUS), default=8, show_default=True,
@@ -81,58 +77,10 @@ def _pool_options(command):
         click.option("--measured", type=click.Path(exists=True, path_type=Path),
                      help="Measured profiles: a `tessera profiles export` CSV, or a folder of ParvaGPU CSVs "
                           "(A100-80GB)."),
-        click.option("--levels", type=BoundedInt(1, MAX_BUDGET_LEVELS), default=PlannerOptions().budget_levels,
-                     show_default=True, help="Latency budget levels per task."),
-        click.option("--headroom", type=FiniteFloat(0, MAX_HEADROOM), default=PlannerOptions().headroom,
-                     show_default=True, help="Capacity kept above demand, as a fraction."),
-        click.option("--time-limit", type=FiniteFloat(1, MAX_TIME_LIMIT_S), default=PlannerOptions().time_limit_s,
-                     show_default=True, help="Seconds the solver may spend per plan."),
-        click.option("--batches", type=BATCHES, default=",".join(map(str, PlannerOptions().batches)),
-                     show_default=True, help="Batch sizes to profile and plan, comma-separated (e.g. up to 128)."),
-        click.option("--max-batch", type=BoundedInt(1, MAX_BATCH_SIZE), default=None,
-                     help="The largest batch a model server accepts (default: the largest of --batches)."),
-        click.option("--max-mps", type=click.IntRange(min=1, max=48), default=PlannerOptions().max_mps,
-                     show_default=True, help="Most server processes sharing one MIG instance (MPS)."),
-        click.option("--tier-ratio", type=FiniteFloat(1, MAX_TIER_RATIO), default=PlannerOptions().tier_ratio,
-                     show_default=True, help="Option tiers on pools above --exact-up-to GPUs; 1 is exact."),
-        click.option("--busy-instances", type=BoundedInt(0, MAX_POOL_GPUS), default=PlannerOptions().busy_instances,
-                     show_default=True, help="Busy-task pruning on pools above --exact-up-to GPUs; 0 is exact."),
-        click.option("--exact-up-to", "exact_up_to_gpus", type=BoundedInt(0, MAX_POOL_GPUS),
-                     default=PlannerOptions().exact_up_to_gpus, show_default=True,
-                     help="Pools of at most this many GPUs ignore --tier-ratio and --busy-instances (exact)."),
-        click.option("--slice-tolerance", type=FiniteFloat(0, COMPUTE_SLICES * MAX_POOL_GPUS, min_open=True),
-                     default=PlannerOptions().slice_tolerance, show_default=True,
-                     help="Slices the cost may stay above its proven bound (1: the fewest)."),
-        click.argument("files", nargs=-1, type=click.Path(exists=True, dir_okay=False, path_type=Path)),
     ]
-    for option in reversed(options):
+    for option in reversed(pool):
         command = option(command)
     return command
-
-
-class _Batches(click.ParamType):
-    name = "sizes"
-
-    def convert(self, value, param, ctx):
-        if isinstance(value, tuple):
-            return value
-        if len(str(value)) > 512:
-            self.fail("the list of batch sizes is longer than 512 characters", param, ctx)
-        try:
-            sizes = tuple(sorted({int(part) for part in str(value).split(",") if part.strip()}))
-        except ValueError:
-            self.fail(f"{shorten(str(value))} is not a comma-separated list of batch sizes", param, ctx)
-        if not sizes or sizes[0] < 1 or sizes[-1] > MAX_BATCH_SIZE or len(sizes) > MAX_BATCH_SIZES:
-            self.fail(f"{shorten(str(value))}: expected at most {MAX_BATCH_SIZES} batch sizes, "
-                      f"each an integer in [1, {MAX_BATCH_SIZE}]", param, ctx)
-        return sizes
-
-
-BATCHES = _Batches()
-
-
-def _options(levels: float, headroom: float, time_limit: float, **approximations) -> PlannerOptions:
-    return PlannerOptions(budget_levels=levels, headroom=headroom, time_limit_s=time_limit, **approximations)
 
 
 def _console(to_stderr: bool) -> Console:
@@ -194,7 +142,7 @@ def plan_command(files, gpu, gpus, measured, features, output, **planner) -> Non
         chosen = Features.parse(features)
     except ValueError as error:
         raise click.BadParameter(str(error), param_hint="--features") from None
-    options = _options(**planner)
+    options = take_planner_options(planner)
     console = _console(output != "table")
     with _naming_files(origins), console.status(
             f"Solving the MILP for {len(systems)} system(s) on {gpus} x {gpu}..."):
@@ -249,7 +197,7 @@ def capacity_command(files, gpu, gpus, measured, feature_list, output, **planner
                         else list({f.label: f for f in map(Features.parse, feature_list.split(","))}.values()))
     except ValueError as error:
         raise click.BadParameter(str(error), param_hint="--features") from None
-    options = _options(**planner)
+    options = take_planner_options(planner)
     console = _console(output != "table")
     with _naming_files(origins), Progress(console=console, transient=True) as progress:
         store = _store(systems, gpu, measured, options)

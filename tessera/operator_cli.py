@@ -6,6 +6,7 @@ import click
 
 from tessera.operator.demand_settings import DemandSettings
 from tessera.operator.settings import OperatorSettings
+from tessera.planner_options_cli import planner_options, take_planner_options
 
 DEFAULTS = OperatorSettings()
 
@@ -47,8 +48,7 @@ def _selector(_ctx, _param, values: tuple[str, ...]) -> dict[str, str]:
               help="Seconds between level-triggered resyncs.")
 @click.option("--debounce", "debounce_s", type=click.FloatRange(min=0), default=DEFAULTS.debounce_s,
               show_default=True, help="Quiet seconds that collect events into one re-plan.")
-@click.option("--solve-time-limit", "solve_time_limit_s", type=click.FloatRange(min=1),
-              default=DEFAULTS.solve_time_limit_s, show_default=True, help="Solver seconds per pool plan.")
+@planner_options("--solve-time-limit")
 @click.option("--solve-memory", "solve_memory_mb", type=click.IntRange(min=256), default=DEFAULTS.solve_memory_mb,
               show_default=True, help="Memory cap of the solver process, MB.")
 @click.option("--default-image", default=DEFAULTS.default_image, show_default=True,
@@ -77,6 +77,9 @@ def _selector(_ctx, _param, values: tuple[str, ...]) -> dict[str, str]:
 @click.option("--repartition-window", "repartition_window_s", type=click.FloatRange(min=0),
               default=DEFAULTS.demand.repartition_window_s, show_default=True,
               help="Seconds after a re-partition without another (nor a scale-down).")
+@click.option("--scale-down-step", type=click.FloatRange(min=0, max=1, min_open=True),
+              default=DEFAULTS.demand.scale_down_step, show_default=True,
+              help="Largest share of the planned demand one scale-down removes.")
 @click.option("--demand-dry-run", is_flag=True, help="Report demand recommendations (status, metrics), apply none.")
 @click.option("--demand-template", "templates", multiple=True, callback=_selector, metavar="NAME=PROMQL",
               help="A named demand query systems may choose (repeatable; adds to the Triton and MLServer ones).")
@@ -84,9 +87,16 @@ def operator(kubeconfig, **options) -> None:
     """Run the tessera operator (kopf): plan every GPU pool, partition MIG, run the model servers."""
     from tessera.operator.main import run
 
+    run(operator_settings(options), kubeconfig)
+
+
+def operator_settings(options: dict) -> OperatorSettings:
+    """The operator's configuration from the command's parameters (less --kubeconfig)."""
+    options = dict(options)
     options["namespaces"] = list(options["namespaces"])
     options["demand"] = demand_settings(options)
-    run(OperatorSettings(**options), kubeconfig)
+    options["planner"] = take_planner_options(options)
+    return OperatorSettings(**options)
 
 
 def demand_settings(options: dict) -> DemandSettings:
@@ -95,5 +105,6 @@ def demand_settings(options: dict) -> DemandSettings:
         prometheus_url=options.pop("prometheus_url"), token_file=options.pop("prometheus_token_file"),
         ca_file=options.pop("prometheus_ca_file"), timeout_s=options.pop("prometheus_timeout_s"),
         poll_s=options.pop("demand_poll_s"), stabilization_s=options.pop("stabilization_s"),
-        repartition_window_s=options.pop("repartition_window_s"), dry_run=options.pop("demand_dry_run"),
+        repartition_window_s=options.pop("repartition_window_s"), scale_down_step=options.pop("scale_down_step"),
+        dry_run=options.pop("demand_dry_run"),
         templates={**DEFAULTS.demand.templates, **options.pop("templates")})

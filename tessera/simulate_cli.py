@@ -11,7 +11,8 @@ from rich.progress import Progress
 from rich.table import Table
 
 from tessera import exit_codes
-from tessera.cli import _console, _load, _naming_files, _options, _pool_options, _store
+from tessera.cli import _console, _load, _naming_files, _pool_options, _store
+from tessera.planner_options_cli import take_planner_options
 from tessera.options import BoundedInt, FiniteFloat, OutputFile
 from tessera.planner.input_files import InputError
 from tessera.planner.features import Features
@@ -76,7 +77,7 @@ def simulate(files, gpu, gpus, measured, trace_name, duration, features, plan_fo
     if expected > MAX_SOURCE_REQUESTS:
         raise InputError(f"--duration/--trace: {trace.duration_s:g} s at the systems' demand is {expected:.3g} source "
                          f"requests, over the limit of {MAX_SOURCE_REQUESTS:g}: shorten the trace")
-    options = _options(**planner)
+    options = take_planner_options(planner)
     with _naming_files(origins):
         store = _store(systems, gpu, measured, options)
     policies = Policies(balancing=Balancing(balancing), batcher=Batcher(batcher), connections=connections,
