@@ -17,6 +17,7 @@ import json
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 import yaml
@@ -81,7 +82,7 @@ class Dataset:
         missing = sorted({r.variant for r in rows} - set(models))
         if missing:
             raise ValueError(f"no GFLOPs/parameters/layers for measured models {missing}")
-        columns: dict[str, list] = {name: [] for name in cls.__dataclass_fields__}
+        columns: dict[str, list[object]] = {name: [] for name in cls.__dataclass_fields__}
         for row in rows:
             model, gpu = models[row.variant], gpu_product(row.segment.gpu)
             mig = gpu.profile(row.segment.mig_profile)
@@ -120,7 +121,7 @@ def fit(data: Dataset, default_layers: int, start: np.ndarray | None = None) -> 
     log_measured = np.log(data.latency_ms)
 
     def residuals(vector: np.ndarray) -> np.ndarray:
-        return np.log(data.predict(vector)) - log_measured
+        return cast(np.ndarray, np.log(data.predict(vector)) - log_measured)
 
     result = least_squares(residuals, x0, bounds=(lower, upper), loss="soft_l1", f_scale=LOSS_SCALE)
     return Coefficients.from_vector(result.x, default_layers)

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 
@@ -82,7 +83,7 @@ def instance_scaling(gpu: GpuProduct) -> InstanceScaling:
 
 
 def _peaks(data: Dataset, multipliers: dict[str, float]) -> np.ndarray:
-    return data.peak_tflops * np.array([multipliers.get(p, 1.0) for p in data.mig_profile])
+    return cast(np.ndarray, data.peak_tflops * np.array([multipliers.get(p, 1.0) for p in data.mig_profile]))
 
 
 def calibrate_instance_scaling(data: Dataset, gpu: GpuProduct, start: Coefficients | None = None) -> InstanceScaling:
@@ -104,8 +105,8 @@ def calibrate_instance_scaling(data: Dataset, gpu: GpuProduct, start: Coefficien
 
     def errors(x: np.ndarray) -> np.ndarray:
         peaks = _peaks(data, dict(zip(scaled, x[n:])))
-        return np.log(latency_ms(x[:n], data.gflops, data.params_millions, data.layers, data.batch, data.mps,
-                                 peaks, data.bandwidth_gbs)) - log_measured
+        return cast(np.ndarray, np.log(latency_ms(x[:n], data.gflops, data.params_millions, data.layers, data.batch,
+                                                  data.mps, peaks, data.bandwidth_gbs)) - log_measured)
 
     fitted = least_squares(errors, x0, bounds=(lower, upper), loss="soft_l1", f_scale=LOSS_SCALE)
     return InstanceScaling(gpu=gpu.name, coefficients=Coefficients.from_vector(fitted.x[:n], start.default_layers),
@@ -152,6 +153,8 @@ class CorrectedEstimator:
                        source=ProfileSource.ESTIMATED)
 
     def _latency(self, vector: np.ndarray, profiles: list[str], mps: list[int], batch: list[int]) -> np.ndarray:
+        if self.variant.gflops is None or self.variant.params_millions is None:
+            raise ValueError(f"variant {self.variant.name!r}: the correction needs gflops and params_millions")
         layers = self.variant.layers or self.scaling.coefficients.default_layers
         peaks = [self.scaling.peak_tflops(self.gpu, p) for p in profiles]
         bandwidths = [self.gpu.bandwidth_share(self.gpu.profile(p)) for p in profiles]
@@ -190,7 +193,7 @@ def correct(variant: Variant, gpu: GpuProduct, points: list[MeasuredPoint],
         return vector
 
     def errors(values: np.ndarray) -> np.ndarray:
-        return np.log(uncorrected._latency(vector_of(values), profiles, mps, batch)) - log_measured
+        return cast(np.ndarray, np.log(uncorrected._latency(vector_of(values), profiles, mps, batch)) - log_measured)
 
     fitted = least_squares(errors, np.clip(start[free], lower, upper), bounds=(lower, upper), loss="soft_l1",
                            f_scale=LOSS_SCALE)

@@ -39,8 +39,10 @@ from __future__ import annotations
 import json
 from functools import cache
 from importlib import resources
+from typing import cast
 
 import numpy as np
+import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict, Field
 
 from tessera.planner.catalog import GpuProduct, MigProfile
@@ -87,8 +89,9 @@ def calibrated() -> Coefficients:
     return Coefficients(**json.loads(text)["coefficients"])
 
 
-def latency_ms(coefficients: np.ndarray, gflops, params_millions, layers, batch, mps,
-               peak_tflops, bandwidth_gbs) -> np.ndarray:
+def latency_ms(coefficients: np.ndarray, gflops: npt.ArrayLike, params_millions: npt.ArrayLike,
+               layers: npt.ArrayLike, batch: npt.ArrayLike, mps: npt.ArrayLike, peak_tflops: npt.ArrayLike,
+               bandwidth_gbs: npt.ArrayLike) -> np.ndarray:
     """Batch latency of one process, ms; vectorised over numpy arrays (used by the fit too).
 
     `coefficients` is `Coefficients.vector()`: the formula in the module docstring.
@@ -105,7 +108,7 @@ def latency_ms(coefficients: np.ndarray, gflops, params_millions, layers, batch,
     # soft maximum, scaled by the larger term so that large p cannot overflow
     top = np.maximum(launch, gpu)
     soft_max = top * ((launch / top) ** p + (gpu / top) ** p) ** (1.0 / p)
-    return soft_max * (1.0 + c_mps * (mps - 1))
+    return cast(np.ndarray, soft_max * (1.0 + c_mps * (mps - 1)))
 
 
 def instance_peak_tflops(gpu: GpuProduct, mig: MigProfile) -> float:

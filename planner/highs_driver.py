@@ -9,7 +9,9 @@ model on such changes, which took minutes for relax-and-fix on large pools.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import highspy
 import numpy as np
@@ -54,20 +56,20 @@ class HighsModel:
         self._vars = {id(v): v for v in model.component_data_objects(pyo.Var, descend_into=True)}
         self.mip_gap = mip_gap
         self._configure()
-        self._solution = None
+        self._solution: SolutionCopy | None = None
         self.last_status = "not solved"
 
-    def columns(self, variables) -> np.ndarray:
+    def columns(self, variables: Iterable[Any]) -> np.ndarray:
         return np.array([self._column[id(v)] for v in variables], dtype=np.int32)
 
-    def _linear(self, expression) -> tuple[np.ndarray, np.ndarray, float]:
+    def _linear(self, expression: Any) -> tuple[np.ndarray, np.ndarray, float]:
         repn = generate_standard_repn(expression, compute_values=True, quadratic=False)
         if not repn.is_linear():
             raise ValueError("objective and held expressions must be linear")
         columns = self.columns(repn.linear_vars)
         return columns, np.array(repn.linear_coefs, dtype=float), float(repn.constant)
 
-    def set_objective(self, expression, sense) -> None:
+    def set_objective(self, expression: Any, sense: Any) -> None:
         count = self.h.getNumCol()
         self.h.changeColsCost(count, np.arange(count, dtype=np.int32), np.zeros(count))
         columns, coefficients, constant = self._linear(expression)
@@ -80,25 +82,25 @@ class HighsModel:
         self.h.changeObjectiveSense(
             highspy.ObjSense.kMinimize if sense == pyo.minimize else highspy.ObjSense.kMaximize)
 
-    def add_row(self, expression, lower: float, upper: float) -> None:
+    def add_row(self, expression: Any, lower: float, upper: float) -> None:
         columns, coefficients, constant = self._linear(expression)
         self.h.addRow(lower - constant, upper - constant, len(columns), columns, coefficients)
 
-    def relax_rows(self, constraints) -> None:
+    def relax_rows(self, constraints: Iterable[Any]) -> None:
         for constraint in constraints:
             self.h.changeRowBounds(self._row[constraint], -highspy.kHighsInf, highspy.kHighsInf)
 
-    def set_bounds(self, variables, lower: float, upper: float) -> None:
+    def set_bounds(self, variables: Iterable[Any], lower: float, upper: float) -> None:
         columns = self.columns(variables)
         self.h.changeColsBounds(len(columns), columns, np.full(len(columns), lower), np.full(len(columns), upper))
 
-    def restore_bounds(self, variables) -> None:
+    def restore_bounds(self, variables: Iterable[Any]) -> None:
         for var in variables:
             lower, upper = var.bounds
             self.h.changeColBounds(self._column[id(var)], -highspy.kHighsInf if lower is None else lower,
                                    highspy.kHighsInf if upper is None else upper)
 
-    def set_integral(self, variables, integral: bool) -> None:
+    def set_integral(self, variables: Iterable[Any], integral: bool) -> None:
         columns = self.columns(variables)
         kind = highspy.HighsVarType.kInteger if integral else highspy.HighsVarType.kContinuous
         self.h.changeColsIntegrality(len(columns), columns, np.full(len(columns), kind, dtype=np.uint8))
@@ -148,9 +150,11 @@ class HighsModel:
         # presolve on pools of a few GPUs, for no reduction worth it.
         self.h.setOptionValue("presolve_rule_off", PROBING)
 
-    def _run(self, time_limit_s: float, warm_start: bool):
+    def _run(self, time_limit_s: float, warm_start: bool) -> SolutionCopy | None:
         self.h.setOptionValue("time_limit", max(time_limit_s, 0.5))
         if warm_start:
+            if self._solution is None:
+                raise RuntimeError("a warm start needs an earlier solve's solution")
             self.h.setSolution(self._solution.as_highs())
         self.h.run()
         self.last_status = self.h.modelStatusToString(self.h.getModelStatus())
@@ -166,9 +170,13 @@ class HighsModel:
         return abs(recomputed - reported) <= 1e-6 * max(1.0, abs(reported))
 
     def load_into_model(self) -> None:
+        if self._solution is None:
+            raise RuntimeError("no solution to load: no solve has found one")
         values = self._solution.col_value
         for var_id, column in self._column.items():
             self._vars[var_id].set_value(values[column], skip_validation=True)
 
-    def value(self, variable) -> float:
+    def value(self, variable: Any) -> float:
+        if self._solution is None:
+            raise RuntimeError("no solution to read a value from: no solve has found one")
         return self._solution.col_value[self._column[id(variable)]]

@@ -28,7 +28,9 @@ fractional replicas hide.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import pyomo.environ as pyo
 
@@ -36,6 +38,9 @@ from tessera.planner.candidates import Candidate
 from tessera.planner.catalog import COMPUTE_SLICES, GpuProduct, Layout, layout_compute_slices
 from tessera.planner.latency import min_segment_load_rps
 from tessera.planner.model import SystemSpec
+
+if TYPE_CHECKING:
+    from tessera.planner.assignment import ConfigKey
 
 TaskKey = tuple[str, str]
 VariantKey = tuple[str, str, str]
@@ -57,7 +62,7 @@ class MilpInput:
     maximise_common_scale: bool = False
     scale_upper_bound: float = 1.0
     current_layouts: dict[Layout, int] = field(default_factory=dict)
-    current_replicas: dict[tuple, int] = field(default_factory=dict)
+    current_replicas: dict[ConfigKey, int] = field(default_factory=dict)
     # GPUs that may be re-partitioned; the rest of the pool is fixed_groups
     # (layout, instances tessera may use, GPUs): nodes whose layouts must stay.
     free_gpus: int | None = None
@@ -68,11 +73,12 @@ class MilpInput:
         return self.pool_gpus if self.free_gpus is None else self.free_gpus
 
 
-def candidate_key(c: Candidate) -> tuple:
+def candidate_key(c: Candidate) -> ConfigKey:
     return (c.system, c.task, c.variant, c.segment, c.batch)
 
 
-def demand_bound(system: SystemSpec, variants: dict[TaskKey, list[str]], pick=max) -> dict[str, float]:
+def demand_bound(system: SystemSpec, variants: dict[TaskKey, list[str]],
+                 pick: Callable[[Iterable[float]], float] = max) -> dict[str, float]:
     """Bound on every task's demand over all allowed variant choices (upper with max, lower with min)."""
     bound: dict[str, float] = {}
     for name in system.topological_order:
@@ -156,7 +162,7 @@ def build_options(data: MilpInput) -> list[Option]:
         (system.name, task): demand
         for system in data.systems for task, demand in demand_bound(system, data.variants, pick=min).items()
     }
-    groups: dict[tuple, list[Option]] = {}
+    groups: dict[tuple[str, str, str, str], list[Option]] = {}
     for i, c in enumerate(data.candidates):
         for tier in _tiers(c, data.levels[c.system], data.utilisation, data.tier_ratio):
             key = (c.system, c.task, c.variant, c.segment.mig_profile)
@@ -356,7 +362,7 @@ class CompoundMilp:
             else:
                 m.cons.add(m.x[o] >= least * m.n[o] - least * bound * self._levels_from(c, unit.steps[i + 1][0]))
 
-    def _levels_from(self, c: Candidate, level: int):
+    def _levels_from(self, c: Candidate, level: int) -> Any:
         return self.m.Z[c.system, c.task, level]
 
     def _budgets_and_paths(self) -> None:
@@ -377,7 +383,7 @@ class CompoundMilp:
             for t in path for v in self.data.variants[(system.name, t)]
         )
 
-    def _path_log_accuracy(self, system: SystemSpec, path: tuple[str, ...]):
+    def _path_log_accuracy(self, system: SystemSpec, path: tuple[str, ...]) -> Any:
         m, d = self.m, self.data
         return sum(
             math.log(system.task(t).normalised_accuracy(v)) * m.y[system.name, t, v]
@@ -462,7 +468,7 @@ class CompoundMilp:
 
     # -- objective expressions ----------------------------------------------------
 
-    def served(self):
+    def served(self) -> Any:
         if self.data.maximise_common_scale:
             return self.m.scale
         return sum(self.m.phi[s.name] for s in self.data.systems)
@@ -471,11 +477,11 @@ class CompoundMilp:
     def gpu_weight(self) -> int:
         return COMPUTE_SLICES * self.data.pool_gpus + 1
 
-    def cost(self):
+    def cost(self) -> Any:
         """GPUs first, then slices, as one sum (relax-and-fix's start): a GPU outweighs every slice."""
         return self.gpu_weight * self.m.gpus_used + self.m.slices_used
 
-    def accuracy_score(self, systems: list[str] | None = None):
+    def accuracy_score(self, systems: list[str] | None = None) -> Any:
         """Sum over systems of the mean log accuracy of their paths."""
         chosen = [s for s in self.data.systems if systems is None or s.name in systems]
         total = 0
@@ -484,7 +490,7 @@ class CompoundMilp:
             total += sum(self._path_log_accuracy(system, path) for path in paths) / len(paths)
         return total
 
-    def change(self):
+    def change(self) -> Any:
         """Layouts kept on GPUs (re-partitioning stops pods) count most, then replica moves."""
         m, d = self.m, self.data
         moved = sum(m.up[i] + m.down[i] for i in range(len(d.candidates)))

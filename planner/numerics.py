@@ -19,8 +19,14 @@ serves. Two guards, both cheap:
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 from tessera.planner.input_files import InputError, shorten
+
+if TYPE_CHECKING:
+    from tessera.planner.milp import MilpInput
+    from tessera.planner.model import SystemSpec, Task, Variant
+    from tessera.planner.plan import Plan, TaskPlan
 
 MAX_TASK_DEMAND_RPS = 1e7
 MIN_POSITIVE_DEMAND_RPS = 1e-3
@@ -35,7 +41,7 @@ class NumericalError(InputError):
     """A solve whose answer does not hold up when checked: its input's numbers span too wide a range."""
 
 
-def check_milp_input(data) -> None:
+def check_milp_input(data: MilpInput) -> None:
     """Refuse a MilpInput whose coefficients would make a solve numerically meaningless."""
     for system in data.systems:
         try:
@@ -44,7 +50,7 @@ def check_milp_input(data) -> None:
             raise type(error)(str(error), system=system.name) from None
 
 
-def _check_system(system, data) -> None:
+def _check_system(system: SystemSpec, data: MilpInput) -> None:
     from tessera.planner.milp import demand_bound
 
     where = f"system {shorten(system.name)}"
@@ -53,6 +59,8 @@ def _check_system(system, data) -> None:
         raise InputError(f"{where}: demandRequestsPerSecond {system.demand_rps:g} is below {MIN_POSITIVE_DEMAND_RPS:g} "
                          "req/s; expected 0 or at least that")
     _finite_in(system.slo.latency_ms, MIN_LATENCY_MS, MAX_LATENCY_MS, f"{where}: slo.latencyMilliseconds", "ms")
+    variant: str | Variant | None  # an edge's variant name, then a task's variant
+    task: Task | str  # a task, then a task's name
     for i, edge in enumerate(system.edges):
         for variant, factor in [(None, edge.factor), *edge.factor_by_variant.items()]:
             field = f"edges[{i}].factor" + (f"ByVariant.{shorten(variant)}" if variant else "")
@@ -81,9 +89,10 @@ def _finite_in(value: float, low: float, high: float, what: str, unit: str) -> N
         raise InputError(f"{what}: {value:g} {unit}".rstrip() + f"; expected a finite number in [{low:g}, {high:g}]")
 
 
-def check_capacity_covers_demand(plan, systems) -> None:
+def check_capacity_covers_demand(plan: Plan, systems: list[SystemSpec]) -> None:
     """Every task's replicas carry its demand, and every system's sources get what it is said to serve."""
     utilisation = 1 / (1 + plan.headroom)
+    task: TaskPlan | None
     for task in plan.tasks:
         capacity = sum(c.replicas * c.segment_throughput_rps for c in task.configs) * utilisation
         load = sum(c.load_rps for c in task.configs)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import pyomo.environ as pyo
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -125,7 +126,7 @@ class _StagedSolver:
         self.start_seconds = 0.0  # what relax-and-fix's two solves took
         self.relax_and_fix_start = False
 
-    def _solve(self, name: str, expression, sense, share: float,
+    def _solve(self, name: str, expression: Any, sense: Any, share: float,
                abs_gap: float | None = None) -> StageResult | None:
         self.highs.set_objective(expression, sense)
         remaining = self.deadline - time.perf_counter()
@@ -140,7 +141,7 @@ class _StagedSolver:
             return None
         return StageResult(name, result.value, result.bound, result.seconds, result.status)
 
-    def optimise(self, name: str, expression, sense, share: float = 0.5,
+    def optimise(self, name: str, expression: Any, sense: Any, share: float = 0.5,
                  abs_gap: float | None = None) -> StageResult | None:
         stage = self._proven_by_start(name, expression, abs_gap) or self._solve(name, expression, sense, share, abs_gap)
         if stage is None:
@@ -153,7 +154,7 @@ class _StagedSolver:
         self.highs.load_into_model()
         return stage
 
-    def _proven_by_start(self, name: str, expression, abs_gap: float | None) -> StageResult | None:
+    def _proven_by_start(self, name: str, expression: Any, abs_gap: float | None) -> StageResult | None:
         """Relax-and-fix's start when its relaxation's bound already proves it within the stage's tolerance.
 
         On small pools this is the common case (4 H100s: the relaxation with
@@ -170,7 +171,7 @@ class _StagedSolver:
         self.relax_and_fix_start = False
         return StageResult(name, value, bound, self.start_seconds, "Optimal")
 
-    def find_start(self, expression, sense) -> None:
+    def find_start(self, expression: Any, sense: Any) -> None:
         """Relax-and-fix: a good first solution and a strong bound.
 
         On large pools HiGHS's own heuristics find no solution in a minute (the
@@ -200,7 +201,7 @@ class _StagedSolver:
         self.start_seconds = relaxed.seconds + (rounded.seconds if rounded else 0.0)
         self.relax_and_fix_start = rounded is not None
 
-    def hold(self, expression, stage: StageResult, sense) -> None:
+    def hold(self, expression: Any, stage: StageResult, sense: Any) -> None:
         """Keep what a stage reached while later stages optimise something else."""
         slack = 1e-7 * max(1.0, abs(stage.value))
         if sense == pyo.minimize:
@@ -208,7 +209,7 @@ class _StagedSolver:
         else:
             self.highs.add_row(expression, stage.value - slack, math.inf)
 
-    def run(self, name: str, expression, sense, share: float = 0.5,
+    def run(self, name: str, expression: Any, sense: Any, share: float = 0.5,
             abs_gap: float | None = None) -> StageResult | None:
         if pyo.is_constant(expression):
             return StageResult(name, pyo.value(expression), pyo.value(expression), 0.0, "constant")
@@ -282,7 +283,7 @@ def _maximise_served(solver: _StagedSolver, name: str, systems: list[SystemSpec]
 
 
 def _solve_after_serving(solver: _StagedSolver, milp: CompoundMilp, systems: list[SystemSpec],
-                         replanning: bool):
+                         replanning: bool) -> StageResult | None:
     """The stages after the demand to serve is settled; None when serving all of it is infeasible."""
     accuracy_first = [s.name for s in systems if s.priority == "accuracy"]
     stages = []
@@ -334,7 +335,8 @@ def max_common_scale(
     return stage.value, _solver_report(solver, milp, build_s, options)
 
 
-def _milp_input(systems, pool: PoolGpus, store, features, options, current) -> MilpInput:
+def _milp_input(systems: list[SystemSpec], pool: PoolGpus, store: ProfileStore, features: Features,
+                options: PlannerOptions, current: Plan | None) -> MilpInput:
     gpu = gpu_product(pool.gpu)
     exact = options.exact_for(len(pool.gpus))
     candidates = [

@@ -16,7 +16,7 @@ of them is dropped.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, cast
 
 import numpy as np
 
@@ -45,7 +45,7 @@ class SystemRun:
 
     @property
     def latency(self) -> np.ndarray:
-        return self.finish - self.source_arrival
+        return cast(np.ndarray, self.finish - self.source_arrival)
 
 
 @dataclass
@@ -77,7 +77,7 @@ def run(deployment: Deployment, trace: RateTrace, policies: Policies = Policies(
 
 
 def _run_system(deployment: Deployment, routes: SystemRoutes, source_arrival: np.ndarray, policies: Policies,
-                rng: np.random.Generator, busy_s: np.ndarray, progress) -> SystemRun:
+                rng: np.random.Generator, busy_s: np.ndarray, progress: Callable[[int], None] | None) -> SystemRun:
     everyone = np.arange(source_arrival.size, dtype=np.int64)
     pending: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {s: [] for s in routes.stages}
     finish = source_arrival.copy()

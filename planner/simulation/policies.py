@@ -30,6 +30,7 @@ as the median.
 from __future__ import annotations
 
 from enum import Enum
+from typing import cast
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -80,6 +81,7 @@ def assign_replicas(count: int, weights: np.ndarray, policies: Policies, rng: np
     if replicas == 1:
         return np.zeros(count, dtype=np.int64)
     if policies.balancing is Balancing.RANDOM:
-        return np.searchsorted(np.cumsum(weights), rng.random(count) * weights.sum(), side="right").clip(0, replicas - 1)
+        return cast(np.ndarray, np.searchsorted(np.cumsum(weights), rng.random(count) * weights.sum(),
+                                                side="right").clip(0, replicas - 1))
     pinned = rng.integers(replicas, size=policies.connections)
     return pinned[np.arange(count) % policies.connections]

@@ -31,13 +31,14 @@ from numba import njit
 
 
 @njit(cache=True)
-def seed_kernel(seed):
+def seed_kernel(seed: int) -> None:
     np.random.seed(seed)
 
 
 @njit(cache=True)
-def run_replicas(arrival, deadline, offsets, replica_ids, batch, processes, delay, latency, sigma, round_robin,
-                 when_free, done, busy_s):
+def run_replicas(arrival: np.ndarray, deadline: np.ndarray, offsets: np.ndarray, replica_ids: np.ndarray,
+                 batch: np.ndarray, processes: np.ndarray, delay: np.ndarray, latency: np.ndarray, sigma: float,
+                 round_robin: bool, when_free: bool, done: np.ndarray, busy_s: np.ndarray) -> None:
     """Fill done[i] (completion time or NaN) for requests grouped by replica.
 
     arrival/deadline: per request, grouped by replica (offsets[r]..offsets[r+1]
@@ -103,7 +104,7 @@ or size closes it. busy_s[replica] accumulates the processes' busy time.
 
 
 @njit(cache=True)
-def fold_latest(origin, done, finish):
+def fold_latest(origin: np.ndarray, done: np.ndarray, finish: np.ndarray) -> None:
     """finish[o] = the latest completion among o's requests; NaN once any of them was dropped."""
     for i in range(len(origin)):
         o = origin[i]

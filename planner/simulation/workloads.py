@@ -24,6 +24,7 @@ import csv
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable, cast
 
 import numpy as np
 
@@ -123,6 +124,8 @@ MAX_REPLAY_SAMPLES = 100_000
 def replay_csv(path: str | Path, bin_s: float = BIN_S) -> RateTrace:
     """A recorded series (`time_s,rate` with a header), held between samples, scaled to mean 1."""
     path = Path(path)
+    times: list[float]
+    rates: list[float]
     times, rates = [], []
     if path.stat().st_size > MAX_CSV_BYTES:
         raise ValueError(f"{path}: over the limit of {MAX_CSV_BYTES} bytes")
@@ -154,7 +157,7 @@ def replay_csv(path: str | Path, bin_s: float = BIN_S) -> RateTrace:
     return RateTrace(path.stem, area / bin_s, bin_s).scaled_to_mean_one()
 
 
-BUILT_IN = {"mmpp": mmpp, "diurnal": diurnal_with_bursts, "constant": constant}
+BUILT_IN: dict[str, Callable[[float], RateTrace]] = {"mmpp": mmpp, "diurnal": diurnal_with_bursts, "constant": constant}
 
 
 def built_in(name: str, duration_s: float) -> RateTrace:
@@ -183,7 +186,7 @@ def _step_integral(times: np.ndarray, values: np.ndarray, edges: np.ndarray) -> 
     """Integral over each [edges[i], edges[i+1]) of the step function values[j] on [times[j], times[j+1])."""
     breaks = np.append(times, np.inf)
     cumulative = np.concatenate([[0.0], np.cumsum(values * np.diff(np.minimum(breaks, edges[-1])))])
-    def area_up_to(t):
+    def area_up_to(t: np.ndarray) -> np.ndarray:
         j = np.searchsorted(times, t, side="right") - 1
-        return cumulative[j] + values[j] * (t - times[j])
+        return cast(np.ndarray, cumulative[j] + values[j] * (t - times[j]))
     return np.diff(area_up_to(edges))
