@@ -25,8 +25,8 @@ from tessera.planner.input_files import InputError, shorten
 
 if TYPE_CHECKING:
     from tessera.planner.milp import MilpInput
-    from tessera.planner.model import SystemSpec, Task, Variant
-    from tessera.planner.plan import Plan, TaskPlan
+    from tessera.planner.model import SystemSpec
+    from tessera.planner.plan import Plan
 
 MAX_TASK_DEMAND_RPS = 1e7
 MIN_POSITIVE_DEMAND_RPS = 1e-3
@@ -59,19 +59,17 @@ def _check_system(system: SystemSpec, data: MilpInput) -> None:
         raise InputError(f"{where}: demandRequestsPerSecond {system.demand_rps:g} is below {MIN_POSITIVE_DEMAND_RPS:g} "
                          "req/s; expected 0 or at least that")
     _finite_in(system.slo.latency_ms, MIN_LATENCY_MS, MAX_LATENCY_MS, f"{where}: slo.latencyMilliseconds", "ms")
-    variant: str | Variant | None  # an edge's variant name, then a task's variant
-    task: Task | str  # a task, then a task's name
     for i, edge in enumerate(system.edges):
-        for variant, factor in [(None, edge.factor), *edge.factor_by_variant.items()]:
-            field = f"edges[{i}].factor" + (f"ByVariant.{shorten(variant)}" if variant else "")
+        for variant_name, factor in [(None, edge.factor), *edge.factor_by_variant.items()]:
+            field = f"edges[{i}].factor" + (f"ByVariant.{shorten(variant_name)}" if variant_name else "")
             _finite_in(factor, 0, MAX_TASK_DEMAND_RPS, f"{where}: {field}", "")
     for task in system.tasks:
         for j, variant in enumerate(task.variants):
             _finite_in(variant.accuracy, 0, math.inf, f"{where}: task {shorten(task.name)}: variants[{j}].accuracy", "")
-    for task, bound in demand_bound(system, data.variants).items():
+    for task_name, bound in demand_bound(system, data.variants).items():
         if not bound <= MAX_TASK_DEMAND_RPS:
             raise InputError(
-                f"{where}: task {shorten(task)} may see {bound:.3g} req/s (demandRequestsPerSecond x the edge factors on its "
+                f"{where}: task {shorten(task_name)} may see {bound:.3g} req/s (demandRequestsPerSecond x the edge factors on its "
                 f"paths), over the limit of {MAX_TASK_DEMAND_RPS:g} req/s that keeps the MILP's numbers "
                 "meaningful: lower demandRequestsPerSecond or the edges' factors")
     for c in data.candidates:
@@ -92,7 +90,6 @@ def _finite_in(value: float, low: float, high: float, what: str, unit: str) -> N
 def check_capacity_covers_demand(plan: Plan, systems: list[SystemSpec]) -> None:
     """Every task's replicas carry its demand, and every system's sources get what it is said to serve."""
     utilisation = 1 / (1 + plan.headroom)
-    task: TaskPlan | None
     for task in plan.tasks:
         capacity = sum(c.replicas * c.segment_throughput_rps for c in task.configs) * utilisation
         load = sum(c.load_rps for c in task.configs)
@@ -106,8 +103,8 @@ def check_capacity_covers_demand(plan: Plan, systems: list[SystemSpec]) -> None:
     served = {s.system: s.served_rps for s in plan.systems}
     for system in systems:
         for source in system.sources:
-            task = tasks.get((system.name, source))
-            received = task.demand_rps if task else 0.0
+            source_task = tasks.get((system.name, source))
+            received = source_task.demand_rps if source_task else 0.0
             if not _close(received, served.get(system.name, 0.0)):
                 raise NumericalError(
                     system=system.name, message=f"system {shorten(system.name)}: the solver's plan claims {served.get(system.name, 0.0):.6g} "
