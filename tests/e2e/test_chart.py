@@ -12,6 +12,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tessera.operator.settings import OperatorSettings
+from tessera.operator_cli import operator, operator_settings
+
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "tessera"
 
@@ -77,6 +80,54 @@ def test_every_value_reaches_the_operators_command_line(helm):
     assert all(option in check.stdout for option in options), options
 
 
+def operator_args(documents: list[dict]) -> list[str]:
+    (deployment,) = [d for d in documents if d["kind"] == "Deployment"]
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    return args[args.index("operator") + 1:]
+
+
+def test_the_charts_default_planner_and_demand_settings_are_the_operators_own(helm):
+    params = operator.make_context("operator", operator_args(render(helm))).params
+    params.pop("kubeconfig")
+    settings = operator_settings(params)
+    assert settings.planner == OperatorSettings().planner
+    assert settings.demand == OperatorSettings().demand
+
+
+def test_planner_demand_and_profiling_values_reach_the_operators_command_line(helm):
+    documents = render(
+        helm, "--set", "planner.tierRatio=1", "--set", "planner.busyInstances=0", "--set", "planner.exactUpToGpus=64",
+        "--set", "planner.batches={1,8,64,128}", "--set", "demand.prometheus.url=https://prometheus.monitoring:9090",
+        "--set", "demand.prometheus.tokenSecret.name=prometheus-reader",
+        "--set", "demand.prometheus.caConfigMap.name=prometheus-ca", "--set", "demand.dryRun=true",
+        "--set", "demand.templates.entry-rate=sum(rate(requests_total[1m]))",
+        "--set", "profiling.enabled=true", "--set", "image.tag=1.2.3")
+    args = operator_args(documents)
+    for expected in ("--tier-ratio=1", "--busy-instances=0", "--exact-up-to=64", "--batches=1,8,64,128",
+                     "--prometheus-url=https://prometheus.monitoring:9090", "--demand-dry-run",
+                     "--prometheus-token-file=/var/run/secrets/tessera/prometheus-token/token",
+                     "--prometheus-ca-file=/etc/tessera/prometheus-ca/ca.crt",
+                     "--demand-template=entry-rate=sum(rate(requests_total[1m]))",
+                     "--profiler-image=ghcr.io/tessera-ai/tessera:1.2.3", "--profiling-jobs-per-pool=2"):
+        assert expected in args, (expected, args)
+    (deployment,) = [d for d in documents if d["kind"] == "Deployment"]
+    pod = deployment["spec"]["template"]["spec"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["prometheus-token"]["secret"] == {"secretName": "prometheus-reader",
+                                                     "items": [{"key": "token", "path": "token"}]}
+    assert volumes["prometheus-ca"]["configMap"]["name"] == "prometheus-ca"
+    mounts = {m["name"]: m for m in pod["containers"][0]["volumeMounts"]}
+    assert mounts["prometheus-token"]["readOnly"] and mounts["prometheus-ca"]["readOnly"]
+
+
+def test_without_a_token_secret_nothing_is_mounted_and_no_profiler_runs(helm):
+    documents = render(helm)
+    args = operator_args(documents)
+    assert not [a for a in args if a.startswith(("--prometheus-url", "--prometheus-token-file", "--profiler-image"))]
+    (deployment,) = [d for d in documents if d["kind"] == "Deployment"]
+    assert [v["name"] for v in deployment["spec"]["template"]["spec"]["volumes"]] == ["tmp"]
+
+
 def test_a_namespace_scoped_install_grants_workload_rights_only_in_its_namespaces(helm):
     documents = render(helm, "--set", "watchNamespaces={team-a}")
     (cluster_role,) = [d for d in documents if d["kind"] == "ClusterRole" and d["metadata"]["name"].endswith("-operator")]
@@ -93,7 +144,16 @@ def test_a_namespace_scoped_install_grants_workload_rights_only_in_its_namespace
     (["--set", "watchNamespaces={Bad_Name}"], "watchNamespaces"),
     (["--set", "solver.memoryMB=64"], "memoryMB"),
     (["--set", "typo=1"], "typo"),
-], ids=["no-replica", "gpu-operators-own-configmap", "short-lease", "bad-namespace", "tiny-solver", "unknown-key"])
+    (["--set", "planner.tierRatio=0.5"], "tierRatio"),
+    (["--set", "planner.batches={0,8}"], "batches"),
+    (["--set", "demand.prometheus.url=prometheus:9090"], "url"),
+    (["--set", "demand.prometheus.tokenSecret.name=Bad_Secret"], "name"),
+    (["--set", "demand.scaleDownStep=0"], "scaleDownStep"),
+    (["--set", "demand.templates.Bad_Name=up"], "Bad_Name"),
+    (["--set", "profiling.jobsPerPool=0"], "jobsPerPool"),
+], ids=["no-replica", "gpu-operators-own-configmap", "short-lease", "bad-namespace", "tiny-solver", "unknown-key",
+        "tier-below-exact", "batch-zero", "url-without-scheme", "bad-secret-name", "no-scale-down-step",
+        "bad-template-name", "no-profiler-job"])
 def test_the_values_schema_refuses_bad_values_naming_the_field(helm, values, field):
     refused = helm("template", "tessera", str(CHART), *values, check=False)
     assert refused.returncode != 0 and field in refused.stderr, refused.stderr
