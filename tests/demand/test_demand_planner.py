@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tessera.operator import status as st
 from tessera.operator.demand import DemandPlanner
 from tessera.operator.demand_settings import DemandSettings
 from tessera.operator.systems import read_system
@@ -79,3 +80,25 @@ def test_the_windows_survive_a_restart_through_status(prometheus):
         if minute < 3:
             assert planned.spec.demand_rps == 500, minute  # inside the 60 s window
     assert planned.spec.demand_rps == 375  # one bounded step once the window passed
+
+
+def blocked_layout():
+    return st.Condition(st.MIG_LAYOUT_APPLIED, False, st.NODE_IN_USE, "node gpu-0 serves: its layout stays")
+
+
+def test_a_rise_that_needs_a_new_layout_on_nodes_that_serve_is_degraded_capacity_change_deferred(prometheus):
+    hook = planner(prometheus.url, lambda: T0)
+    original = system()
+    hook.apply([original], [])  # the spec's 200 req/s, measured 500: a scale-up
+    phase, conditions, _ = hook.decorate(original, "Ready", [blocked_layout()], None)
+    degraded = [(c.status, c.reason) for c in conditions if c.type == "Degraded"]
+    assert phase == "Degraded" and degraded == [(True, "CapacityChangeDeferred")]
+
+
+def test_a_layout_kept_without_a_rise_in_demand_is_not_degraded(prometheus):
+    prometheus.values = ("200",)
+    hook = planner(prometheus.url, lambda: T0)
+    original = system()
+    hook.apply([original], [])
+    phase, conditions, _ = hook.decorate(original, "Ready", [blocked_layout()], None)
+    assert phase == "Ready" and not [c for c in conditions if c.type == "Degraded"]
