@@ -63,7 +63,7 @@ class InputSpec:
 
     def request(self, batch: int, binary: bool = False) -> tuple[bytes, dict[str, str]]:
         """Body and headers of an inference request of `batch` rows of zeros, JSON or binary tensors."""
-        tensor = {"name": self.name, "shape": [batch, *self.row_shape], "datatype": self.datatype}
+        tensor: dict[str, object] = {"name": self.name, "shape": [batch, *self.row_shape], "datatype": self.datatype}
         if not binary:
             zero = False if self.datatype == "BOOL" else 0
             tensor["data"] = [zero] * self.values(batch)

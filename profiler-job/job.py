@@ -49,7 +49,8 @@ def profile(target: Target, base_url: str, model: str, settings: SweepSettings,
     as in tests); a Job always passes one.
     """
     stop = stop or threading.Event()
-    device, peak_memory = None, (lambda: None)
+    device = None
+    peak_memory: Callable[[], float | None] = lambda: None  # noqa: E731  (no device, no NVML peak)
     if shared_folder is not None:
         identity = wait_for_identity(shared_folder, settings.ready_timeout_s, stop)
         failure = device_failure(target, identity, shared_folder)

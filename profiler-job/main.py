@@ -12,15 +12,17 @@ import signal
 import sys
 import threading
 from pathlib import Path
+from typing import TypeVar
 
 import click
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from tessera.profiler.job import profile
 from tessera.profiler.results import SweepResult, Target
 from tessera.profiler.server_wrapper import run_server
 from tessera.profiler.sweep import SweepSettings
 
+ModelT = TypeVar("ModelT", bound=BaseModel)
 DEFAULT_TERMINATION_LOG = "/dev/termination-log"
 
 
@@ -29,7 +31,7 @@ def main() -> None:
     """tessera's profiler: measures one model variant on one GPU segment type."""
 
 
-def _parse(model: type, text: str, what: str):
+def _parse(model: type[ModelT], text: str, what: str) -> ModelT:
     try:
         return model.model_validate_json(text)
     except ValidationError as error:

@@ -29,7 +29,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -71,7 +71,7 @@ class Sweep:
     device: DeviceIdentity | None = None
     peak_memory_mb: Callable[[], float | None] = lambda: None
     on_progress: Callable[[SweepResult], None] = lambda result: None
-    stop: threading.Event | None = None
+    stop: threading.Event = field(default_factory=threading.Event)
 
     def run(self, previous: SweepResult | None = None) -> SweepResult:
         if previous is not None and previous.target != self.target:
@@ -79,7 +79,6 @@ class Sweep:
                              f"{previous.target.model_dump()} != {self.target.model_dump()}")
         if previous is not None and previous.failure and previous.failure.kind != FailureKind.INTERRUPTED:
             return previous  # deterministic: running it again would fail again
-        self.stop = self.stop or threading.Event()
         result = SweepResult(target=self.target, device=self.device,
                              points=previous.points if previous else ())
         try:
