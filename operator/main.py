@@ -17,7 +17,7 @@ from prometheus_client import start_http_server
 from tessera import __version__
 from tessera.logs import configure_logging
 from tessera.operator import naming
-from tessera.operator.cluster import Cluster
+from tessera.operator.cluster import Cluster, build_client_validators
 from tessera.operator.controller import Controller
 from tessera.operator.leader import LeaderElector, LeaseTiming, guard_writes
 from tessera.operator.pools import MIG_PREFIX
@@ -44,6 +44,7 @@ def run(settings: OperatorSettings, kubeconfig: str | None) -> None:
     configure_logging(logging.getLevelName(min(tessera_level, logging.INFO)), libraries="warning")
     if kubeconfig:
         os.environ["KUBECONFIG"] = kubeconfig  # kopf's own login reads it too
+    build_client_validators()
     from tessera.operator import handlers  # noqa: F401  (registers the handlers)
 
     kopf.run(standalone=True, clusterwide=not settings.namespaces, namespaces=settings.namespaces)
