@@ -153,9 +153,7 @@ class HighsModel:
     def _run(self, time_limit_s: float, warm_start: bool) -> SolutionCopy | None:
         self.h.setOptionValue("time_limit", max(time_limit_s, 0.5))
         if warm_start:
-            if self._solution is None:
-                raise RuntimeError("a warm start needs an earlier solve's solution")
-            self.h.setSolution(self._solution.as_highs())
+            self.h.setSolution(self._found().as_highs())
         self.h.run()
         self.last_status = self.h.modelStatusToString(self.h.getModelStatus())
         if self.h.getInfo().primal_solution_status != _FEASIBLE_SOLUTION:
@@ -169,14 +167,16 @@ class HighsModel:
         reported = self.h.getInfo().objective_function_value
         return abs(recomputed - reported) <= 1e-6 * max(1.0, abs(reported))
 
-    def load_into_model(self) -> None:
+    def _found(self) -> SolutionCopy:
+        """The last solution a solve found; a caller asking before any is a bug in the caller."""
         if self._solution is None:
-            raise RuntimeError("no solution to load: no solve has found one")
-        values = self._solution.col_value
+            raise RuntimeError("no solve has found a solution yet")
+        return self._solution
+
+    def load_into_model(self) -> None:
+        values = self._found().col_value
         for var_id, column in self._column.items():
             self._vars[var_id].set_value(values[column], skip_validation=True)
 
     def value(self, variable: Any) -> float:
-        if self._solution is None:
-            raise RuntimeError("no solution to read a value from: no solve has found one")
-        return self._solution.col_value[self._column[id(variable)]]
+        return self._found().col_value[self._column[id(variable)]]
