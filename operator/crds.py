@@ -148,6 +148,13 @@ def model_schema(model: type[BaseModel], excluded: frozenset[str] = frozenset())
     return schema
 
 
+def _docstring(model: type[BaseModel]) -> str:
+    """A model's docstring, the description its CRD shows; every spec and status model has one."""
+    if not model.__doc__:
+        raise ValueError(f"{model.__name__} has no docstring for its CRD description")
+    return model.__doc__.strip()
+
+
 def _metadata_schema(kind: Kind) -> dict[str, Any]:
     return {
         "type": "object",  # the API server allows nothing here but restrictions on name and generateName
@@ -182,8 +189,8 @@ def crd(name: str) -> dict[str, Any]:
                         "apiVersion": {"type": "string", "description": "tessera.ai/v1alpha1."},
                         "kind": {"type": "string", "description": f"{kind.name}."},
                         "metadata": _metadata_schema(kind),
-                        "spec": {**model_schema(kind.spec, kind.excluded), "description": (kind.spec.__doc__ or "").strip()},
-                        "status": {**model_schema(kind.status), "description": (kind.status.__doc__ or "").strip()},
+                        "spec": {**model_schema(kind.spec, kind.excluded), "description": _docstring(kind.spec)},
+                        "status": {**model_schema(kind.status), "description": _docstring(kind.status)},
                     },
                     "required": ["spec"],
                 }},
