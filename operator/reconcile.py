@@ -100,7 +100,6 @@ class Reconciler:
     def __init__(self, cluster: Cluster, settings: OperatorSettings) -> None:
         self.cluster = cluster
         self.settings = settings
-        self.options = settings.planner
         self.cancel = threading.Event()
         self.profiling = Profiling(cluster, settings)
         self.demand = DemandPlanner(settings.demand)
@@ -126,7 +125,7 @@ class Reconciler:
             outcome = outcomes[pool.key] = PoolOutcome()
             self.profiling.prepare(pool, members.get(pool.key, []))
             self.plan_pool(pool, members.get(pool.key, []), outcome, configs)
-            self.profiling.launch(pool, outcome.plan, members.get(pool.key, []), self.options.batches)
+            self.profiling.launch(pool, outcome.plan, members.get(pool.key, []), self.settings.planner.batches)
             self.desired_mig(pool, outcome)
         # One ConfigMap serves every pool: its configs are decided for all pools at once.
         written = self.write_mig_configs(list(outcomes.values()), mig_configmap, configmap, in_use=self.cluster.mig_configs_in_use())
@@ -224,7 +223,7 @@ class Reconciler:
 
     def pool_hash(self, pool: Pool) -> str:
         return naming.digest({"format": STATE_FORMAT, "gpu": pool.gpu.name, "slots": [(n.name, i) for n, i in pool.slots()],
-                              "options": self.options.model_dump(mode="json"),
+                              "options": self.settings.planner.model_dump(mode="json"),
                               "measured": self.profiling.digest(pool.key)})
 
     def inputs_hash(self, pool: Pool, candidates: list[SystemObject], spec_hash: dict[str, str],
@@ -233,7 +232,7 @@ class Reconciler:
         return naming.digest({
             "format": STATE_FORMAT, "gpu": pool.gpu.name, "free": free_slots(pool, kept),
             "systems": sorted((s.ref.key, spec_hash[s.ref.key]) for s in candidates),
-            "options": self.options.model_dump(mode="json"), "measured": self.profiling.digest(pool.key)})
+            "options": self.settings.planner.model_dump(mode="json"), "measured": self.profiling.digest(pool.key)})
 
     def solve(self, pool_key: str, candidates: list[SystemObject], node_pool: NodePool, current: Plan | None,
               outcome: PoolOutcome) -> tuple[Plan | None, dict[str, tuple[str, str]]]:
@@ -246,7 +245,7 @@ class Reconciler:
         checked plan is a plan; one without, or a planner failure, keeps
         what runs and retries.
         """
-        resized = self.demand.replicas_only(current, candidates, node_pool, self.options,
+        resized = self.demand.replicas_only(current, candidates, node_pool, self.settings.planner,
                                             self.profiling.store(pool_key))
         if resized is not None:
             return resized, {}
@@ -291,7 +290,7 @@ class Reconciler:
         """One solve in the planner's worker process; the reconcile thread waits, a trigger cancels it."""
         request = PlanRequest(
             systems=[SystemInput(namespace=s.ref.namespace, name=s.ref.name, spec=s.spec) for s in systems],
-            pool=node_pool, options=self.options, current=current,
+            pool=node_pool, options=self.settings.planner, current=current,
             measured=self.profiling.store(pool_key))
         started = time.perf_counter()
         with metrics.SOLVE_SECONDS.labels(pool_key).time():
