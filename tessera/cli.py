@@ -67,9 +67,7 @@ main.add_command(profiles)
 
 
 def _pool_options(command):
-    command = click.argument("files", nargs=-1, type=click.Path(exists=True, dir_okay=False, path_type=Path))(command)
-    command = planner_options()(command)
-    pool = [
+    options = [
         click.option("--gpu", type=click.Choice(sorted(CATALOG)), default="H100-80GB", show_default=True,
                      help="GPU product of the pool."),
         click.option("--gpus", type=BoundedInt(1, MAX_POOL_GPUS), default=8, show_default=True,
@@ -77,8 +75,10 @@ def _pool_options(command):
         click.option("--measured", type=click.Path(exists=True, path_type=Path),
                      help="Measured profiles: a `tessera profiles export` CSV, or a folder of ParvaGPU CSVs "
                           "(A100-80GB)."),
+        planner_options(),
+        click.argument("files", nargs=-1, type=click.Path(exists=True, dir_okay=False, path_type=Path)),
     ]
-    for option in reversed(pool):
+    for option in reversed(options):
         command = option(command)
     return command
 
