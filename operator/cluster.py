@@ -179,6 +179,16 @@ class Cluster:
                                              _preload_content=False)
         return self._json(pods)["items"]
 
+    def list_labelled_pods(self, selector: str) -> list[dict]:
+        """Pods with these labels in the watched namespaces."""
+        found = []
+        for namespace in self._watched():
+            raw: dict[str, Any] = {"label_selector": selector, "_preload_content": False}
+            pods = (self.core.list_pod_for_all_namespaces(**raw) if namespace is None
+                    else self.core.list_namespaced_pod(namespace, **raw))
+            found += self._json(pods)["items"]
+        return found
+
     def list_labelled_configmaps(self, namespace: str, selector: str) -> list[dict]:
         return self._json(self.core.list_namespaced_config_map(namespace, label_selector=selector,
                                                                _preload_content=False))["items"]

@@ -9,6 +9,13 @@ never measured again: a deterministic failure is reported (ProfilingComplete
 False, a Warning Event), not retried. What the pool's plan runs on an
 estimate gets a Job, at most `profiling_jobs_per_pool` at once; the measured
 profiles are part of the plan's inputs, so their arrival re-plans the pool.
+
+Results are keyed by image digest (operator/profiling.py says how a digest is
+resolved): each run also reads the digests Kubernetes reports in tessera's
+pods (serving and profiler: their containers' imageID) beside those the
+stored results were measured under, and a variant's image counts as its
+latest reported digest. A tag pushed again thus drops back to estimates (and
+new Jobs) once a pod reports the new digest.
 """
 
 from __future__ import annotations
@@ -30,6 +37,9 @@ from tessera.planner.profiles import ProfileStore
 log = logging.getLogger("tessera.operator")
 JOB_SELECTOR = f"{naming.MANAGED_BY}={naming.MANAGED_BY_VALUE},{naming.CHILD_KIND_LABEL}={pf.COMPONENT}"
 PROFILES_SELECTOR = f"{naming.MANAGED_BY}={naming.MANAGED_BY_VALUE},{naming.CHILD_KIND_LABEL}={pf.PROFILES_COMPONENT}"
+POD_SELECTOR = f"{naming.MANAGED_BY}={naming.MANAGED_BY_VALUE}"
+"""tessera's pods (model servers, profilers): what their containers' imageIDs report resolves image digests."""
+JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
 
 Identity = tuple[str, str, str, str, int]
 
@@ -39,8 +49,8 @@ class PoolProfiling:
     """One pool's profiling: the measured rows its plan rests on, and what is measured or waits."""
 
     rows: list[pf.MeasuredRow] = field(default_factory=list)
-    wanted: dict[str, list[pf.Wanted]] = field(default_factory=dict)
-    """system key -> what its plan runs on estimates."""
+    wanted: dict[str, list[Identity]] = field(default_factory=dict)
+    """system key -> what its plan runs on estimates, as result identities (image digest as resolved now)."""
     no_node: set[Identity] = field(default_factory=set)
 
 
@@ -51,6 +61,8 @@ class Profiling:
         self.entries: dict[Identity, pf.StoredResult] = {}
         self.jobs: dict[Identity, Obj] = {}
         self.pools: dict[str, PoolProfiling] = {}
+        self.observations: list[tuple[str, pf.Observation]] = []
+        """(image reference, digest reported for it): from stored results and tessera's pods."""
 
     @property
     def enabled(self) -> bool:
@@ -63,41 +75,63 @@ class Profiling:
         configmaps = self.cluster.list_labelled_configmaps(self.settings.state_namespace, PROFILES_SELECTOR)
         stored = {cm["metadata"]["name"]: cm for cm in configmaps}
         self.entries = {pf.result_identity(e.target): e for cm in configmaps for e in pf.entries_of(cm)}
+        self.observations = [(e.target.image, pf.Observation(e.observed_at, e.target.image_digest))
+                             for e in self.entries.values() if e.observed_at and e.target.image_digest]
         self.jobs = {}
         if not self.enabled:
             return
+        pods = self.cluster.list_labelled_pods(POD_SELECTOR)
+        by_job: dict[tuple[str, str], list[Obj]] = {}
+        for pod in pods:
+            self.observations += list(pf.pod_image_digests(pod).items())
+            job_name = ((pod.get("metadata") or {}).get("labels") or {}).get(JOB_NAME_LABEL)
+            if job_name:
+                by_job.setdefault((pod["metadata"]["namespace"], job_name), []).append(pod)
+        stored_jobs = {e.job for e in self.entries.values()}
         fresh: dict[tuple[str, str], list[pf.StoredResult]] = {}
         for job in self.cluster.list_labelled_jobs(JOB_SELECTOR):
             target = pf.job_target(job)
             if target is None:
                 continue
-            identity = pf.result_identity(target)
-            self.jobs[identity] = job
-            known = self.entries.get(identity)
-            if known is not None and known.job == job["metadata"]["name"]:
+            job_pods = by_job.get((job["metadata"]["namespace"], job["metadata"]["name"]), [])
+            self.jobs[pf.result_identity(target)] = job
+            # A running Job measures the digest its pod reports, whatever was known when it was made.
+            digest, _ = pf.server_digest(job_pods, target.image)
+            if digest:
+                self.jobs[pf.result_identity(target.model_copy(update={"image_digest": digest}))] = job
+            if job["metadata"]["name"] in stored_jobs or pf.job_finished(job) is None:
                 continue
-            if pf.job_finished(job) is None:
-                continue
-            pods = self.cluster.list_job_pods(job["metadata"]["namespace"], job["metadata"]["name"])
-            entry = pf.stored_result(job, pods)
+            if not job_pods:  # the Job's pods may be gone (TTL, or never made): ask for them by name
+                job_pods = self.cluster.list_job_pods(job["metadata"]["namespace"], job["metadata"]["name"])
+            entry = pf.stored_result(job, job_pods)
             if entry is not None:
-                self.entries[identity] = entry
-                fresh.setdefault((target.variant, target.image_digest), []).append(entry)
+                key = pf.image_key(entry.target.image, entry.target.image_digest)
+                self.entries[pf.result_identity(entry.target)] = entry
+                if entry.observed_at and entry.target.image_digest:
+                    self.observations.append((entry.target.image,
+                                              pf.Observation(entry.observed_at, entry.target.image_digest)))
+                fresh.setdefault((target.variant, key), []).append(entry)
                 log.info("profiler Job %s/%s finished: %s", job["metadata"]["namespace"], job["metadata"]["name"],
                          f"failed: {entry.why()}" if entry.failed or entry.result is None
                          else f"{len(entry.result.points)} batch sizes")
-        for (variant, image), entries in sorted(fresh.items()):
-            current = stored.get(pf.profiles_configmap_name(variant, image))
+        for (variant, key), entries in sorted(fresh.items()):
+            current = stored.get(pf.profiles_configmap_name(variant, key))
             data = pf.merged_data((current or {}).get("data") or {}, entries)
-            body = pf.profiles_configmap(variant, image, data)
+            body = pf.profiles_configmap(variant, key, data)
             body["metadata"]["namespace"] = self.settings.state_namespace
             self.cluster.ensure_namespace(self.settings.state_namespace)
             self.cluster.apply(body)
 
     # -- 2. into the plan ----------------------------------------------------------
+    def image_keys(self, variants: dict[str, str]) -> dict[str, str]:
+        """Variant -> the key its results are stored under: its image's digest as resolved now, else its reference."""
+        digests = pf.resolve_digests(set(variants.values()), self.observations)
+        return {name: pf.image_key(image, digests[image]) for name, image in variants.items()}
+
     def prepare(self, pool: Pool, systems: list[SystemObject]) -> None:
-        """The measured rows of the pool's systems' variants on its GPU (same image), for the solve."""
-        images = {v.name: v.image or "" for s in systems if s.spec for t in s.spec.tasks for v in t.variants}
+        """The measured rows of the pool's systems' variants on its GPU (same image digest), for the solve."""
+        images = self.image_keys({v.name: v.image or "" for s in systems if s.spec for t in s.spec.tasks
+                                  for v in t.variants})
         self.pools[pool.key] = PoolProfiling(rows=pf.measured_rows(list(self.entries.values()), pool.gpu.name, images))
 
     def store(self, pool_key: str) -> ProfileStore | None:
@@ -118,10 +152,12 @@ class Profiling:
         running = sum(1 for job in self.jobs.values()
                       if pf.job_finished(job) is None
                       and job["metadata"].get("labels", {}).get(pf.POOL_LABEL) == naming.label_value(pool.key))
-        for wanted in pf.shortlist(plan, refs):
-            state.wanted.setdefault(wanted.system.key, []).append(wanted)
-            target = wanted.target(batches)
+        shortlist = pf.shortlist(plan, refs)
+        digests = pf.resolve_digests({w.image for w in shortlist}, self.observations)
+        for wanted in shortlist:
+            target = wanted.target(batches, digests[wanted.image])
             identity = pf.result_identity(target)
+            state.wanted.setdefault(wanted.system.key, []).append(identity)
             if identity in self.entries or identity in self.jobs:
                 continue
             found = pf.node_for(pool, wanted.mig_profile)
@@ -151,11 +187,11 @@ class Profiling:
         state = self.pools.get(pool.key)
         if not self.enabled or state is None or system.spec is None:
             return []
-        images = {v.name: v.image or "" for t in system.spec.tasks for v in t.variants}
+        images = self.image_keys({v.name: v.image or "" for t in system.spec.tasks for v in t.variants})
         mine = {identity: entry for identity, entry in self.entries.items()
                 if identity[2] == pool.gpu.name and images.get(identity[0]) == identity[1]}
         measured = sum(1 for entry in mine.values() if entry.result is not None and entry.result.points)
-        wanted = [pf.result_identity(w.target((1,))) for w in state.wanted.get(system.ref.key, [])]
+        wanted = state.wanted.get(system.ref.key, [])
         # A failure matters while the plan still runs on the estimate it was to replace.
         failed = sorted((identity, self.entries[identity]) for identity in set(wanted)
                         if identity in self.entries and self.entries[identity].failed)
@@ -163,7 +199,7 @@ class Profiling:
             (variant, _image, _gpu, mig, mps), entry = failed[0]
             return [st.Condition(st.PROFILING_COMPLETE, False, st.PROFILING_FAILED,
                                  f"{len(failed)} profiler Job(s) failed; {variant} on {mig} x{mps}: {entry.why()}. "
-                                 f"Not retried: a new image measures again. {measured} segment type(s) measured")]
+                                 f"Not retried: a new image digest measures again. {measured} segment type(s) measured")]
         pending = [i for i in wanted if i not in self.entries]
         if not pending:
             return [st.Condition(st.PROFILING_COMPLETE, True, st.PROFILES_MEASURED,

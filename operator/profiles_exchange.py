@@ -7,6 +7,13 @@ cluster's ConfigMaps, merged per variant like the profiler's own results
 (a segment type the file carries replaces the one stored), so the operator
 plans on them as measured. Failed entries stay in their cluster: a failure
 says something about that cluster's nodes and images, not a profile.
+
+Rows carry the image digest they were measured under (`imageDigest`) and are
+imported under it, so they serve a variant whose image resolves to that
+digest in the importing cluster (pinned in its reference, or reported by a
+pod there), under whatever tag. A row without a digest (a file from before
+digests) is keyed by its image reference's pinned digest, else by the
+reference itself, as a result whose digest nobody reported.
 """
 
 from __future__ import annotations
@@ -29,24 +36,26 @@ MAX_CONFIGMAP_FILE_BYTES = 64 * 1024 * 1024
 
 def rows_of(entries: list[pf.StoredResult]) -> list[ProfileRow]:
     """Every measured point of these entries, as the planner's rows, sorted."""
-    rows = [ProfileRow(variant=entry.target.variant, image=entry.target.image_digest, gpu=entry.target.gpu,
+    rows = [ProfileRow(variant=entry.target.variant, image=entry.target.image,
+                       image_digest=entry.target.image_digest, gpu=entry.target.gpu,
                        mig_profile=entry.target.mig_profile, mps=entry.target.mps, batch=point.batch,
                        p50_ms=point.p50_ms, p99_ms=point.p99_ms, throughput_rps=point.throughput_rps)
             for entry in entries if entry.result is not None for point in entry.result.points]
-    return sorted(rows, key=lambda r: (r.variant, r.image, r.gpu, r.mig_profile, r.mps, r.batch))
+    return sorted(rows, key=lambda r: (r.variant, r.image_digest, r.image, r.gpu, r.mig_profile, r.mps, r.batch))
 
 
 def entries_of_rows(rows: list[ProfileRow]) -> list[pf.StoredResult]:
-    """One entry per (variant and image, GPU, MIG profile, MPS degree), its batches as measured points."""
-    groups: dict[tuple[str, str, str, str, int], dict[int, ProfileRow]] = {}
+    """One entry per (variant and image digest, GPU, MIG profile, MPS degree), its batches as measured points."""
+    groups: dict[tuple[str, str, str, str, str, int], dict[int, ProfileRow]] = {}
     for row in rows:
-        groups.setdefault((row.variant, row.image, row.gpu, row.mig_profile, row.mps), {})[row.batch] = row
+        digest = row.image_digest or pf.pinned_digest(row.image)
+        groups.setdefault((row.variant, digest, row.image, row.gpu, row.mig_profile, row.mps), {})[row.batch] = row
     entries = []
-    for (variant, image, gpu, mig, mps), by_batch in sorted(groups.items()):
+    for (variant, digest, image, gpu, mig, mps), by_batch in sorted(groups.items()):
         if len(by_batch) > MAX_BATCHES:
             raise InputError(f"{variant} on {gpu} {mig} x{mps}: {len(by_batch)} batch sizes, more than the "
                              f"{MAX_BATCHES} one stored result holds")
-        target = Target(variant=variant, image_digest=image, gpu=gpu, mig_profile=mig, mps=mps,
+        target = Target(variant=variant, image=image, image_digest=digest, gpu=gpu, mig_profile=mig, mps=mps,
                         batches=tuple(sorted(by_batch)))
         points = tuple(Point(batch=b, p50_ms=r.p50_ms, p99_ms=r.p99_ms, throughput_rps=r.throughput_rps, requests=1)
                        for b, r in sorted(by_batch.items()))
@@ -86,12 +95,13 @@ def import_rows(cluster: Cluster, rows: list[ProfileRow]) -> list[pf.StoredResul
     current = {cm["metadata"]["name"]: cm for cm in cluster_configmaps(cluster)}
     by_variant: dict[tuple[str, str], list[pf.StoredResult]] = {}
     for entry in entries:
-        by_variant.setdefault((entry.target.variant, entry.target.image_digest), []).append(entry)
+        key = pf.image_key(entry.target.image, entry.target.image_digest)
+        by_variant.setdefault((entry.target.variant, key), []).append(entry)
     namespace = cluster.settings.state_namespace
     cluster.ensure_namespace(namespace)
-    for (variant, image), merged in sorted(by_variant.items()):
-        existing = current.get(pf.profiles_configmap_name(variant, image))
-        body = pf.profiles_configmap(variant, image, pf.merged_data((existing or {}).get("data") or {}, merged))
+    for (variant, key), merged in sorted(by_variant.items()):
+        existing = current.get(pf.profiles_configmap_name(variant, key))
+        body = pf.profiles_configmap(variant, key, pf.merged_data((existing or {}).get("data") or {}, merged))
         body["metadata"]["namespace"] = namespace
         cluster.apply(body)
     return entries

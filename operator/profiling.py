@@ -4,9 +4,23 @@ No API calls here (operator/profiler_jobs.py reads and writes the cluster):
 plain data in, plain data out, unit-tested without a cluster.
 
 - What: the segment types a pool's plan chose for a variant on the built-in
-  estimate (the planner's shortlist), one Job per (variant and image, GPU
-  product, MIG profile, MPS degree) that has no stored result yet, measured
-  or failed: a failure is a result, never a reason to run the same Job again.
+  estimate (the planner's shortlist), one Job per (variant and image digest,
+  GPU product, MIG profile, MPS degree) that has no stored result yet,
+  measured or failed: a failure is a result, never a reason to run the same
+  Job again.
+- Which image: results are keyed by the image's digest, never by its tag.
+  A reference that pins `@sha256:` names its digest; otherwise the digest is
+  what Kubernetes reports for it: the `imageID` the kubelet writes into a
+  pod's container status (`docker-pullable://repo@sha256:...`,
+  `repo@sha256:...`). The operator takes the latest such report for the
+  reference (tessera's serving and profiler pods, and the stored results,
+  which keep the report they were measured under), so a tag pushed again
+  (same tag, new digest) is measured again once a pod reports the new
+  digest, and a digest measured under one reference serves every reference
+  that resolves to it. While no digest is known for a reference, its
+  results are keyed by the reference (`ref:<image>`): a Job whose pod never
+  started (no imageID) keeps its failure there, and a later report of a
+  digest measures that digest afresh.
 - Where: a node of the pool that advertises an instance of that MIG profile
   (`nvidia.com/mig-<profile>.count`); the Job is pinned to it and requests one.
 - The Job: the variant's model server as a native sidecar (an init container
@@ -35,7 +49,7 @@ from tessera.planner.model import SystemSpec, Variant
 from tessera.planner.plan import Plan
 from tessera.planner.profiles import Profile, ProfileSource, ProfileStore, SegmentType
 from tessera.profiler.contract import ENV_MODEL_NAME, server_environment
-from tessera.profiler.results import MAX_BATCHES, ExitCode, SweepResult, Target
+from tessera.profiler.results import DIGEST, MAX_BATCHES, ExitCode, SweepResult, Target
 
 PROFILER_CONTAINER = "profiler"
 SERVER_CONTAINER = "server"
@@ -72,6 +86,80 @@ class ProfilerSettings:
     scratch: str = "2Gi"
 
 
+# -- image digests -----------------------------------------------------------------
+
+def pinned_digest(image: str) -> str:
+    """The digest a reference pins (`repo@sha256:<hex>`), else ''."""
+    _, at, digest = image.rpartition("@")
+    return digest if at and DIGEST.fullmatch(digest) else ""
+
+
+def image_id_digest(image_id: str) -> str:
+    """The `sha256:` digest in a container status's imageID as the kubelet writes it, else ''.
+
+    `docker-pullable://repo@sha256:<hex>`, `repo@sha256:<hex>` and a bare
+    `sha256:<hex>` all give `sha256:<hex>`; anything else (empty, a runtime's
+    other forms) gives ''.
+    """
+    text = image_id.strip()
+    if "://" in text:
+        text = text.split("://", 1)[1]
+    digest = text.rpartition("@")[2]
+    return digest if DIGEST.fullmatch(digest) else ""
+
+
+def image_key(image: str, digest: str) -> str:
+    """What results of an image are keyed by: its digest, or `ref:<reference>` while none is known."""
+    return digest if digest else f"ref:{image}"
+
+
+@dataclass(frozen=True, order=True)
+class Observation:
+    """A digest Kubernetes reported for an image reference, and when the container started."""
+
+    started_at: str
+    digest: str
+
+
+def _started_at(status: Obj) -> str:
+    state = status.get("state") or {}
+    for phase in ("running", "terminated"):
+        if (state.get(phase) or {}).get("startedAt"):
+            return str(state[phase]["startedAt"])
+    return ""
+
+
+def pod_image_digests(pod: Obj, only: str | None = None) -> dict[str, Observation]:
+    """Image reference (as the pod's spec names it) -> the digest its container status reports.
+
+    Init (native sidecar) and regular containers alike; `only` restricts it to
+    one container name. A status without a digest in its imageID (a container
+    not pulled or started yet) reports nothing.
+    """
+    spec = pod.get("spec") or {}
+    images = {c["name"]: c.get("image", "") for key in ("initContainers", "containers") for c in spec.get(key) or []}
+    status = pod.get("status") or {}
+    found: dict[str, Observation] = {}
+    for container in [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]:
+        name = container.get("name", "")
+        digest = image_id_digest(str(container.get("imageID") or ""))
+        image = images.get(name, "")
+        if not digest or not image or (only is not None and name != only):
+            continue
+        seen = Observation(_started_at(container), digest)
+        found[image] = max(found.get(image, seen), seen)
+    return found
+
+
+def resolve_digests(images: set[str], observations: list[tuple[str, Observation]]) -> dict[str, str]:
+    """Image reference -> its digest: pinned, else the latest reported, else ''."""
+    latest: dict[str, Observation] = {}
+    for image, seen in observations:
+        if image in images:
+            latest[image] = max(latest.get(image, seen), seen)
+    return {image: pinned_digest(image) or (latest[image].digest if image in latest else "") for image in images}
+
+
 @dataclass(frozen=True)
 class Wanted:
     """One segment type a plan chose for a variant on an estimate: what a Job would measure."""
@@ -87,9 +175,10 @@ class Wanted:
     def image(self) -> str:
         return self.variant.image or ""
 
-    def target(self, batches: tuple[int, ...]) -> Target:
-        return Target(variant=self.variant.name, image_digest=self.image, gpu=self.gpu,
-                      mig_profile=self.mig_profile, mps=self.mps, batches=batches[:MAX_BATCHES])
+    def target(self, batches: tuple[int, ...], digest: str = "") -> Target:
+        """The Job's target; `digest` is the image's digest as known now ('' while unknown)."""
+        return Target(variant=self.variant.name, image=self.image, image_digest=digest or pinned_digest(self.image),
+                      gpu=self.gpu, mig_profile=self.mig_profile, mps=self.mps, batches=batches[:MAX_BATCHES])
 
 
 class StoredResult(BaseModel):
@@ -98,7 +187,11 @@ class StoredResult(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     job: str = Field(description="The Job that measured it (or `imported`).")
-    target: Target
+    target: Target = Field(description="What was measured; `image_digest` is the digest the server's pod reported.")
+    observed_at: str | None = Field(
+        default=None, max_length=64,
+        description="When the server's container started with that digest (its status' startedAt): the report "
+                    "of the image's digest this result rests on. None where no pod reported one (imported).")
     result: SweepResult | None = None
     job_failure: str | None = Field(default=None, max_length=1024,
                                     description="Why the Job failed without a result from the profiler.")
@@ -120,7 +213,7 @@ class StoredResult(BaseModel):
 def shortlist(plan: Plan, systems: list[tuple[SystemRef, SystemSpec]]) -> list[Wanted]:
     """The (variant, segment type) pairs the plan runs on estimates, once each, in plan order."""
     specs = {spec.name: (ref, spec) for ref, spec in systems}
-    wanted: dict[tuple[str, str, str, str, int], Wanted] = {}
+    wanted: dict[tuple[str, str, str, str, str, int], Wanted] = {}
     for task in plan.tasks:
         if task.system not in specs:
             continue
@@ -130,13 +223,16 @@ def shortlist(plan: Plan, systems: list[tuple[SystemRef, SystemSpec]]) -> list[W
             if config.source is not ProfileSource.ESTIMATED:
                 continue
             item = Wanted(ref, task.task, variant, config.segment.gpu, config.segment.mig_profile, config.segment.mps)
-            wanted.setdefault(result_identity(item.target((1,))), item)
+            wanted.setdefault((item.variant.name, item.image, item.gpu, item.mig_profile, "", item.mps), item)
     return list(wanted.values())
 
 
 def result_identity(target: Target) -> tuple[str, str, str, str, int]:
-    """What a stored result is keyed by: variant and image, GPU product, MIG profile, MPS degree."""
-    return target.variant, target.image_digest, target.gpu, target.mig_profile, target.mps
+    """What a stored result is keyed by: variant and image digest, GPU product, MIG profile, MPS degree.
+
+    (With batch, the key of one measured point: a result holds its batches.)
+    """
+    return target.variant, image_key(target.image, target.image_digest), target.gpu, target.mig_profile, target.mps
 
 
 def node_for(pool: Pool, mig_profile: str) -> tuple[NodeFacts, str] | None:
@@ -157,7 +253,8 @@ def node_for(pool: Pool, mig_profile: str) -> tuple[NodeFacts, str] | None:
 # -- the Job --------------------------------------------------------------------
 
 def job_name(target: Target) -> str:
-    return child_name("profile", target.variant, target.mig_profile, f"x{target.mps}", target.gpu, target.image_digest)
+    return child_name("profile", target.variant, target.mig_profile, f"x{target.mps}", target.gpu, target.image,
+                      target.image_digest)
 
 
 def target_hash(target: Target) -> str:
@@ -272,6 +369,15 @@ def _job_failure_text(job: Obj) -> str:
     return f"Job {job['metadata']['name']} ended without a result"
 
 
+def server_digest(pods: list[Obj], image: str) -> tuple[str, str | None]:
+    """The digest and start time the Job's pods report for the server's image; ('', None) if none reported one."""
+    seen = [found[image] for pod in pods if image in (found := pod_image_digests(pod, SERVER_CONTAINER))]
+    if not seen:
+        return "", None
+    latest = max(seen)
+    return latest.digest, latest.started_at or None
+
+
 def profiler_termination(pod: Obj) -> Obj | None:
     """The profiler container's `state.terminated`, as the kubelet writes it in the pod's status."""
     for status in (pod.get("status") or {}).get("containerStatuses") or []:
@@ -286,12 +392,18 @@ def stored_result(job: Obj, pods: list[Obj]) -> StoredResult | None:
 
     The message must be a result for the Job's own target; anything else (a
     crash's log tail, a result for another target) is the Job's failure, in words.
+    The entry is keyed by the digest the server's pod reported (its imageID),
+    which may differ from the one known when the Job was made (a tag pushed
+    again in between); a pod that never reported one (never started, image not
+    pulled) leaves the Job's own: pinned, the one known then, or none.
     """
     finished = job_finished(job)
-    target = job_target(job)
-    if finished is None or target is None:
+    launched = job_target(job)
+    if finished is None or launched is None:
         return None
     name = job["metadata"]["name"]
+    digest, observed_at = server_digest(pods, launched.image)
+    target = launched.model_copy(update={"image_digest": digest}) if digest else launched
     terminated = [t for t in (profiler_termination(p) for p in pods) if t is not None]
     for termination in sorted(terminated, key=lambda t: str(t.get("finishedAt") or "")):
         message = (termination.get("message") or "").strip()
@@ -299,20 +411,21 @@ def stored_result(job: Obj, pods: list[Obj]) -> StoredResult | None:
             result = SweepResult.from_termination_message(message)
         except ValidationError:
             continue
-        if result.target == target:
-            return StoredResult(job=name, target=target, result=result)
+        if result.target == launched:
+            return StoredResult(job=name, target=target, result=result, observed_at=observed_at)
     why = _job_failure_text(job)
     if terminated:
         last = terminated[-1]
         why += (f"; the profiler exited {last.get('exitCode')} without a result: "
                 f"{(last.get('message') or last.get('reason') or '')[-300:]}")
-    return StoredResult(job=name, target=target, job_failure=why[:1024])
+    return StoredResult(job=name, target=target, job_failure=why[:1024], observed_at=observed_at)
 
 
-# -- stored results: one ConfigMap per variant and image, a key per segment type --------
+# -- stored results: one ConfigMap per variant and image digest, a key per segment type --------
 
-def profiles_configmap_name(variant: str, image: str) -> str:
-    return child_name(PROFILES_PREFIX, variant, image)
+def profiles_configmap_name(variant: str, key: str) -> str:
+    """The ConfigMap of a variant's results under one `image_key` (a digest, or `ref:<image>`)."""
+    return child_name(PROFILES_PREFIX, variant, key)
 
 
 def result_key(target: Target) -> str:
@@ -320,13 +433,13 @@ def result_key(target: Target) -> str:
     return f"{target.gpu}.{target.mig_profile}.x{target.mps}"
 
 
-def profiles_configmap(variant: str, image: str, data: dict[str, str]) -> Obj:
+def profiles_configmap(variant: str, key: str, data: dict[str, str]) -> Obj:
     return {
         "apiVersion": "v1", "kind": "ConfigMap",
-        "metadata": {"name": profiles_configmap_name(variant, image),
+        "metadata": {"name": profiles_configmap_name(variant, key),
                      "labels": {naming.MANAGED_BY: naming.MANAGED_BY_VALUE, naming.SCHEMA_LABEL: naming.SCHEMA_VERSION,
                                 naming.CHILD_KIND_LABEL: PROFILES_COMPONENT, VARIANT_LABEL: naming.label_value(variant)},
-                     "annotations": {IMAGE_ANNOTATION: image}},
+                     "annotations": {IMAGE_ANNOTATION: key}},
         "data": data,
     }
 
@@ -366,7 +479,11 @@ class MeasuredRow:
 
 
 def measured_rows(entries: list[StoredResult], gpu: str, images: dict[str, str]) -> list[MeasuredRow]:
-    """Measured points of these entries on `gpu`, for variants whose image is `images[variant]`.
+    """Measured points of these entries on `gpu`, for variants whose image key is `images[variant]`.
+
+    `images` holds each variant's `image_key`: its image's digest where known,
+    so a result measured under another reference of the same digest counts
+    and one measured under the same tag before it was pushed again does not.
 
     The latency is the p99 of a batch: the SLO's default percentile, and the
     safe side for a p50 SLO.
@@ -374,7 +491,8 @@ def measured_rows(entries: list[StoredResult], gpu: str, images: dict[str, str])
     rows = []
     for entry in entries:
         target, result = entry.target, entry.result
-        if result is None or target.gpu != gpu or images.get(target.variant) != target.image_digest:
+        if result is None or target.gpu != gpu or images.get(target.variant) != image_key(target.image,
+                                                                                        target.image_digest):
             continue
         segment = SegmentType(gpu=gpu, mig_profile=target.mig_profile, mps=target.mps)
         rows += [MeasuredRow(target.variant, segment, point.batch, Profile(

@@ -132,6 +132,8 @@ class ProfileRow(BaseModel):
 
     variant: str = Field(min_length=1, max_length=63, description="Variant name.")
     image: str = Field(default="", max_length=512, description="The variant's image the profile was measured with.")
+    image_digest: str = Field(default="", alias="imageDigest", pattern=r"^(sha256:[0-9a-f]{64})?$",
+                              description="That image's sha256 digest, which the profile is keyed by; empty if unknown.")
     gpu: str = Field(alias="gpuProduct", min_length=1, max_length=64, description="GPU product, as the catalog names it.")
     mig_profile: str = Field(alias="migProfile", min_length=1, max_length=16, description="MIG profile.")
     mps: int = Field(alias="mpsDegree", ge=1, le=48, description="Server processes sharing the instance.")
@@ -143,13 +145,15 @@ class ProfileRow(BaseModel):
 
 
 PROFILE_COLUMNS = tuple(field.alias or name for name, field in ProfileRow.model_fields.items())
+OPTIONAL_PROFILE_COLUMNS = ("imageDigest",)  # files written before it was added lack it
 
 
 def read_profiles_csv(path: str | Path) -> list[ProfileRow]:
     """The rows of a `tessera profiles export` CSV; errors name the file, line and column."""
     path = Path(path)
     rows = []
-    for line, record in csv_records(path, PROFILE_COLUMNS):
+    required = tuple(c for c in PROFILE_COLUMNS if c not in OPTIONAL_PROFILE_COLUMNS)
+    for line, record in csv_records(path, required):
         cells = {k: (v or "").strip() for k, v in record.items() if k in PROFILE_COLUMNS}
         rows.append(validate(ProfileRow, cells, f"{path}:{line}"))
     return rows

@@ -12,14 +12,17 @@ not the one asked for) is a `Failure` in the result and an exit code from
 
 from __future__ import annotations
 
+import re
 from enum import Enum, IntEnum
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 RESULT_VERSION = 1
 TERMINATION_MESSAGE_LIMIT = 4096  # bytes: Kubernetes keeps at most 4 KiB of a termination message
 MESSAGE_LIMIT = 400  # characters of a server's error message kept in a Failure
 MAX_BATCHES = 16  # batch sizes per Job: their result, a device and a failure stay within 4 KiB
+DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 
 
 class ExitCode(IntEnum):
@@ -56,12 +59,26 @@ class Target(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     variant: str
-    image_digest: str = ""
+    image: str = Field(default="", max_length=512, description="The variant's image reference, as its spec names it.")
+    image_digest: str = Field(
+        default="", max_length=80,
+        description="The image's `sha256:` digest where known: pinned in the reference, or as Kubernetes reported "
+                    "it (a pod's imageID). Empty while unknown.")
     gpu: str = Field(description="GPU product as the planner's catalog names it, e.g. A100-80GB.")
     mig_profile: str = Field(description="MIG profile, e.g. 1g.10gb; empty for a whole GPU.")
     mps: int = Field(default=1, ge=1, description="Server processes sharing the segment.")
     batches: tuple[int, ...] = Field(min_length=1, max_length=MAX_BATCHES,
                                      description="Batch sizes to measure, at most MAX_BATCHES (the result's 4 KiB).")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _legacy_image(cls, data: Any) -> Any:
+        """Results stored before digests held the image reference in `image_digest`: it moves to `image`."""
+        if isinstance(data, dict) and not data.get("image"):
+            held = data.get("image_digest") or data.get("imageDigest")
+            if isinstance(held, str) and held and not DIGEST.fullmatch(held):
+                data = {**{k: v for k, v in data.items() if k not in ("image_digest", "imageDigest")}, "image": held}
+        return data
 
 
 class DeviceIdentity(BaseModel):

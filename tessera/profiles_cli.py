@@ -31,14 +31,15 @@ def _cluster(kubeconfig: str | None, namespace: str) -> Cluster:
 
 def _summary(rows: list[ProfileRow], title: str) -> Table:
     table = Table(title=title)
-    for column in ("variant", "image", "GPU", "segment", "batches", "p99 ms (smallest batch)", "req/s (largest batch)"):
+    for column in ("variant", "image", "digest", "GPU", "segment", "batches", "p99 ms (smallest batch)",
+                   "req/s (largest batch)"):
         table.add_column(column)
-    groups: dict[tuple[str, str, str, str, int], list[ProfileRow]] = {}
+    groups: dict[tuple[str, str, str, str, str, int], list[ProfileRow]] = {}
     for row in rows:
-        groups.setdefault((row.variant, row.image, row.gpu, row.mig_profile, row.mps), []).append(row)
-    for (variant, image, gpu, mig, mps), members in groups.items():
+        groups.setdefault((row.variant, row.image, row.image_digest, row.gpu, row.mig_profile, row.mps), []).append(row)
+    for (variant, image, digest, gpu, mig, mps), members in groups.items():
         members.sort(key=lambda r: r.batch)
-        table.add_row(variant, image or "-", gpu, f"{mig}" + (f" x{mps} MPS" if mps > 1 else ""),
+        table.add_row(variant, image or "-", digest[:19] or "-", gpu, f"{mig}" + (f" x{mps} MPS" if mps > 1 else ""),
                       ",".join(str(r.batch) for r in members), f"{members[0].p99_ms:g}",
                       f"{members[-1].throughput_rps:g}")
     return table

@@ -74,3 +74,34 @@ def test_a_csv_naming_an_unknown_mig_profile_is_bad_input(tmp_path):
     path.write_text(header + "\nresnet50,,H100-80GB,9g.99gb,1,1,1,2,100\n")
     result = CliRunner().invoke(main, ["plan", "--gpu", "H100-80GB", "--measured", str(path), "examples/single-model.yaml"])
     assert result.exit_code == BAD_INPUT and "9g.99gb" in result.output
+
+
+def test_export_and_import_carry_the_image_digest_results_are_keyed_by(tmp_path):
+    from tessera.operator.profiles_exchange import entries_of_rows, rows_of
+
+    digest = "sha256:" + "c" * 64
+    target = Target(variant="resnet50", image="example.org/resnet50:1", image_digest=digest, gpu="H100-80GB",
+                    mig_profile="1g.10gb", mps=1, batches=(1, 2))
+    points = tuple(Point(batch=b, p50_ms=1.0 * b, p99_ms=2.0 * b, throughput_rps=100.0 * b, requests=9) for b in (1, 2))
+    entry = pf.StoredResult(job="j", target=target, result=SweepResult(target=target, points=points),
+                            observed_at="2026-01-01T00:00:00Z")
+    path = tmp_path / "configmaps.yaml"
+    path.write_text(yaml.safe_dump(pf.profiles_configmap("resnet50", digest, pf.merged_data({}, [entry]))))
+    out = tmp_path / "profiles.csv"
+    result = CliRunner().invoke(main, ["profiles", "export", "--from-file", str(path), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    rows = read_profiles_csv(out)
+    assert {(r.image, r.image_digest) for r in rows} == {("example.org/resnet50:1", digest)}
+    (imported,) = entries_of_rows(rows)
+    assert pf.result_identity(imported.target) == pf.result_identity(target)  # keyed by the digest, not the tag
+    assert imported.observed_at is None  # another cluster's report of the tag is not one of this cluster's
+    assert rows_of([imported]) == rows
+
+    # A file from before digests: no imageDigest column; a pinned reference still names its digest.
+    old = tmp_path / "old.csv"
+    header = ("variant,image,gpuProduct,migProfile,mpsDegree,batchSize,latencyP50Milliseconds,"
+              "latencyP99Milliseconds,throughputRequestsPerSecond")
+    old.write_text(header + f"\nresnet50,example.org/resnet50@{digest},H100-80GB,1g.10gb,1,1,1,2,100\n"
+                            "resnet50,example.org/resnet50:1,H100-80GB,1g.10gb,1,1,1,2,100\n")
+    keys = {e.target.image: pf.result_identity(e.target)[1] for e in entries_of_rows(read_profiles_csv(old))}
+    assert keys == {f"example.org/resnet50@{digest}": digest, "example.org/resnet50:1": "ref:example.org/resnet50:1"}

@@ -8,8 +8,11 @@ Lease in kube-node-lease and its Ready condition's heartbeat), and writes a
 pod's status only when the test says so, in the shape a real kubelet writes
 through the pods/status subresource: phase, and per container
 `state.terminated` with exitCode, reason, message (the termination message),
-startedAt, finishedAt and containerID. Nothing tessera-specific is written:
-an operator that read anything else would find nothing.
+startedAt, finishedAt and containerID, and the `imageID` the container runtime
+reports for the image it pulled (`repo@sha256:<digest>`; the test may name the
+digest, as a registry would by what the tag points to when the node pulls it).
+Nothing tessera-specific is written: an operator that read anything else would
+find nothing.
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ class KubeletStandIn:
         self.labels = labels or {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._image_ids: dict[str, dict[str, str]] = {}  # pod uid -> image reference -> imageID pulled for it
 
     # -- the node ------------------------------------------------------------------
     def start(self) -> "KubeletStandIn":
@@ -103,8 +107,13 @@ class KubeletStandIn:
     def pods(self) -> list[client.V1Pod]:
         return self.core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={self.name}").items
 
-    def run(self, pod: client.V1Pod) -> None:
-        """Started: the sidecar (init container with restartPolicy Always) and the containers running."""
+    def run(self, pod: client.V1Pod, image_ids: dict[str, str] | None = None) -> None:
+        """Started: the sidecar (init container with restartPolicy Always) and the containers running.
+
+        `image_ids`: image reference -> the imageID its pull reported (`repo@sha256:...`, or the
+        `docker-pullable://` form); other images report `<image>@sha256:000...`. Kept for `finish`.
+        """
+        self._image_ids[pod.metadata.uid] = dict(image_ids or {})
         now = _now()
         running = {"running": {"startedAt": now}}
         self._write(pod, "Running", [self._status(c, pod, running, ready=True, started=True)
@@ -130,9 +139,10 @@ class KubeletStandIn:
                                 started=False) for c in pod.spec.containers]
         self._write(pod, "Succeeded" if exit_code == 0 else "Failed", init, regular)
 
-    @staticmethod
-    def _status(container, pod: client.V1Pod, state: dict, ready: bool, started: bool) -> dict:
-        return {"name": container.name, "image": container.image, "imageID": f"{container.image}@sha256:{'0' * 64}",
+    def _status(self, container, pod: client.V1Pod, state: dict, ready: bool, started: bool) -> dict:
+        image_id = self._image_ids.get(pod.metadata.uid, {}).get(container.image,
+                                                                 f"{container.image}@sha256:{'0' * 64}")
+        return {"name": container.name, "image": container.image, "imageID": image_id,
                 "ready": ready, "started": started, "restartCount": 0, "state": copy.deepcopy(state),
                 "containerID": f"containerd://{pod.metadata.uid[:12]}"}
 

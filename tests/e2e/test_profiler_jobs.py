@@ -11,6 +11,16 @@ message). The tests assert that each Job is still unfinished, with its pod
 Pending, before they write; the Job's Complete or Failed condition then
 comes from the real Job controller (with the Job's podFailurePolicy), and
 tessera has only the kubelet's fields to read the result from.
+
+Image digests: a real kubelet writes, in each container status, the
+`imageID` its runtime reports for the image it pulled (`repo@sha256:...`, or
+`docker-pullable://repo@sha256:...`). The stand-in writes exactly that field,
+with the digest the test says the tag pointed to when the pod pulled it; for
+a model-server pod on a KWOK node (KWOK writes no imageID) the test patches
+the pod's status the same way, as the kubelet does when a restarted
+container pulls the tag again. Results are checked to be keyed by those
+digests: a tag pushed again (same tag, new digest) is measured again, and a
+reference pinning a measured digest is served its measurements.
 """
 
 from __future__ import annotations
@@ -29,6 +39,9 @@ from cluster.kubelet_standin import KubeletStandIn
 from tessera.planner.measured import ProfileRow, profile_rows_csv, read_profiles_csv
 from tessera.profiler.results import Failure, FailureKind, Point, SweepResult, Target
 
+import time
+from datetime import datetime, timezone
+
 from .operator_fixtures import crds, custom, run_operator  # noqa: F401  (fixtures)
 from .operator_harness import EXAMPLES, H100, POOL_LABEL, condition, is_true, systems
 
@@ -37,6 +50,8 @@ PROFILER_IMAGE = "example.org/tessera:test"
 JOBS = "app.kubernetes.io/managed-by=tessera,tessera.ai/component=profiler"
 # Every MIG profile of an H100-80GB, twice, so a Job for any segment the plan picks has an instance here.
 PROFILING_GPUS = [{"1g.10gb": 7}, {"1g.20gb": 4}, {"2g.20gb": 3}, {"3g.40gb": 2}, {"4g.40gb": 1}, {"7g.80gb": 1}] * 2
+AAA = "sha256:" + "a" * 64
+BBB = "sha256:" + "b" * 64
 
 
 def one_variant_system(name: str, variant: str, image: str) -> str:
@@ -107,6 +122,37 @@ def assert_unfinished(batch, core, job: client.V1Job, pod: client.V1Pod) -> None
     assert core.read_namespaced_pod(pod.metadata.name, pod.metadata.namespace).status.phase == "Pending"
 
 
+def complete_jobs(operator, kubelet, batch, core, custom, name: str, image_ids: dict[str, str],
+                  done: set[str]) -> dict:
+    """Plays the kubelet for every profiler Job not in `done`, until the system's profiling is complete.
+
+    Each pod pulls the images in `image_ids` as those imageIDs; a re-plan may choose segment types that were
+    not measured yet: they get Jobs too.
+    """
+    for _round in range(5):
+        for job in profiler_jobs(batch, operator.namespace):
+            if job.metadata.name in done:
+                continue
+            pod = scheduled_pod(core, kubelet, job)
+            assert_unfinished(batch, core, job, pod)
+            kubelet.run(pod, image_ids)
+            kubelet.finish(pod, "profiler", 0, fast_result(job_target(job)).termination_message())
+            wait_for(lambda job=job: job_condition(batch, job, "Complete"), 60, f"Job {job.metadata.name} Complete")
+            done.add(job.metadata.name)
+        settled = wait_for(lambda: (s := systems(custom, operator.namespace)[name])
+                           and condition(s, "ProfilingComplete")
+                           and (is_true(s, "ProfilingComplete") or len(profiler_jobs(batch, operator.namespace)) > len(done))
+                           and s, TIMEOUT_S, "measured profiles merged, or new Jobs")
+        if is_true(settled, "ProfilingComplete"):
+            return settled
+    raise AssertionError(f"{name}: profiling not complete after five rounds of Jobs")
+
+
+def stored_entries(core, namespace: str) -> list[dict]:
+    configmaps = core.list_namespaced_config_map(namespace, label_selector="tessera.ai/component=profiles").items
+    return [json.loads(text) for cm in configmaps for text in (cm.data or {}).values()]
+
+
 def test_a_system_on_estimates_gets_profiler_jobs_and_their_results_replan_it(profiling, core, custom, api_client,
                                                                             kubectl):
     operator, kubelet = profiling()
@@ -120,32 +166,77 @@ def test_a_system_on_estimates_gets_profiler_jobs_and_their_results_replan_it(pr
     assert condition(found, "ProfilingComplete")["reason"] == "Profiling"
 
     done: set[str] = set()
-    for _round in range(5):  # a re-plan may choose segment types that were not measured yet: they get Jobs too
-        for job in profiler_jobs(batch, operator.namespace):
-            if job.metadata.name in done:
-                continue
-            pod = scheduled_pod(core, kubelet, job)
-            assert_unfinished(batch, core, job, pod)
-            kubelet.run(pod)
-            kubelet.finish(pod, "profiler", 0, fast_result(job_target(job)).termination_message())
-            wait_for(lambda job=job: job_condition(batch, job, "Complete"), 60, f"Job {job.metadata.name} Complete")
-            done.add(job.metadata.name)
-        settled = wait_for(lambda: (s := systems(custom, operator.namespace)["measured"])
-                           and condition(s, "ProfilingComplete")
-                           and (is_true(s, "ProfilingComplete") or len(profiler_jobs(batch, operator.namespace)) > len(done))
-                           and s, TIMEOUT_S, "measured profiles merged, or new Jobs")
-        if is_true(settled, "ProfilingComplete"):
-            break
+    pulled = {"example.org/resnet50:1": f"docker-pullable://example.org/resnet50@{AAA}"}
+    settled = complete_jobs(operator, kubelet, batch, core, custom, "measured", pulled, done)
     summary = settled["status"]["plan"]
     assert summary["profileSources"]["measured"] >= 1 and summary["profileSources"]["estimated"] == 0
     assert condition(settled, "ProfilesEstimated")["status"] == "False"
     assert len(first) >= 1
 
-    # The results are stored per variant in the state namespace, where they outlive the Jobs.
+    # The results are stored per variant and image digest in the state namespace, where they outlive the Jobs,
+    # keyed by the digest the server's pod reported, not by the tag.
     (stored,) = core.list_namespaced_config_map(operator.state_namespace,
                                                 label_selector="tessera.ai/component=profiles").items
+    assert stored.metadata.annotations["tessera.ai/image"] == AAA
     entries = [json.loads(text) for text in stored.data.values()]
     assert len(entries) == len(done) and all(e["result"]["points"] for e in entries)
+    assert {(e["target"]["image"], e["target"]["image_digest"]) for e in entries} == {("example.org/resnet50:1", AAA)}
+    assert operator.alive()
+
+
+def report_pulled_again(core, kubelet: KubeletStandIn, pod: client.V1Pod, image: str, image_id: str) -> None:
+    """The pod's server container restarted and pulled `image` again, which now is `image_id`: its status as the
+    kubelet writes it (KWOK's pods get the same status written through the status subresource)."""
+    time.sleep(1.1)  # a start strictly after the profiler pods' (the API's times are in seconds)
+    if pod.spec.node_name == kubelet.name:
+        kubelet.run(pod, {image: image_id})
+        return
+    now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    statuses = [{"name": c.name, "image": c.image, "imageID": image_id if c.image == image else "", "ready": True,
+                 "started": True, "restartCount": 1, "state": {"running": {"startedAt": now}}}
+                for c in pod.spec.containers]
+    core.patch_namespaced_pod_status(pod.metadata.name, pod.metadata.namespace,
+                                     {"status": {"containerStatuses": statuses}})
+
+
+def test_results_are_keyed_by_image_digest_a_tag_pushed_again_is_measured_again(profiling, core, custom, api_client,
+                                                                               kubectl):
+    operator, kubelet = profiling()
+    batch = client.BatchV1Api(api_client)
+    tag = "example.org/resnet50:1"
+    kubectl("apply", "-n", operator.namespace, "-f", "-", input=one_variant_system("retag", "resnet50", tag))
+    wait_for(lambda: profiler_jobs(batch, operator.namespace), TIMEOUT_S, "profiler Jobs")
+    done: set[str] = set()
+    complete_jobs(operator, kubelet, batch, core, custom, "retag", {tag: f"example.org/resnet50@{AAA}"}, done)
+    assert {e["target"]["image_digest"] for e in stored_entries(core, operator.state_namespace)} == {AAA}
+
+    # The same digest under another reference (pinned) is served the measurements: no Job of its own.
+    pinned = f"example.org/resnet50@{AAA}"
+    kubectl("apply", "-n", operator.namespace, "-f", "-", input=one_variant_system("pinned", "resnet50", pinned))
+    alias = wait_for(lambda: (s := systems(custom, operator.namespace).get("pinned"))
+                     and (s.get("status") or {}).get("plan") and condition(s, "ProfilingComplete") and s,
+                     TIMEOUT_S, "the pinned system planned")
+    assert alias["status"]["plan"]["profileSources"]["measured"] >= 1
+    assert not [j for j in profiler_jobs(batch, operator.namespace) if job_target(j).image == pinned]
+    kubectl("delete", "compoundinferencesystem", "pinned", "-n", operator.namespace)
+
+    # The tag is pushed again: a model-server pod that restarts pulls it as BBB. A tessera that keyed results by
+    # the tag would keep serving AAA's measurements and start no Job.
+    server = wait_for(lambda: [p for p in core.list_namespaced_pod(
+        operator.namespace, label_selector="tessera.ai/system=retag").items
+        if p.spec.node_name and "batch.kubernetes.io/job-name" not in (p.metadata.labels or {})
+        and any(c.image == tag for c in p.spec.containers)], TIMEOUT_S, "a model-server pod of the tag")[0]
+    report_pulled_again(core, kubelet, server, tag, f"example.org/resnet50@{BBB}")
+    retagged = wait_for(lambda: [j for j in profiler_jobs(batch, operator.namespace)
+                                 if job_target(j).image_digest == BBB], TIMEOUT_S, "Jobs for the new digest")
+    assert all(job_target(j).image == tag for j in retagged)
+    back = wait_for(lambda: (s := systems(custom, operator.namespace)["retag"]) and is_true(s, "ProfilesEstimated")
+                    and s, TIMEOUT_S, "the system back on estimates")
+    assert back["status"]["plan"]["profileSources"]["measured"] == 0
+    settled = complete_jobs(operator, kubelet, batch, core, custom, "retag", {tag: f"example.org/resnet50@{BBB}"}, done)
+    assert settled["status"]["plan"]["profileSources"]["estimated"] == 0
+    digests = {e["target"]["image_digest"] for e in stored_entries(core, operator.state_namespace)}
+    assert digests == {AAA, BBB}
     assert operator.alive()
 
 

@@ -10,6 +10,10 @@ from tessera.operator import naming
 from tessera.operator import profiling as pf
 from tessera.profiler.results import ExitCode, Failure, FailureKind, Point, SweepResult
 
+from tessera.operator.profiler_jobs import Profiling
+from tessera.operator.settings import OperatorSettings
+from tessera.operator.systems import SystemObject
+
 from .conftest import gpu_node, pool_of
 
 SETTINGS = pf.ProfilerSettings(image="example.org/tessera:1", server_port=8000, deadline_s=1800, ttl_s=600,
@@ -160,7 +164,190 @@ def test_results_merge_per_segment_type_into_the_variants_configmap_and_become_m
     assert set(data) == {"unrelated", pf.result_key(target), pf.result_key(other_target)}
     entries = pf.entries_of({"data": data})
     assert len(entries) == 2
-    rows = pf.measured_rows(entries, target.gpu, {target.variant: target.image_digest})
+    key = pf.image_key(target.image, target.image_digest)
+    rows = pf.measured_rows(entries, target.gpu, {target.variant: key})
     assert [(r.batch, r.profile.latency_ms, r.profile.throughput_rps) for r in rows] == [(1, 2, 100), (2, 4, 200)]
-    assert pf.measured_rows(entries, target.gpu, {target.variant: "another-image"}) == []
+    assert pf.measured_rows(entries, target.gpu, {target.variant: "ref:another-image"}) == []
     assert pf.rows_digest(rows) != pf.rows_digest(rows[:1])
+
+
+# -- results keyed by image digest --------------------------------------------------
+
+AAA = "sha256:" + "a" * 64
+BBB = "sha256:" + "b" * 64
+
+
+@pytest.mark.parametrize(("image_id", "digest"), [
+    (f"docker-pullable://example.org/yolo@{AAA}", AAA),  # dockershim / cri-dockerd
+    (f"example.org/yolo@{AAA}", AAA),  # containerd, CRI-O
+    (f"docker.io/library/yolo@{AAA}", AAA),
+    (AAA, AAA),
+    ("", ""),
+    ("example.org/yolo:1", ""),  # no digest in it: nothing is reported
+    ("example.org/yolo@sha256:abc", ""),  # not a whole sha256
+    (f"example.org/yolo@{AAA.upper()}", ""),
+])
+def test_the_digest_is_read_from_an_image_id_as_the_kubelet_writes_it(image_id, digest):
+    assert pf.image_id_digest(image_id) == digest
+
+
+def test_a_reference_that_pins_a_digest_names_it_up_front():
+    assert pf.pinned_digest(f"example.org/yolo@{AAA}") == AAA
+    assert pf.pinned_digest(f"example.org/yolo:1@{AAA}") == AAA
+    assert pf.pinned_digest("example.org/yolo:1") == ""
+    assert pf.pinned_digest("registry:5000/yolo") == ""
+
+
+def _server_pod(image: str, image_id: str, started: str = "2026-01-01T00:00:00Z", init: bool = True,
+                job: str | None = None) -> dict:
+    status = {"name": pf.SERVER_CONTAINER, "image": "normalised/by/the/runtime", "imageID": image_id,
+              "state": {"running": {"startedAt": started}}}
+    spec_key, status_key = ("initContainers", "initContainerStatuses") if init else ("containers", "containerStatuses")
+    labels = {"batch.kubernetes.io/job-name": job} if job else {}
+    return {"metadata": {"name": f"p-{started}", "namespace": "shop", "labels": labels},
+            "spec": {spec_key: [{"name": pf.SERVER_CONTAINER, "image": image}]},
+            "status": {status_key: [status]}}
+
+
+def test_a_pods_digests_are_keyed_by_the_image_its_spec_names_from_init_and_regular_containers():
+    for init in (True, False):
+        found = pf.pod_image_digests(_server_pod("example.org/yolo:1", f"example.org/yolo@{AAA}", init=init))
+        assert found == {"example.org/yolo:1": pf.Observation("2026-01-01T00:00:00Z", AAA)}
+    assert pf.pod_image_digests(_server_pod("example.org/yolo:1", "")) == {}  # not pulled yet: no report
+    assert pf.pod_image_digests({"metadata": {}}) == {}
+
+
+def test_a_digest_resolves_pinned_first_then_the_latest_report():
+    observed = [("example.org/yolo:1", pf.Observation("2026-01-01T00:00:00Z", AAA)),
+                ("example.org/yolo:1", pf.Observation("2026-01-02T00:00:00Z", BBB)),
+                ("example.org/other:1", pf.Observation("2026-01-03T00:00:00Z", AAA))]
+    pinned = f"example.org/yolo@{AAA}"
+    assert pf.resolve_digests({"example.org/yolo:1", pinned, "example.org/never:1"}, observed) == {
+        "example.org/yolo:1": BBB, pinned: AAA, "example.org/never:1": ""}
+
+
+def test_the_result_key_is_the_digest_and_the_reference_only_while_none_is_known():
+    target = pf.Target(variant="v", image="example.org/yolo:1", image_digest=AAA, gpu="H100-80GB",
+                       mig_profile="1g.10gb", mps=1, batches=(1,))
+    retagged = target.model_copy(update={"image_digest": BBB})
+    alias = target.model_copy(update={"image": "example.org/yolo:stable"})
+    assert pf.result_identity(target) != pf.result_identity(retagged)  # same tag, new digest: another result
+    assert pf.result_identity(target) == pf.result_identity(alias)  # same digest, another tag: the same result
+    unknown = target.model_copy(update={"image_digest": ""})
+    assert pf.result_identity(unknown)[1] == "ref:example.org/yolo:1"
+    assert pf.job_name(target) != pf.job_name(retagged)  # a Job for the new digest is a new Job
+
+
+def _completed(wanted_item, image_id: str, started: str = "2026-01-01T00:00:00Z"):
+    body, target = _job(wanted_item)
+    result = SweepResult(target=target, points=(Point(batch=1, p50_ms=2.0, p99_ms=3.0, throughput_rps=400.0,
+                                                      requests=50),))
+    pod = _server_pod(target.image, image_id, started)
+    pod["status"]["containerStatuses"] = [{"name": "profiler", "state": {"terminated": {
+        "exitCode": 0, "message": result.termination_message()}}}]
+    return body, target, result, pod
+
+
+def test_a_result_is_keyed_by_the_digest_the_servers_pod_reported(wanted):
+    yolo = next(w for w in wanted if w.variant.name == "yolov5m")
+    body, target, result, pod = _completed(yolo, f"docker-pullable://example.org/yolo@{AAA}")
+    assert target.image == "example.org/yolo:1" and target.image_digest == ""  # unknown when the Job was made
+    entry = pf.stored_result(_finished(body), [pod])
+    assert entry.result == result and entry.target.image_digest == AAA and entry.target.image == "example.org/yolo:1"
+    assert entry.observed_at == "2026-01-01T00:00:00Z"
+    assert pf.result_identity(entry.target)[1] == AAA
+
+
+def test_a_job_whose_pod_never_started_keeps_its_failure_under_the_digest_known_then_or_the_reference(wanted):
+    yolo = next(w for w in wanted if w.variant.name == "yolov5m")
+    body, target = _job(yolo)
+    never = {"status": {"phase": "Pending", "initContainerStatuses": [{"name": "server", "imageID": "",
+                                                                      "state": {"waiting": {"reason": "ErrImagePull"}}}]}}
+    entry = pf.stored_result(_finished(body, "Failed"), [never])
+    assert entry.failed and entry.observed_at is None
+    assert pf.result_identity(entry.target)[1] == "ref:example.org/yolo:1"
+    pinned = pf.Wanted(yolo.system, yolo.task, yolo.variant.model_copy(update={"image": f"example.org/yolo@{BBB}"}),
+                       yolo.gpu, yolo.mig_profile, yolo.mps)
+    assert pinned.target(BATCHES).image_digest == BBB
+
+
+def test_measured_rows_serve_the_digest_under_any_reference_and_not_a_tag_pushed_again(wanted):
+    yolo = next(w for w in wanted if w.variant.name == "yolov5m")
+    body, _target, _result, pod = _completed(yolo, f"example.org/yolo@{AAA}")
+    entry = pf.stored_result(_finished(body), [pod])
+    gpu = entry.target.gpu
+    assert pf.measured_rows([entry], gpu, {"yolov5m": AAA})  # the tag resolved to AAA, or @AAA pinned
+    assert pf.measured_rows([entry], gpu, {"yolov5m": BBB}) == []  # the same tag, pushed again
+    assert pf.measured_rows([entry], gpu, {"yolov5m": "ref:example.org/yolo:1"}) == []  # tag not resolved
+
+
+class FakeCluster:
+    """What Profiling reads and writes, in memory."""
+
+    def __init__(self) -> None:
+        self.configmaps: dict[str, dict] = {}
+        self.jobs: dict[str, dict] = {}
+        self.pods: list[dict] = []
+
+    def list_labelled_configmaps(self, namespace, selector):
+        return list(self.configmaps.values())
+
+    def list_labelled_jobs(self, selector):
+        return list(self.jobs.values())
+
+    def list_labelled_pods(self, selector):
+        return list(self.pods)
+
+    def list_job_pods(self, namespace, job):
+        return [p for p in self.pods if p["metadata"]["labels"].get("batch.kubernetes.io/job-name") == job]
+
+    def ensure_namespace(self, name):
+        pass
+
+    def apply(self, body):
+        kind = {"Job": self.jobs, "ConfigMap": self.configmaps}[body["kind"]]
+        kind[body["metadata"]["name"]] = body
+
+
+def test_a_tag_pushed_again_drops_its_measurements_and_gets_new_jobs_once_a_pod_reports_the_new_digest(
+        plan, spec, system_ref):
+    cluster = FakeCluster()
+    profiling = Profiling(cluster, OperatorSettings(profiler_image="example.org/tessera:1",
+                                                    profiling_jobs_per_pool=8))
+    pool = pool_of(_mig_node("gpu-a", {"3g.40gb": 2, "1g.10gb": 7}))
+    system = SystemObject(system_ref, spec, None, {}, {})
+
+    def run() -> None:
+        profiling.collect()
+        profiling.prepare(pool, [system])
+        profiling.launch(pool, plan, [system], BATCHES)
+
+    run()
+    first = {name: pf.job_target(job) for name, job in cluster.jobs.items()}
+    yolo_job = next(n for n, t in first.items() if t.variant == "yolov5m")
+    assert first[yolo_job].image_digest == ""  # the tag's digest is unknown before any pod reports it
+    result = SweepResult(target=first[yolo_job], points=(Point(batch=1, p50_ms=2, p99_ms=3, throughput_rps=400,
+                                                               requests=5),))
+    pod = _server_pod("example.org/yolo:1", f"example.org/yolo@{AAA}", "2026-01-01T00:00:00Z", job=yolo_job)
+    pod["status"]["containerStatuses"] = [{"name": "profiler", "state": {"terminated": {
+        "exitCode": 0, "message": result.termination_message()}}}]
+    cluster.pods.append(pod)
+    cluster.jobs[yolo_job] = _finished(cluster.jobs[yolo_job])
+    run()
+    assert [r.variant for r in profiling.pools[pool.key].rows] == ["yolov5m"]  # measured, under AAA
+    (stored,) = cluster.configmaps.values()
+    assert stored["metadata"]["annotations"][pf.IMAGE_ANNOTATION] == AAA
+    assert len(cluster.jobs) == len(first)  # nothing measured twice
+
+    # The pod goes (the Job's TTL): the stored result still knows the tag meant AAA.
+    cluster.pods.clear()
+    run()
+    assert [r.variant for r in profiling.pools[pool.key].rows] == ["yolov5m"]
+
+    # The tag is pushed again: a serving pod that started later reports BBB.
+    cluster.pods.append(_server_pod("example.org/yolo:1", f"example.org/yolo@{BBB}", "2026-01-02T00:00:00Z",
+                                    init=False))
+    run()
+    assert profiling.pools[pool.key].rows == []  # AAA's measurements do not serve BBB
+    new = {n: pf.job_target(j) for n, j in cluster.jobs.items() if n not in first}
+    assert [(t.variant, t.image_digest) for t in new.values()] == [("yolov5m", BBB)]
