@@ -13,8 +13,10 @@ the model's own 1g/3g rows. Side by side, on the same rows:
   bench/results/estimator_error.md);
 - refit, nominal shares: the correction with instances scaled by their SMs;
 - correction: refit with the instance scaling calibrated on the other models
+  and the variant's host time per request taken from its own 1g/3g rows
   (what planner/correction.py does; its shipped scaling is calibrated on all
   models, which this benchmark must not use).
+The refit with nominal shares gets the host time too.
 Error = |predicted / measured - 1| of the batch latency of one process and of
 the segment's throughput. Writes bench/results/variant_correction.md and .json.
 """

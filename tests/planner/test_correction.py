@@ -3,10 +3,11 @@
 import numpy as np
 import pytest
 
-from tessera.planner.calibration import reference_models
+from tessera.planner.calibration import Dataset, default_layers, fit, reference_models
 from tessera.planner.catalog import gpu_product
 from tessera.planner.correction import (
-    MIN_POINTS, InstanceScaling, MeasuredPoint, correct, instance_scaling, shipped_scalings,
+    MIN_POINTS, InstanceScaling, MeasuredPoint, calibrate_instance_scaling, correct, host_ms_per_request,
+    instance_scaling, shipped_scalings,
 )
 from tessera.planner.estimator import calibrated, estimate
 from tessera.planner.measured import read_parvagpu_dir
@@ -73,3 +74,61 @@ def test_a_gpu_without_calibration_data_scales_instances_by_their_nominal_shares
     scaling = instance_scaling(h200)
     assert scaling.compute_multipliers == {} and scaling.coefficients == calibrated()
     assert "A100-80GB" in shipped_scalings()
+
+
+def variant_of(name: str) -> Variant:
+    figures = reference_models()[name]
+    return Variant(name=name, accuracy=1.0, memory_gb=1.0, gflops=figures.gflops,
+                   params_millions=figures.params_millions, layers=figures.layers)
+
+
+def test_host_time_per_request_is_what_the_mps_degree_does_not_multiply():
+    # 2 ms of launch per batch, 1.5 ms of host work per request, 4 ms of GPU work per request and process
+    points = [MeasuredPoint(SegmentType(gpu="A100-80GB", mig_profile="1g.10gb", mps=k), b, 2.0 + 1.5 * b + 4.0 * k * b)
+              for k in (1, 2, 3) for b in (4, 16, 64)]
+    assert host_ms_per_request(points) == pytest.approx(1.5)
+    assert host_ms_per_request([p for p in points if p.batch == 4]) == 0.0  # one batch: no slope
+    assert host_ms_per_request([p for p in points if p.segment.mps < 3]) == 0.0  # two degrees: no intercept
+
+
+def test_bert_spends_host_time_per_request_and_the_cnns_do_not(measurements):
+    rows = read_parvagpu_dir(measurements)
+    host = {name: host_ms_per_request(points_on([r for r in rows if r.variant == name], "1g.10gb", "3g.40gb"))
+            for name in ("bert", "vgg16", "resnet50", "inceptionv3")}
+    assert 2.0 < host["bert"] < 3.0
+    assert all(host[name] < 0.05 for name in ("vgg16", "resnet50", "inceptionv3"))
+
+
+@pytest.fixture(scope="module")
+def held_out_errors(measurements):
+    """bench/variant_correction.py's protocol: per model, 2g/4g/7g predicted from its own 1g/3g rows
+    with every calibration done on the other models; latency error per predicted row."""
+    rows = read_parvagpu_dir(measurements)
+    models = reference_models()
+    data = Dataset.from_rows(rows, models)
+    layers = default_layers(models)
+    start = fit(data, layers).vector()
+    errors: dict[tuple[str, str], list[float]] = {}
+    for name in sorted(models):
+        others = data.subset(data.variant != name)
+        scaling = calibrate_instance_scaling(others, A100, fit(others, layers, start))
+        own = [r for r in rows if r.variant == name]
+        corrected = correct(variant_of(name), A100, points_on(own, "1g.10gb", "3g.40gb"), scaling)
+        for r in own:
+            if r.segment.mig_profile in ("2g.20gb", "4g.40gb", "7g.80gb"):
+                error = abs(corrected.latency_ms(r.segment.mig_profile, r.segment.mps, r.batch) / r.latency_ms - 1)
+                errors.setdefault((name, r.segment.mig_profile), []).append(error)
+    return errors
+
+
+def test_held_out_every_model_and_every_predicted_profile_within_5_percent(held_out_errors):
+    by_model: dict[str, list[float]] = {}
+    by_profile: dict[str, list[float]] = {}
+    for (name, profile), values in held_out_errors.items():
+        by_model.setdefault(name, []).extend(values)
+        by_profile.setdefault(profile, []).extend(values)
+    medians = {key: float(np.median(values)) for key, values in {**by_model, **by_profile}.items()}
+    assert len(by_model) == 11 and set(by_profile) == {"2g.20gb", "4g.40gb", "7g.80gb"}
+    assert {key: m for key, m in medians.items() if m > 0.05} == {}
+    assert float(np.median([e for values in by_model.values() for e in values])) <= 0.04
+
