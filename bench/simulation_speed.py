@@ -15,7 +15,7 @@ import json
 import time
 from pathlib import Path
 
-from tessera.cli import DEFAULT_EXAMPLES, EXAMPLES
+from tessera.shipped import default_example_systems
 from tessera.planner.model import Pool
 from tessera.planner.profile_sources import build_profile_store
 from tessera.planner.simulation import engine
@@ -34,7 +34,7 @@ def main() -> None:
     parser.add_argument("--duration", type=float, default=1800.0)
     parser.add_argument("--scale", type=float, default=4.0, help="Demand multiple the plan serves.")
     args = parser.parse_args()
-    systems = scaled([s for name in DEFAULT_EXAMPLES for s in load_systems(EXAMPLES / name)], args.scale)
+    systems = scaled([s for path in default_example_systems() for s in load_systems(path)], args.scale)
     pool = Pool(gpu="H100-80GB", gpus=16)
     store = build_profile_store(systems, pool.gpu)
     deployment = build_deployment(plan(systems, pool, store, options=PlannerOptions(time_limit_s=30)), systems, store)

@@ -19,7 +19,7 @@ import json
 import time
 from pathlib import Path
 
-from tessera.cli import DEFAULT_EXAMPLES, EXAMPLES
+from tessera.shipped import default_example_systems
 from tessera.planner.features import Features
 from tessera.planner.model import Pool
 from tessera.planner.profile_sources import build_profile_store
@@ -41,7 +41,7 @@ def main() -> None:
     parser.add_argument("--gpus", type=int, default=16)
     parser.add_argument("--time-limit", type=float, default=60.0)
     args = parser.parse_args()
-    systems = [s for name in DEFAULT_EXAMPLES for s in load_systems(EXAMPLES / name)]
+    systems = [s for path in default_example_systems() for s in load_systems(path)]
     pool = Pool(gpu="H100-80GB", gpus=args.gpus)
     store = build_profile_store(systems, pool.gpu)
     options = PlannerOptions(time_limit_s=args.time_limit)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from tessera.planner.catalog import GpuProduct
 from tessera.planner.features import Features
-from tessera.planner.latency import fits_budget, min_segment_load_rps
+from tessera.planner.latency import fits_budget, min_segment_load_rps, p99_batch_latency_ms
 from tessera.planner.model import SystemSpec, Task
 from tessera.planner.profiles import DEFAULT_BATCHES, Profile, ProfileSource, ProfileStore, SegmentType
 
@@ -42,12 +42,12 @@ class Candidate:
             and self.fill_demand <= other.fill_demand
         )
 
-    def usable_at(self, budget_ms: float, utilisation: float) -> bool:
-        """Whether some load this segment may carry fills its batches within the budget."""
+    def usable_at(self, budget_ms: float, most_load_rps: float) -> bool:
+        """Whether some load up to `most_load_rps` per segment fills its batches within the budget."""
         if not fits_budget(self.latency_ms, budget_ms):
             return False
         needed = min_segment_load_rps(self.latency_ms, self.batch, self.segment.mps, budget_ms)
-        return needed <= self.throughput_rps * utilisation
+        return needed <= most_load_rps
 
 
 def mps_degrees(gpu: GpuProduct, max_mps: int | None = None) -> range:
@@ -79,11 +79,13 @@ def enumerate_candidates(
     batches: tuple[int, ...] = DEFAULT_BATCHES,
     max_mps: int | None = None,
     max_batch: int | None = None,
+    latency_spread: float = 1.0,
 ) -> list[Candidate]:
     """Every profiled (variant, segment, batch) of the system's tasks whose processes fit in memory.
 
     `max_mps` bounds the processes per instance (each still bounded by
-    memory), `max_batch` the batch a variant's server accepts.
+    memory), `max_batch` the batch a variant's server accepts, `latency_spread`
+    the p99/p50 of an estimated batch latency (latency.py).
     """
     candidates = []
     batches = tuple(b for b in batches if max_batch is None or b <= max_batch)
@@ -102,7 +104,8 @@ def enumerate_candidates(
                         continue
                     candidates.append(Candidate(
                         system=system.name, task=task.name, variant=variant_name, segment=segment,
-                        batch=batch, latency_ms=profile.latency_ms, throughput_rps=profile.throughput_rps,
+                        batch=batch, throughput_rps=profile.throughput_rps,
+                        latency_ms=p99_batch_latency_ms(profile.latency_ms, profile.source, latency_spread),
                         source=profile.source, compute_slices=mig.compute_slices,
                     ))
     return prune_dominated(candidates)

@@ -29,7 +29,7 @@ from tessera.planner.features import Features
 from tessera.planner.model import Pool, SystemSpec
 from tessera.planner.nodes import NodePool
 from tessera.planner.plan import ConfigPlan, PathPlan, Plan, SystemSummary, TaskPlan
-from tessera.planner.profiles import ProfileStore
+from tessera.planner.profiles import ProfileSource, ProfileStore
 
 REL_TOL = 1e-6
 ABS_TOL = 1e-6
@@ -98,16 +98,32 @@ def layout_is_valid(gpu: GpuProduct, counts: dict[str, int]) -> bool:
 # Stage latency, as stated in latency.py
 # ---------------------------------------------------------------------------
 
-def recomputed_stage_latency_ms(config: ConfigPlan) -> float:
-    """batch latency + max(batch latency, batch formation time); 2 x latency for batch 1."""
+def recomputed_stage_latency_ms(config: ConfigPlan, dispersion: float) -> float:
+    """batch latency + max(batch latency, batch formation time, p99 queueing wait); the wait is
+    ln(100) / 2 x lam D / (mu (mu - lam)) per replica, none at dispersion D = 0."""
     lat, b, k = config.batch_latency_ms, config.batch, config.segment.mps
-    if b == 1:
-        return 2 * lat
-    if config.replicas <= 0 or config.load_rps <= 0:
+    if config.replicas <= 0 or (b > 1 and config.load_rps <= 0):
         return math.inf
-    per_process_rps = config.load_rps / (config.replicas * k)
-    formation_ms = (b - 1) / per_process_rps * 1000.0
-    return lat + max(lat, formation_ms)
+    per_replica_rps, mu = config.load_rps / config.replicas, config.segment_throughput_rps
+    waiting_ms = lat if b == 1 else max(lat, (b - 1) / (per_replica_rps / k) * 1000.0)
+    if dispersion > 0 and per_replica_rps > 0:
+        queueing_ms = (math.inf if per_replica_rps >= mu else
+                       math.log(100) / 2 * per_replica_rps * dispersion / (mu * (mu - per_replica_rps)) * 1000.0)
+        waiting_ms = max(waiting_ms, queueing_ms)
+    return lat + waiting_ms
+
+
+def least_dispersion(system: SystemSpec, task: str, task_plans: dict[tuple[str, str], TaskPlan],
+                     queueing: bool) -> float:
+    """0 without queueing; else 1 + the largest factor x batch a parent's configurations hand over at once."""
+    if not queueing:
+        return 0.0
+    bulks = [0.0]
+    for edge in system.parents(task):
+        parent = task_plans.get((system.name, edge.source))
+        if parent is not None and parent.configs:
+            bulks.append(edge.factor_for(parent.variant) * max(c.batch for c in parent.configs))
+    return 1.0 + max(bulks)
 
 
 # ---------------------------------------------------------------------------
@@ -148,6 +164,8 @@ class _Checker:
         self.store: ProfileStore | None = store
         self.features: Features = features
         self.headroom: float = getattr(options, "headroom", plan.headroom)
+        self.queueing: bool = getattr(options, "queueing", plan.queueing)
+        self.latency_spread: float = getattr(options, "latency_spread", plan.latency_spread)
         self.levels: int = getattr(options, "budget_levels", DEFAULT_BUDGET_LEVELS)
         self.batches = getattr(options, "batches", None)
         self.max_batch = getattr(options, "max_batch", None)
@@ -195,6 +213,10 @@ class _Checker:
             self.fail(f"plan says the pool has {plan.pool_gpus} GPUs but it has {self.pool_gpus}")
         if not close(plan.headroom, self.headroom):
             self.fail(f"plan headroom {plan.headroom} differs from the options' headroom {self.headroom}")
+        if plan.queueing != self.queueing:
+            self.fail(f"plan queueing {plan.queueing} differs from the options' queueing {self.queueing}")
+        if not close(plan.latency_spread, self.latency_spread):
+            self.fail(f"plan latency spread {plan.latency_spread} differs from the options' {self.latency_spread}")
         if plan.features != self.features.label:
             self.fail(f"plan features {plan.features!r} differ from the features checked {self.features.label!r}")
         try:
@@ -245,7 +267,7 @@ class _Checker:
             # A system that serves nothing need not list its tasks.
             present = [t for t in system.tasks if (name, t.name) in task_plans]
             for task in present:
-                self.check_task(system, task_plans[(name, task.name)], None)
+                self.check_task(system, task_plans[(name, task.name)], None, task_plans)
             return
 
         variants: dict[str, str] = {}
@@ -258,7 +280,7 @@ class _Checker:
         demand = system.demand(variants) if variants_known else {}
         for task in system.tasks:
             expected = demand[task.name] * fraction if variants_known else None
-            self.check_task(system, task_plans[(name, task.name)], expected)
+            self.check_task(system, task_plans[(name, task.name)], expected, task_plans)
         if not variants_known:
             return
         for source in system.sources:
@@ -267,7 +289,8 @@ class _Checker:
                           f"rps but the system serves {served} rps")
         self.check_paths(system, task_plans, variants, summary)
 
-    def check_task(self, system: SystemSpec, tp: TaskPlan, expected_demand: float | None) -> None:
+    def check_task(self, system: SystemSpec, tp: TaskPlan, expected_demand: float | None,
+                   task_plans: dict[tuple[str, str], TaskPlan]) -> None:
         where = f"task {system.name}/{tp.task}"
         task = system.task(tp.task)
         names = {v.name for v in task.variants}
@@ -298,12 +321,21 @@ class _Checker:
             if not close(budget, equal):
                 self.fail(f"{where}: budget {budget} ms should be the equal split {equal} ms (task budgeting T off)")
 
+        # Arrivals
+        least = least_dispersion(system, tp.task, task_plans, self.queueing)
+        dispersion = tp.arrival_dispersion
+        if not self.queueing and dispersion != 0:
+            self.fail(f"{where}: arrival dispersion {dispersion} should be 0 (queueing off)")
+        elif not at_least(dispersion, least):
+            self.fail(f"{where}: arrival dispersion {dispersion} is below {least}, 1 + the largest bulk (factor x "
+                      "batch) its parents hand over at once")
+
         # Configurations
         total_load = 0.0
         stage = 0.0
         for index, config in enumerate(tp.configs):
             total_load += config.load_rps
-            stage = max(stage, self.check_config(system, tp, index, config, variant.memory_gb))
+            stage = max(stage, self.check_config(system, tp, index, config, variant.memory_gb, dispersion))
         if not close(total_load, demand):
             self.fail(f"{where}: loads of its configurations add up to {total_load} rps, not its demand "
                       f"{demand} rps (routing)")
@@ -315,7 +347,7 @@ class _Checker:
                 self.fail(f"{where}: stage latency {stage} ms exceeds its budget {budget} ms")
 
     def check_config(self, system: SystemSpec, tp: TaskPlan, index: int, config: ConfigPlan,
-                     memory_gb: float) -> float:
+                     memory_gb: float, dispersion: float) -> float:
         where = f"task {system.name}/{tp.task} config {index} ({config.segment}, batch {config.batch})"
         gpu = self.product
         segment = config.segment
@@ -349,9 +381,11 @@ class _Checker:
             if profile is None:
                 self.fail(f"{where}: the profile store has no profile for variant {tp.variant!r}")
             else:
-                if not close(profile.latency_ms, config.batch_latency_ms):
+                # An estimate is a median: the plan holds its p99, the spread times it.
+                spread = self.latency_spread if profile.source is ProfileSource.ESTIMATED else 1.0
+                if not close(profile.latency_ms * spread, config.batch_latency_ms):
                     self.fail(f"{where}: batch latency {config.batch_latency_ms} ms differs from the store's "
-                              f"{profile.latency_ms} ms")
+                              f"{profile.latency_ms} ms x {spread} (p99/p50 of an estimate)")
                 if not close(profile.throughput_rps, config.segment_throughput_rps):
                     self.fail(f"{where}: segment throughput {config.segment_throughput_rps} rps differs from the "
                               f"store's {profile.throughput_rps} rps")
@@ -376,7 +410,7 @@ class _Checker:
             if not at_least(load, lower):
                 self.fail(f"{where}: batch fill: load {load} rps is below {lower} rps, the least that fills "
                           f"batches of {b} on {replicas} x {k} processes within the budget {budget} ms")
-        stage = recomputed_stage_latency_ms(config)
+        stage = recomputed_stage_latency_ms(config, dispersion)
         if not close(config.stage_latency_ms, stage):
             self.fail(f"{where}: stage latency {config.stage_latency_ms} ms should be {stage} ms")
         if not at_most(stage, budget):
@@ -540,4 +574,5 @@ class _Checker:
 
 
 def _task_stage(task_plan: TaskPlan) -> float:
-    return max((recomputed_stage_latency_ms(c) for c in task_plan.configs), default=0.0)
+    return max((recomputed_stage_latency_ms(c, task_plan.arrival_dispersion) for c in task_plan.configs),
+               default=0.0)

@@ -1,8 +1,11 @@
 """The stage latency model the planner plans with, stated once.
 
 A task's stage is served by segments, each running `mps` server processes
-that take batches of `batch` requests. Latencies are the profile's batch
-latency (its p99 where measured). A request arriving at a process:
+that take batches of `batch` requests. Latencies are p99 batch latencies: a
+measured or given profile states its p99; an estimate is a median (the
+estimator is calibrated on throughput-derived latencies), so it is scaled by
+the batch latency's p99/p50 spread (p99_batch_latency_ms). A request
+arriving at a process:
 
 1. waits for its batch to fill: at most (batch - 1) / (arrival rate of that
    process); a busy process fills the next batch while the current one runs,
@@ -16,26 +19,83 @@ conditions for a budget B: 2 x batch latency <= B, and the load routed to the
 segment must be high enough that batches fill in time:
 load per segment >= mps x (batch - 1) / (B - batch latency).
 
+4. Queueing. A request may also wait behind earlier requests, and under
+   fan-out they come in bulks: a parent batch of b requests with a factor f
+   hands about f x b requests to the child at once. The p99 wait is the
+   heavy-traffic (diffusion) bound for a queue whose arrivals have index of
+   dispersion D (variance over mean of counts: 1 for Poisson, 1 + bulk size
+   for Poisson-sized bulks): W99 = ln(100) / 2 x lam D / (mu (mu - lam)) at
+   load lam on a segment of throughput mu. It overlaps with batch formation
+   and with the batch in progress, like 2. does with 1.
+
+So stage latency = batch latency + max(batch latency, batch formation time,
+p99 queueing wait). Beside the two conditions above, the wait gives a most
+load per segment for a budget B: lam <= A mu^2 / (ln(100) / 2 x D + A mu)
+with A = B - batch latency, the mirror of the least load. D = 0 turns the
+wait off (the model before the simulation found it optimistic).
+
 Segments are also never loaded above 1 / (1 + headroom) of their profiled
-throughput, which keeps the queue in front of a busy process bounded.
+throughput.
 """
 
 from __future__ import annotations
 
 import math
 
+from tessera.planner.profiles import ProfileSource
+
 MS_PER_S = 1000.0
 
 
-def stage_latency_ms(batch_latency_ms: float, batch: int, mps: int, load_per_segment_rps: float) -> float:
-    """Worst-case latency of one request through a segment at the given load."""
+# p99 of an exponential tail whose mean is the diffusion's mean wait: ln(100) x mean, mean = lam D / (2 mu (mu - lam)).
+P99_WAIT_FACTOR = math.log(100) / 2
+
+
+def stage_latency_ms(batch_latency_ms: float, batch: int, mps: int, load_per_segment_rps: float,
+                     throughput_rps: float = math.inf, dispersion: float = 0.0) -> float:
+    """Worst-case (p99) latency of one request through a segment at the given load."""
+    wait_ms = queueing_wait_p99_ms(load_per_segment_rps, throughput_rps, dispersion)
+    return batch_latency_ms + max(batching_delay_ms(batch_latency_ms, batch, mps, load_per_segment_rps), wait_ms)
+
+
+def batching_delay_ms(batch_latency_ms: float, batch: int, mps: int, load_per_segment_rps: float) -> float:
+    """How long a request may wait for its batch: the batch in progress or the batch's formation."""
     if batch == 1:
-        return 2 * batch_latency_ms
+        return batch_latency_ms
     if load_per_segment_rps <= 0:
         return math.inf
     per_process_rps = load_per_segment_rps / mps
-    formation_ms = (batch - 1) / per_process_rps * MS_PER_S
-    return batch_latency_ms + max(batch_latency_ms, formation_ms)
+    return max(batch_latency_ms, (batch - 1) / per_process_rps * MS_PER_S)
+
+
+def queueing_wait_p99_ms(load_per_segment_rps: float, throughput_rps: float, dispersion: float) -> float:
+    """The p99 wait behind earlier requests (0 without load or with dispersion 0)."""
+    if load_per_segment_rps <= 0 or dispersion <= 0:
+        return 0.0
+    if load_per_segment_rps >= throughput_rps:
+        return math.inf
+    return (P99_WAIT_FACTOR * load_per_segment_rps * dispersion
+            / (throughput_rps * (throughput_rps - load_per_segment_rps)) * MS_PER_S)
+
+
+def max_segment_load_rps(batch_latency_ms: float, throughput_rps: float, dispersion: float, budget_ms: float) -> float:
+    """The most load per segment whose p99 queueing wait still fits the budget beside its own batch."""
+    allowance_s = (budget_ms - batch_latency_ms) / MS_PER_S
+    if allowance_s <= 0:
+        return 0.0
+    if dispersion <= 0:
+        return throughput_rps
+    return allowance_s * throughput_rps ** 2 / (P99_WAIT_FACTOR * dispersion + allowance_s * throughput_rps)
+
+
+def p99_batch_latency_ms(profile_latency_ms: float, source: ProfileSource, spread: float) -> float:
+    """The p99 a profile's batch latency stands for: estimates are medians, scaled by the p99/p50 spread."""
+    return profile_latency_ms * spread if source is ProfileSource.ESTIMATED else profile_latency_ms
+
+
+def arrival_dispersion(bulk: float) -> float:
+    """Index of dispersion of Poisson arrivals of bulks whose size is Poisson with mean `bulk` (0: single)."""
+    return 1.0 + bulk
 
 
 def min_segment_load_rps(batch_latency_ms: float, batch: int, mps: int, budget_ms: float) -> float:

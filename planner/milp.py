@@ -20,6 +20,11 @@ only options that no other option beats on both throughput and least load
 are kept, which is exact. A candidate's kept options become one unit with one
 replica count and load (not one per level): its least load follows the
 task's level in steps, so the columns stay as many as the candidates.
+With queueing on, its most load per instance follows the level the same way
+and also the bulk its parents hand over at once: per edge, binaries U say
+which of the parent's batches is its largest (the parent's options set them),
+and each (step, bulk class) gets a row that the next level or a smaller
+class relaxes.
 While all demand is served, whole-slice cuts (an integer knapsack per task,
 variant and level) give the relaxation the rounding up of instances that
 fractional replicas hide.
@@ -36,8 +41,8 @@ import pyomo.environ as pyo
 
 from tessera.planner.candidates import Candidate
 from tessera.planner.catalog import COMPUTE_SLICES, GpuProduct, Layout, layout_compute_slices
-from tessera.planner.latency import min_segment_load_rps
-from tessera.planner.model import SystemSpec
+from tessera.planner.latency import arrival_dispersion, max_segment_load_rps, min_segment_load_rps
+from tessera.planner.model import Edge, SystemSpec
 
 if TYPE_CHECKING:
     from tessera.planner.assignment import ConfigKey
@@ -67,6 +72,8 @@ class MilpInput:
     # (layout, instances tessera may use, GPUs): nodes whose layouts must stay.
     free_gpus: int | None = None
     fixed_groups: list[tuple[Layout, Layout, int]] = field(default_factory=list)
+    # The p99 queueing wait in the stage latency (latency.py); off, the model before it.
+    queueing: bool = False
 
     @property
     def repartitionable_gpus(self) -> int:
@@ -94,6 +101,57 @@ def demand_bound(system: SystemSpec, variants: dict[TaskKey, list[str]],
 
 
 @dataclass(frozen=True)
+class Arrivals:
+    """What one edge hands its child task at once: the bulk of each batch its parent may run.
+
+    A bulk is the edge's largest factor over the parent's allowed variants x
+    the parent's batch (one class per batch, not per variant and batch: far
+    fewer rows, and safe). `bulks` are sorted; class j holds while the
+    parent's largest batch is the j-th. A child's most load per instance
+    follows the class, as its least load follows its budget level.
+    """
+
+    parent: str
+    bulks: tuple[float, ...]
+
+    @property
+    def dispersions(self) -> tuple[float, ...]:
+        return tuple(arrival_dispersion(b) for b in self.bulks)
+
+
+def arrivals(data: MilpInput) -> dict[TaskKey, list[Arrivals]]:
+    """Per task, its incoming edges' bulk classes (none for a source task, or with queueing off)."""
+    found: dict[TaskKey, list[Arrivals]] = {}
+    for system in data.systems:
+        for task in system.tasks:
+            found[(system.name, task.name)] = [] if not data.queueing else [
+                Arrivals(e.source, tuple(sorted({largest_factor(data, system, e) * c.batch for c in data.candidates
+                                                 if (c.system, c.task) == (system.name, e.source)})))
+                for e in system.parents(task.name)
+            ]
+    return found
+
+
+def largest_factor(data: MilpInput, system: SystemSpec, edge: Edge) -> float:
+    return max(edge.factor_for(v) for v in data.variants[(system.name, edge.source)])
+
+
+def dispersion_range(data: MilpInput, edges: list[Arrivals]) -> tuple[float, float]:
+    """The least and most index of dispersion a task's arrivals can have (Poisson at a source)."""
+    if not data.queueing:
+        return 0.0, 0.0
+    if not edges or not all(e.bulks for e in edges):
+        return 1.0, 1.0
+    return (max(e.dispersions[0] for e in edges), max(e.dispersions[-1] for e in edges))
+
+
+def most_load_rps(data: MilpInput, c: Candidate, budget_ms: float, dispersion: float) -> float:
+    """Per instance: the usable throughput, or less where the p99 queueing wait must fit the budget."""
+    return min(c.throughput_rps * data.utilisation,
+               max_segment_load_rps(c.latency_ms, c.throughput_rps, dispersion, budget_ms))
+
+
+@dataclass(frozen=True)
 class Option:
     """A candidate usable under its task's budget level `level` and every higher one.
 
@@ -104,6 +162,12 @@ class Option:
     candidate: int
     level: int
     min_load_rps: float
+    # The most load per instance at `level` under the task's least and most dispersed arrivals.
+    max_load_rps: tuple[float, float] = (math.inf, math.inf)
+
+    def carries_at_least(self, other: "Option") -> bool:
+        """At least as much load at every dispersion between (1 / most load is linear in the dispersion)."""
+        return all(mine >= theirs for mine, theirs in zip(self.max_load_rps, other.max_load_rps))
 
 
 @dataclass(frozen=True)
@@ -138,21 +202,31 @@ def units(options: list[Option]) -> list[Unit]:
     return [Unit(candidate, tuple(sorted(found))) for candidate, found in steps.items()]
 
 
-def _tiers(c: Candidate, levels: list[float], utilisation: float, ratio: float) -> list[Option]:
-    """Options of one candidate: the first usable level, then wherever the least load drops by `ratio`.
+def _tiers(data: MilpInput, c: Candidate, dispersions: tuple[float, float]) -> list[Option]:
+    """Options of one candidate: the first usable level, then wherever the least load drops or the most
+    load rises by the tier ratio.
 
-    With ratio 1 every usable level is an option of its own (exact); a larger
-    ratio keeps fewer options and charges levels between tiers the least load
-    of the tier below, which is safe but may cost a little optimality.
+    With ratio 1 every level that changes either is an option of its own
+    (exact); a larger ratio keeps fewer options and charges levels between
+    tiers the least and most load of the tier below, which is safe but may
+    cost a little optimality.
     """
     options: list[Option] = []
-    for k, budget in enumerate(levels):
-        if not c.usable_at(budget, utilisation):
+    ratio, ceiling = data.tier_ratio, c.throughput_rps * data.utilisation
+    for k, budget in enumerate(data.levels[c.system]):
+        if not c.usable_at(budget, most_load_rps(data, c, budget, dispersions[0])):
             continue
         need = min_segment_load_rps(c.latency_ms, c.batch, c.segment.mps, budget)
-        if not options or (need < options[-1].min_load_rps and need * ratio <= options[-1].min_load_rps):
-            options.append(Option(-1, k, need))
-        if need == 0:
+        most = (most_load_rps(data, c, budget, dispersions[0]), most_load_rps(data, c, budget, dispersions[1]))
+        if not options:
+            options.append(Option(-1, k, need, most))
+        else:
+            last = options[-1]
+            drops = need < last.min_load_rps and need * ratio <= last.min_load_rps
+            rises = most[1] > last.max_load_rps[1] and most[1] >= ratio * last.max_load_rps[1]
+            if drops or rises:
+                options.append(Option(-1, k, need, most))
+        if need == 0 and most[1] >= ceiling:
             break
     return options
 
@@ -162,11 +236,12 @@ def build_options(data: MilpInput) -> list[Option]:
         (system.name, task): demand
         for system in data.systems for task, demand in demand_bound(system, data.variants, pick=min).items()
     }
+    ranges = {task: dispersion_range(data, edges) for task, edges in arrivals(data).items()}
     groups: dict[tuple[str, str, str, str], list[Option]] = {}
     for i, c in enumerate(data.candidates):
-        for tier in _tiers(c, data.levels[c.system], data.utilisation, data.tier_ratio):
+        for tier in _tiers(data, c, ranges[(c.system, c.task)]):
             key = (c.system, c.task, c.variant, c.segment.mig_profile)
-            groups.setdefault(key, []).append(Option(i, tier.level, tier.min_load_rps))
+            groups.setdefault(key, []).append(Option(i, tier.level, tier.min_load_rps, tier.max_load_rps))
     options = []
     for (system, task, _, _), group in groups.items():
         kept = _pareto(data, group)
@@ -178,13 +253,14 @@ def build_options(data: MilpInput) -> list[Option]:
 
 
 def _pareto(data: MilpInput, group: list[Option]) -> list[Option]:
-    """Options no other beats on both throughput and least load from the same or a lower level (exact)."""
-    group = sorted(group, key=lambda o: (o.level, -data.candidates[o.candidate].throughput_rps, o.min_load_rps))
+    """Options no other beats on throughput, least and most load from the same or a lower level (exact)."""
+    group = sorted(group, key=lambda o: (o.level, -data.candidates[o.candidate].throughput_rps, o.min_load_rps,
+                                         tuple(-m for m in o.max_load_rps)))
     kept: list[Option] = []
     for option in group:
         throughput = data.candidates[option.candidate].throughput_rps
         if not any(data.candidates[k.candidate].throughput_rps >= throughput and k.min_load_rps <= option.min_load_rps
-                   for k in kept):
+                   and k.carries_at_least(option) for k in kept):
             kept.append(option)
     return kept
 
@@ -235,6 +311,8 @@ class CompoundMilp:
         m.n = pyo.Var(range(len(self.options)), domain=pyo.NonNegativeIntegers,
                       bounds=lambda _, o: (0, self.replica_bound[o]))
         m.x = pyo.Var(range(len(self.options)), domain=pyo.NonNegativeReals)
+        # U[s, t, parent, j]: the parent's largest bulk handed to t is bulks[j] or more (j >= 1).
+        m.U = pyo.Var(self.bulk_keys, domain=pyo.Binary)
         m.D = pyo.Var(self.task_keys, domain=pyo.NonNegativeReals)
         m.W = pyo.Var(self.variant_keys, domain=pyo.NonNegativeReals)
         m.g = pyo.Var(range(len(data.layouts)), domain=pyo.NonNegativeIntegers,
@@ -264,6 +342,10 @@ class CompoundMilp:
         self.task_keys = [(s.name, t.name) for s in d.systems for t in s.tasks]
         self.variant_keys = [(s, t, v) for (s, t) in self.task_keys for v in d.variants[(s, t)]]
         self.level_keys = [(s, t, k) for (s, t) in self.task_keys for k in range(len(d.levels[s]))]
+        self.arrivals = arrivals(d)
+        self._system_index = {s.name: i for i, s in enumerate(d.systems)}
+        self.bulk_keys = [(s, t, e.parent, j) for (s, t) in self.task_keys for e in self.arrivals[(s, t)]
+                          for j in range(1, len(e.bulks))]
         scale = d.scale_upper_bound if d.maximise_common_scale else 1.0
         self.demand_bound = {
             (s.name, t): bound * scale
@@ -292,7 +374,10 @@ class CompoundMilp:
         d = self.data
         c = d.candidates[option.candidate]
         demand = self.demand_bound[(c.system, c.task)]
-        bound = min(supply[c.segment.mig_profile], math.ceil(demand / (c.throughput_rps * d.utilisation) - 1e-9))
+        carried = min(self._most_loads(c, option.steps[0][0]), default=0.0)
+        if carried <= 0:
+            return 0
+        bound = min(supply[c.segment.mig_profile], math.ceil(demand / carried - 1e-9))
         if option.min_load_rps > 0:
             bound = min(bound, math.floor(demand / option.min_load_rps + 1e-9))
         return max(bound, 0)
@@ -331,7 +416,7 @@ class CompoundMilp:
                     m.cons.add(m.W[s, t, v] <= self.demand_bound[(s, t)] * m.y[s, t, v])
 
     def _routing_and_capacity(self) -> None:
-        m, d = self.m, self.data
+        m = self.m
         for (s, t, v), indices in self.by_variant.items():
             m.cons.add(sum(m.x[o] for o in indices) == m.W[s, t, v])
         for o, unit in enumerate(self.options):
@@ -340,12 +425,67 @@ class CompoundMilp:
             # No option carries more than its task's demand bound, so capping the coefficient there admits
             # the same integer plans; uncapped, a 1e5 req/s segment serving 1 req/s let load leak past
             # n = 0 within HiGHS's tolerances, and the plan claimed demand no replica served.
-            capacity = min(c.throughput_rps * d.utilisation, self.demand_bound[(c.system, c.task)])
+            capacity = self._capacity(c, unit.steps[-1][0])
             m.cons.add(m.x[o] <= capacity * m.n[o])
             m.cons.add(m.n[o] <= bound * m.y[c.system, c.task, c.variant])
             if unit.level > 0:
                 m.cons.add(m.n[o] <= bound * self._levels_from(c, unit.level))
             self._least_loads(o, unit, bound)
+            self._most_loads_rows(o, unit, bound, capacity)
+            self._bulks_handed_on(o, c, bound)
+
+    def _capacity(self, c: Candidate, level: int, dispersion: float | None = None) -> float:
+        """The most load one instance carries at `level` (least dispersed arrivals by default).
+
+        No option carries more than its task's demand bound, so capping the coefficient there admits
+        the same integer plans; uncapped, a 1e5 req/s segment serving 1 req/s let load leak past
+        n = 0 within HiGHS's tolerances, and the plan claimed demand no replica served.
+        """
+        d = self.data
+        if dispersion is None:
+            dispersion = dispersion_range(d, self.arrivals[(c.system, c.task)])[0]
+        budget = d.levels[c.system][level]
+        return min(most_load_rps(d, c, budget, dispersion), self.demand_bound[(c.system, c.task)])
+
+    def _most_loads(self, c: Candidate, level: int) -> list[float]:
+        """The most load per instance at `level` under each bulk class of each incoming edge."""
+        edges = self.arrivals[(c.system, c.task)]
+        dispersions = [d for e in edges for d in e.dispersions] or [dispersion_range(self.data, edges)[0]]
+        return [self._capacity(c, level, dispersion) for dispersion in dispersions]
+
+    def _most_loads_rows(self, o: int, unit: Unit, bound: int, capacity: float) -> None:
+        """Under the task's level and each parent's bulk class, each instance carries at most its most load.
+
+        Step i's row for class j of edge e holds while the level is below
+        step i + 1's and the parent hands bulks of class j or larger:
+        x <= M_ij n + (capacity - M_ij) bound (Z_next + 1 - U_ej).
+        """
+        m, c = self.m, self.candidate(o)
+        for i, (level, _) in enumerate(unit.steps):
+            relax_level = 0 if i + 1 == len(unit.steps) else self._levels_from(c, unit.steps[i + 1][0])
+            for relax_class, dispersion in self._classes(c):
+                most = self._capacity(c, level, dispersion)
+                if most < capacity * (1 - 1e-12):
+                    m.cons.add(m.x[o] <= most * m.n[o] + (capacity - most) * bound * (relax_level + relax_class))
+
+    def _classes(self, c: Candidate) -> list[tuple[Any, float]]:
+        """(1 - U, or 0 where it always holds; the dispersion) of each bulk class of each incoming edge."""
+        edges = self.arrivals[(c.system, c.task)]
+        if not edges:
+            return [(0, dispersion_range(self.data, edges)[0])]
+        return [(0 if j == 0 else 1 - self.m.U[c.system, c.task, e.parent, j], dispersion)
+                for e in edges for j, dispersion in enumerate(e.dispersions)]
+
+    def _bulks_handed_on(self, o: int, c: Candidate, bound: int) -> None:
+        """An instance of a parent's option sets its children's bulk class to its bulk or higher."""
+        m, system = self.m, self.data.systems[self._system_index[c.system]]
+        for edge in system.children(c.task):
+            for arrivals_ in self.arrivals[(c.system, edge.target)]:
+                if arrivals_.parent != c.task:
+                    continue
+                j = arrivals_.bulks.index(largest_factor(self.data, system, edge) * c.batch)
+                if j > 0:
+                    m.cons.add(m.n[o] <= bound * m.U[c.system, edge.target, c.task, j])
 
     def _least_loads(self, o: int, unit: Unit, bound: int) -> None:
         """Under the task's level, each instance carries at least the least load of the unit's step there.
@@ -462,8 +602,7 @@ class CompoundMilp:
             if self.options[o].level > level:
                 continue
             c = self.candidate(o)
-            capacity = min(c.throughput_rps * self.data.utilisation, self.demand_bound[(c.system, c.task)])
-            best[c.compute_slices] = max(best.get(c.compute_slices, 0.0), capacity)
+            best[c.compute_slices] = max(best.get(c.compute_slices, 0.0), self._capacity(c, level))
         return best
 
     # -- objective expressions ----------------------------------------------------

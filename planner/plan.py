@@ -29,6 +29,9 @@ class TaskPlan(BaseModel):
     budget_ms: float = Field(description="Latency budget of this task's stage.")
     stage_latency_ms: float = Field(description="Slowest configuration's predicted stage latency.")
     configs: list[ConfigPlan]
+    arrival_dispersion: float = Field(
+        default=0.0, description="Index of dispersion of the task's arrivals in its queueing wait: 1 + the largest "
+                                 "bulk a parent hands it at once (1 at a source); 0 when the plan counts no wait.")
 
     @property
     def capacity_rps(self) -> float:
@@ -117,6 +120,8 @@ class Plan(BaseModel):
     pool_gpus: int
     features: str
     headroom: float
+    queueing: bool = Field(default=False, description="Whether stage latencies count the p99 queueing wait.")
+    latency_spread: float = Field(default=1.0, description="p99/p50 of an estimated profile's batch latency.")
     tasks: list[TaskPlan]
     gpus: list[GpuPlan]
     paths: list[PathPlan]

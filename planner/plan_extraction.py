@@ -10,8 +10,8 @@ import pyomo.environ as pyo
 
 from tessera.planner.catalog import layout_compute_slices
 from tessera.planner.features import Features
-from tessera.planner.latency import stage_latency_ms
-from tessera.planner.milp import CompoundMilp
+from tessera.planner.latency import arrival_dispersion, stage_latency_ms
+from tessera.planner.milp import CompoundMilp, largest_factor
 from tessera.planner.model import SystemSpec
 from tessera.planner.plan import ConfigPlan, GpuPlan, PathPlan, Plan, SolverReport, SystemSummary, TaskPlan
 
@@ -21,6 +21,7 @@ class ExtractedPlan:
     milp: CompoundMilp
     features: Features
     headroom: float
+    latency_spread: float
     tasks: list[TaskPlan]
     paths: list[PathPlan]
     systems: list[SystemSummary]
@@ -31,6 +32,7 @@ class ExtractedPlan:
         sources = Counter(c.source.value for t in self.tasks for c in t.configs)
         return Plan(
             gpu=data.gpu.name, pool_gpus=data.pool_gpus, features=self.features.label, headroom=self.headroom,
+            queueing=data.queueing, latency_spread=self.latency_spread,
             tasks=self.tasks, gpus=gpus, paths=self.paths, systems=self.systems,
             gpus_used=sum(count for _, count in counts),
             slices_used=sum(layout_compute_slices(data.gpu, layout) * count for layout, count in counts),
@@ -43,9 +45,12 @@ def _value(var: Any) -> float:
     return pyo.value(var, exception=False) or 0.0
 
 
-def extract_plan(milp: CompoundMilp, features: Features, headroom: float) -> ExtractedPlan:
-    tasks = [_task_plan(milp, system, task.name) for system in milp.data.systems for task in system.tasks]
-    by_key = {(t.system, t.task): t for t in tasks}
+def extract_plan(milp: CompoundMilp, features: Features, headroom: float, latency_spread: float) -> ExtractedPlan:
+    by_key: dict[tuple[str, str], TaskPlan] = {}
+    for system in milp.data.systems:
+        for task in system.topological_order:
+            by_key[(system.name, task)] = _task_plan(milp, system, task, by_key)
+    tasks = [by_key[(system.name, task.name)] for system in milp.data.systems for task in system.tasks]
     paths = [
         PathPlan(
             system=system.name, tasks=list(path),
@@ -56,13 +61,23 @@ def extract_plan(milp: CompoundMilp, features: Features, headroom: float) -> Ext
         for system in milp.data.systems for path in system.paths
     ]
     systems = [_summary(milp, system, paths) for system in milp.data.systems]
-    return ExtractedPlan(milp, features, headroom, tasks, paths, systems)
+    return ExtractedPlan(milp, features, headroom, latency_spread, tasks, paths, systems)
 
 
-def _task_plan(milp: CompoundMilp, system: SystemSpec, task: str) -> TaskPlan:
+def task_dispersion(milp: CompoundMilp, system: SystemSpec, task: str,
+                    parents: dict[tuple[str, str], TaskPlan]) -> float:
+    """1 + the largest bulk a parent's configurations may hand the task at once, as the MILP bounded it:
+    the edge's largest factor x the parent's largest batch; 1 at a source."""
+    bulks = [largest_factor(milp.data, system, edge) * max((c.batch for c in parent.configs), default=0)
+             for edge in system.parents(task) for parent in [parents[(system.name, edge.source)]]]
+    return arrival_dispersion(max(bulks, default=0.0))
+
+
+def _task_plan(milp: CompoundMilp, system: SystemSpec, task: str, parents: dict[tuple[str, str], TaskPlan]) -> TaskPlan:
     m, data = milp.m, milp.data
     key = (system.name, task)
     variant = max(data.variants[key], key=lambda v: _value(m.y[system.name, task, v]))
+    dispersion = task_dispersion(milp, system, task, parents) if data.queueing else 0.0
     levels = data.levels[system.name]
     level = max(range(len(levels)), key=lambda k: _value(m.z[system.name, task, k]))
     configs = []
@@ -75,7 +90,8 @@ def _task_plan(milp: CompoundMilp, system: SystemSpec, task: str) -> TaskPlan:
         configs.append(ConfigPlan(
             segment=c.segment, batch=c.batch, replicas=replicas, batch_latency_ms=c.latency_ms,
             segment_throughput_rps=c.throughput_rps, load_rps=load,
-            stage_latency_ms=stage_latency_ms(c.latency_ms, c.batch, c.segment.mps, load / replicas),
+            stage_latency_ms=stage_latency_ms(c.latency_ms, c.batch, c.segment.mps, load / replicas,
+                                              c.throughput_rps, dispersion),
             source=c.source,
         ))
     return TaskPlan(
@@ -83,7 +99,7 @@ def _task_plan(milp: CompoundMilp, system: SystemSpec, task: str) -> TaskPlan:
         normalised_accuracy=system.task(task).normalised_accuracy(variant),
         demand_rps=_value(m.D[system.name, task]), budget_ms=levels[level],
         stage_latency_ms=max((c.stage_latency_ms for c in configs), default=0.0),
-        configs=configs,
+        configs=configs, arrival_dispersion=dispersion,
     )
 
 

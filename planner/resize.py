@@ -30,7 +30,7 @@ from tessera.planner.assignment import config_key, layout_of
 from tessera.planner.catalog import COMPUTE_SLICES, gpu_product, layout_compute_slices
 from tessera.planner.checker import check_plan
 from tessera.planner.features import Features
-from tessera.planner.latency import min_segment_load_rps, stage_latency_ms
+from tessera.planner.latency import max_segment_load_rps, min_segment_load_rps, stage_latency_ms
 from tessera.planner.model import Pool, SystemSpec
 from tessera.planner.nodes import NodePool, pool_gpus
 from tessera.planner.plan import ConfigPlan, GpuPlan, InstancePlan, Plan, SolverReport, SystemSummary, TaskPlan
@@ -112,7 +112,7 @@ def _replica_counts(current: Plan, spare: list[GpuPlan], demands: dict[tuple[str
         by_task.setdefault((task.system, task.task), []).append(j)
     for key, js in by_task.items():
         task = columns[js[0]][0]
-        usable = [columns[j][2].segment_throughput_rps / (1 + current.headroom) for j in js]
+        usable = [_most_load(task, columns[j][2], current.headroom) for j in js]
         least = [_least_load(task, columns[j][2]) for j in js]
         index = np.array(js, dtype=np.int32)
         h.addRow(demands[key], highspy.kHighsInf, len(js), index, np.array(usable))
@@ -143,7 +143,7 @@ def _resize_task(task: TaskPlan, replicas: list[int], demand_rps: float, headroo
         return None
     replicas, configs_kept = [n for n, _ in kept], [c for _, c in kept]
     least = [n * _least_load(task, c) for n, c in kept]
-    most = [n * c.segment_throughput_rps / (1 + headroom) for n, c in kept]
+    most = [n * _most_load(task, c, headroom) for n, c in kept]
     spare = demand_rps - sum(least)
     room = sum(m - low for m, low in zip(most, least))
     if spare < 0 or spare > room * (1 + 1e-9):
@@ -154,11 +154,19 @@ def _resize_task(task: TaskPlan, replicas: list[int], demand_rps: float, headroo
         load = low + (high - low) * share
         configs.append(config.model_copy(update={
             "replicas": n, "load_rps": load,
-            "stage_latency_ms": stage_latency_ms(config.batch_latency_ms, config.batch, config.segment.mps, load / n)}))
+            "stage_latency_ms": stage_latency_ms(config.batch_latency_ms, config.batch, config.segment.mps, load / n,
+                                                 config.segment_throughput_rps, task.arrival_dispersion)}))
     if any(c.stage_latency_ms > task.budget_ms * (1 + 1e-9) for c in configs if c.load_rps > 0):
         return None
     return task.model_copy(update={"demand_rps": demand_rps, "configs": configs,
                                    "stage_latency_ms": max(c.stage_latency_ms for c in configs)})
+
+
+def _most_load(task: TaskPlan, config: ConfigPlan, headroom: float) -> float:
+    """Per replica: the usable throughput, or less where the p99 queueing wait must fit the task's budget."""
+    return min(config.segment_throughput_rps / (1 + headroom),
+               max_segment_load_rps(config.batch_latency_ms, config.segment_throughput_rps,
+                                    task.arrival_dispersion, task.budget_ms))
 
 
 def _least_load(task: TaskPlan, config: ConfigPlan) -> float:

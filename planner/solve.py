@@ -81,6 +81,14 @@ class PlannerOptions(BaseModel):
                     "(1: the fewest slices, slices being whole); GPUs are always proven exactly.",
     )
     time_limit_s: float = Field(default=60, gt=0, description="Wall-clock budget of all solves of one plan.")
+    latency_spread: float = Field(
+        default=1.3, ge=1, le=10,
+        description="p99/p50 of a batch's latency, applied to estimated profiles (medians); measured and given "
+                    "profiles state their p99.")
+    queueing: bool = Field(
+        default=True,
+        description="Count each segment's p99 queueing wait, with fan-out bulks, in the stage latency "
+                    "(latency.py); off, the model before it, which the serving simulation finds optimistic.")
 
     @field_validator("batches")
     @classmethod
@@ -253,7 +261,7 @@ def plan(
         _maximise_served(solver, "serve", systems, share=0.5)
         _solve_after_serving(solver, milp, systems, current is not None or bool(data.current_layouts))
 
-    result = extract_plan(milp, features, options.headroom)
+    result = extract_plan(milp, features, options.headroom, options.latency_spread)
     placed = assign_gpus(result.tasks, gpus, milp.layout_counts(), milp.fixed_counts(), current)
     report = _solver_report(solver, milp, build_s, options)
     plan_ = result.finish(placed, report)
@@ -342,7 +350,7 @@ def _milp_input(systems: list[SystemSpec], pool: PoolGpus, store: ProfileStore, 
     candidates = [
         c for system in systems
         for c in enumerate_candidates(system, gpu, store, features, options.batches, options.max_mps,
-                                      options.max_batch)
+                                      options.max_batch, options.latency_spread)
     ]
     layouts = list(valid_layouts(gpu.name))
     if not features.spatial_partitioning:
@@ -350,7 +358,7 @@ def _milp_input(systems: list[SystemSpec], pool: PoolGpus, store: ProfileStore, 
     data = MilpInput(
         systems=systems, gpu=gpu, pool_gpus=len(pool.gpus), candidates=candidates,
         levels={s.name: budget_levels(s, features, options.budget_levels) for s in systems},
-        layouts=layouts, utilisation=options.utilisation,
+        layouts=layouts, utilisation=options.utilisation, queueing=options.queueing,
         tier_ratio=1.0 if exact else options.tier_ratio, busy_instances=0 if exact else options.busy_instances,
         variants={(s.name, t.name): allowed_variants(t, features) for s in systems for t in s.tasks},
         # A pool of nodes knows every GPU's layout; a plain pool only what the last plan chose.

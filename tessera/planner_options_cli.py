@@ -20,6 +20,7 @@ MAX_TIME_LIMIT_S = 86_400.0
 MAX_BATCH_SIZE = 4096
 MAX_BATCH_SIZES = 32
 MAX_TIER_RATIO = 100.0
+MAX_LATENCY_SPREAD = 10.0
 DEFAULTS = PlannerOptions()
 
 
@@ -66,6 +67,12 @@ def planner_options(time_limit_flag: str = "--time-limit") -> Callable[[Any], An
         click.option("--exact-up-to", "exact_up_to_gpus", type=BoundedInt(0, MAX_POOL_GPUS),
                      default=DEFAULTS.exact_up_to_gpus, show_default=True,
                      help="Pools of at most this many GPUs ignore --tier-ratio and --busy-instances (exact)."),
+        click.option("--latency-spread", type=FiniteFloat(1, MAX_LATENCY_SPREAD), default=DEFAULTS.latency_spread,
+                     show_default=True, help="p99/p50 of an estimated profile's batch latency (estimates are "
+                                             "medians; measured and given profiles state their p99)."),
+        click.option("--queueing/--no-queueing", default=DEFAULTS.queueing, show_default=True,
+                     help="Count each segment's p99 queueing wait, with fan-out bulks, in stage latency "
+                          "(--no-queueing: the older, optimistic model)."),
         click.option("--slice-tolerance", type=FiniteFloat(0, COMPUTE_SLICES * MAX_POOL_GPUS, min_open=True),
                      default=DEFAULTS.slice_tolerance, show_default=True,
                      help="Slices the cost may stay above its proven bound (1: the fewest)."),
@@ -79,7 +86,7 @@ def planner_options(time_limit_flag: str = "--time-limit") -> Callable[[Any], An
 
 
 PLANNER_PARAMETERS = ("levels", "headroom", "time_limit", "batches", "max_batch", "max_mps", "tier_ratio",
-                      "busy_instances", "exact_up_to_gpus", "slice_tolerance")
+                      "busy_instances", "exact_up_to_gpus", "latency_spread", "queueing", "slice_tolerance")
 
 
 def take_planner_options(parameters: dict[str, Any]) -> PlannerOptions:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from tessera.planner import latency
 from tessera.planner.catalog import gpu_product
 from tessera.planner.model import SystemSpec
 from tessera.planner.plan import ConfigPlan, Plan, TaskPlan
@@ -86,7 +87,8 @@ def batching_delay_ms(config: ConfigPlan) -> float:
     """
     if config.batch == 1:
         return 0.0
-    return config.stage_latency_ms - config.batch_latency_ms
+    return latency.batching_delay_ms(config.batch_latency_ms, config.batch, config.segment.mps,
+                                     config.load_rps / config.replicas)
 
 
 def build_deployment(plan: Plan, systems: list[SystemSpec], store: ProfileStore | None = None) -> Deployment:
@@ -99,7 +101,7 @@ def build_deployment(plan: Plan, systems: list[SystemSpec], store: ProfileStore 
     for task_plan in plan.tasks:
         first = len(rows)
         for config in task_plan.configs:
-            rows += [(config, _latency_curve(task_plan, config, store, largest_batch))] * config.replicas
+            rows += [(config, _latency_curve(task_plan, config, store, largest_batch, plan.latency_spread))] * config.replicas
         if len(rows) == first:
             continue  # the plan serves none of this system: it is left out (see `unserved_systems`)
         shares = np.array([c.load_rps / c.replicas for c, _ in rows[first:]], dtype=float)
@@ -123,9 +125,11 @@ def build_deployment(plan: Plan, systems: list[SystemSpec], store: ProfileStore 
     )
 
 
-def _latency_curve(task_plan: TaskPlan, config: ConfigPlan, store: ProfileStore | None, width: int) -> np.ndarray:
+def _latency_curve(task_plan: TaskPlan, config: ConfigPlan, store: ProfileStore | None, width: int,
+                   spread: float) -> np.ndarray:
     """Median batch latency (s) for n = 0..width requests; NaN beyond the planned batch."""
-    known = {config.batch: config.batch_latency_ms}
+    # The plan holds p99 batch latencies; an estimate's median is the p99 over the plan's spread.
+    known = {config.batch: config.batch_latency_ms / latency.p99_batch_latency_ms(1.0, config.source, spread)}
     if store is not None:
         for batch in range(1, config.batch):
             profile = store.get(task_plan.variant, config.segment, batch)

@@ -13,8 +13,13 @@ Semantics
   with r_c >= 0 replicas; with budget B a configuration is usable when
   2 x lat <= B and k x variant memory <= MIG memory (S off: the whole-GPU
   profile with k = 1); its load x_c must satisfy
-      r_c x k x (b - 1) x 1000 / (B - lat)  <=  x_c  <=  r_c x thr / (1 + headroom)
-  (the lower bound only for b > 1), and the loads add up to the demand;
+      r_c x k x (b - 1) x 1000 / (B - lat)  <=  x_c  <=  r_c x min(thr / (1 + headroom), Q)
+  (the lower bound only for b > 1), and the loads add up to the demand; lat
+  is the p99 batch latency (an estimate's times the spread); with queueing,
+  Q = A thr^2 / (ln(100) / 2 x D + A thr), A = (B - lat) / 1000, is the most
+  load whose p99 queueing wait fits the budget, with D = 1 + the largest
+  bulk a parent hands over at once (the edge's largest factor over the
+  parent's allowed variants x the parent's largest batch), 1 at a source;
 - budgets: levels slo x i / levels (T on), or slo / (tasks on the longest
   path) (T off); every path's budgets add up to at most the SLO;
 - accuracy: every path's product of normalised accuracies >= the SLO;
@@ -47,6 +52,10 @@ Search, and why each shortcut is safe
    combined over all pairs of vectors.
 5. Idle instances only add slices and never make a layout fit that did not
    fit without them, so instance vectors are exactly the replicas.
+6. Parents' largest batches: every vector of them is tried, each parent
+   held to batches up to its entry and its children's D computed from it; a
+   plan whose parents run smaller batches is also feasible where the vector
+   is its own largest batches (D there is its own).
 """
 
 from __future__ import annotations
@@ -59,7 +68,8 @@ from functools import cache
 
 from tessera.planner.catalog import COMPUTE_SLICES, MEMORY_SLICES, GpuProduct, gpu_product
 from tessera.planner.features import Features
-from tessera.planner.latency import stage_latency_ms
+from tessera.planner.latency import (arrival_dispersion, max_segment_load_rps, p99_batch_latency_ms,
+                                     stage_latency_ms)
 from tessera.planner.model import Pool, SystemSpec
 from tessera.planner.plan import (ConfigPlan, GpuPlan, InstancePlan, PathPlan, Plan, SolverReport, SystemSummary,
                                   TaskPlan)
@@ -152,7 +162,8 @@ class _Option:
     batch: int
     profile_figures: Profile
     low: float  # per replica: least load (batch fill)
-    high: float  # per replica: most load (throughput with headroom)
+    high: float  # per replica: most load (throughput with headroom, queueing wait within the budget)
+    latency_ms: float  # p99 batch latency
 
 
 @dataclass(frozen=True)
@@ -164,6 +175,28 @@ class SystemChoice:
     variants: dict[str, str]
     budgets: dict[str, float]
     replicas: dict[str, tuple[tuple[_Option, int], ...]]  # per task: (option, replicas > 0)
+
+
+@dataclass(frozen=True)
+class _Queueing:
+    on: bool
+    latency_spread: float
+
+
+def allowed_variants(system: SystemSpec, features: Features) -> dict[str, list[str]]:
+    return {task.name: [v.name for v in task.variants
+                        if features.accuracy_scaling or v.accuracy == task.best_accuracy] for task in system.tasks}
+
+
+def dispersion_of(system: SystemSpec, task: str, largest_batch: dict[str, int], allowed: dict[str, list[str]],
+                  queueing: bool) -> float:
+    """D = 1 + the largest bulk (the edge's largest factor over the parent's allowed variants x the parent's
+    largest batch) of the task's parents; 1 at a source; 0 without queueing."""
+    if not queueing:
+        return 0.0
+    bulks = [max(e.factor_for(v) for v in allowed[e.source]) * largest_batch[e.source]
+             for e in system.parents(task)]
+    return arrival_dispersion(max(bulks, default=0.0))
 
 
 @dataclass
@@ -181,20 +214,25 @@ def exhaustive_optimum(
     headroom: float = 0.1,
     budget_levels: int = 20,
     batches: tuple[int, ...] = (1, 2, 4, 8, 16, 32),
+    queueing: bool = True,
+    latency_spread: float = 1.3,
 ) -> Objective | None:
     """The optimal objective, or None when no plan exists (no variants meet the accuracy SLO)."""
-    found = exhaustive_search(systems, pool, store, features, headroom, budget_levels, batches)
+    found = exhaustive_search(systems, pool, store, features, headroom, budget_levels, batches, queueing,
+                              latency_spread)
     return None if found is None else found[0]
 
 
 def exhaustive_search(systems, pool, store, features=Features(), headroom=0.1, budget_levels=20,
-                      batches=(1, 2, 4, 8, 16, 32)) -> tuple[Objective, list[SystemChoice]] | None:
+                      batches=(1, 2, 4, 8, 16, 32), queueing=True,
+                      latency_spread=1.3) -> tuple[Objective, list[SystemChoice]] | None:
     """The optimal objective and the choices that reach it, or None when no plan exists."""
     gpu = gpu_product(pool.gpu)
     fits = min_gpus(gpu.name, pool.gpus)
     per_system = []
     for system in systems:
-        table = _system_table(system, gpu, fits, store, features, headroom, budget_levels, batches)
+        table = _system_table(system, gpu, fits, store, features, headroom, budget_levels, batches,
+                              _Queueing(queueing, latency_spread))
         if not table:
             return None
         per_system.append(table)
@@ -249,15 +287,14 @@ def _objective_better(a: Objective, b: Objective) -> bool:
     return a.accuracy > b.accuracy + TOL
 
 
-def _system_table(system, gpu, fits, store, features, headroom, levels, batches) -> dict[Vector, tuple]:
+def _system_table(system, gpu, fits, store, features, headroom, levels, batches,
+                  queueing: _Queueing) -> dict[Vector, tuple]:
     """Per instance vector, the best (served fraction, accuracy score, SystemChoice) of one system."""
     tasks = [t.name for t in system.tasks]
-    variant_choices = []
-    for task in system.tasks:
-        if features.accuracy_scaling:
-            variant_choices.append([v.name for v in task.variants])
-        else:
-            variant_choices.append([v.name for v in task.variants if v.accuracy == task.best_accuracy])
+    allowed = allowed_variants(system, features)
+    variant_choices = [allowed[t] for t in tasks]
+    parents = sorted({e.source for e in system.edges}) if queueing.on else []
+    largest_batches = [dict(zip(parents, vector)) for vector in itertools.product(batches, repeat=len(parents))]
     slo = system.slo
     budget_vectors = _maximal_budgets(system, tasks, features, levels)
     zero = tuple(0 for _ in gpu.profiles)
@@ -278,15 +315,18 @@ def _system_table(system, gpu, fits, store, features, headroom, levels, batches)
         if system.demand_rps <= 0:
             continue
         base = system.demand(variants)  # at phi = 1
-        for budgets in budget_vectors:
+        for budgets, largest in itertools.product(budget_vectors, largest_batches):
             # states: instance vector -> (max L/D, min(1, min U/D), replicas per task) over the tasks so far
             states: dict[Vector, list[tuple]] = {zero: [(0.0, 1.0, ())]}
             per_task_tables = []
             for task_name, budget in zip(tasks, budgets):
-                key = (task_name, variants[task_name], budget)
+                own = tuple(b for b in batches if b <= largest.get(task_name, b))
+                dispersion = dispersion_of(system, task_name, largest, allowed, queueing.on)
+                key = (task_name, variants[task_name], budget, own, dispersion)
                 if key not in task_cache:
                     task_cache[key] = _task_table(system, task_name, variants[task_name], budget, gpu, fits,
-                                                  store, features, headroom, batches)
+                                                  store, features, headroom, own, dispersion,
+                                                  queueing.latency_spread)
                 per_task = task_cache[key]
                 per_task_tables.append(per_task)
                 demand = base[task_name]
@@ -326,7 +366,7 @@ def _keep_pareto(pairs: list[tuple], pair: tuple) -> None:
 
 
 def _task_table(system, task_name, variant_name, budget, gpu: GpuProduct, fits, store: ProfileStore,
-                features: Features, headroom: float, batches) -> _TaskTable:
+                features: Features, headroom: float, batches, dispersion: float, spread: float) -> _TaskTable:
     """Per instance vector of this task alone, the undominated (sum of lower, sum of upper) load bounds."""
     variant = system.task(task_name).variant(variant_name)
     options: list[_Option] = []
@@ -342,14 +382,14 @@ def _task_table(system, task_name, variant_name, budget, gpu: GpuProduct, fits, 
                 found = store.get(variant_name, segment, b)
                 if found is None:
                     continue
-                lat, thr = found.latency_ms, found.throughput_rps
+                lat, thr = p99_batch_latency_ms(found.latency_ms, found.source, spread), found.throughput_rps
                 if 2 * lat > budget:
                     continue
-                high = thr / (1 + headroom)
+                high = min(thr / (1 + headroom), max_segment_load_rps(lat, thr, dispersion, budget))
                 low = k * (b - 1) * 1000.0 / (budget - lat) if b > 1 else 0.0
                 if low > high:
                     continue  # no load fills its batches in time without overloading it
-                options.append(_Option(index, segment, b, found, low, high))
+                options.append(_Option(index, segment, b, found, low, high, lat))
     zero = tuple(0 for _ in gpu.profiles)
     table: dict[Vector, list[tuple[float, float, tuple[int, ...]]]] = {zero: [(0.0, 0.0, ())]}
     for option in options:
@@ -396,7 +436,7 @@ def _maximal_budgets(system: SystemSpec, tasks: list[str], features: Features, l
 # ---------------------------------------------------------------------------
 
 def witness_plan(systems: list[SystemSpec], pool: Pool, features: Features, headroom: float,
-                 choices: list[SystemChoice]) -> Plan:
+                 choices: list[SystemChoice], queueing: bool = True, latency_spread: float = 1.3) -> Plan:
     """A plan that reaches the search's optimum: loads routed within bounds, instances placed on GPUs."""
     gpu = gpu_product(pool.gpu)
     task_plans: list[TaskPlan] = []
@@ -406,6 +446,8 @@ def witness_plan(systems: list[SystemSpec], pool: Pool, features: Features, head
     for system, choice in zip(systems, choices):
         base = system.demand(choice.variants)
         stage_of: dict[str, float] = {}
+        largest_used = {t: max((o.batch for o, _ in picked), default=0) for t, picked in choice.replicas.items()}
+        allowed = allowed_variants(system, features)
         for task in system.tasks:
             demand = choice.served_fraction * base[task.name]
             picked = choice.replicas[task.name]
@@ -413,16 +455,17 @@ def witness_plan(systems: list[SystemSpec], pool: Pool, features: Features, head
             high = sum(r * o.high for o, r in picked)
             spare = max(demand - low, 0.0)
             configs = []
+            dispersion = dispersion_of(system, task.name, largest_used, allowed, queueing)
             for index, (option, replicas) in enumerate(picked):
                 share = (replicas * (option.high - option.low) / (high - low)) if high > low else 0.0
                 load = replicas * option.low + spare * share
                 figures = option.profile_figures
                 configs.append(ConfigPlan(
                     segment=option.segment, batch=option.batch, replicas=replicas,
-                    batch_latency_ms=figures.latency_ms, segment_throughput_rps=figures.throughput_rps,
+                    batch_latency_ms=option.latency_ms, segment_throughput_rps=figures.throughput_rps,
                     load_rps=load,
-                    stage_latency_ms=stage_latency_ms(figures.latency_ms, option.batch, option.segment.mps,
-                                                      load / replicas),
+                    stage_latency_ms=stage_latency_ms(option.latency_ms, option.batch, option.segment.mps,
+                                                      load / replicas, figures.throughput_rps, dispersion),
                     source=figures.source,
                 ))
                 needed += [(system.name, task.name, index, option.segment.mig_profile)] * replicas
@@ -431,6 +474,7 @@ def witness_plan(systems: list[SystemSpec], pool: Pool, features: Features, head
                 system=system.name, task=task.name, variant=choice.variants[task.name],
                 normalised_accuracy=task.normalised_accuracy(choice.variants[task.name]), demand_rps=demand,
                 budget_ms=choice.budgets[task.name], stage_latency_ms=stage_of[task.name], configs=configs,
+                arrival_dispersion=dispersion,
             ))
         paths = []
         for path in system.paths:
@@ -462,7 +506,8 @@ def witness_plan(systems: list[SystemSpec], pool: Pool, features: Features, head
         gpu_plans.append(GpuPlan(index=index, layout=[(p.name, n) for p, n in zip(gpu.profiles, vector) if n],
                                  instances=instances))
     return Plan(
-        gpu=gpu.name, pool_gpus=pool.gpus, features=features.label, headroom=headroom, tasks=task_plans,
+        gpu=gpu.name, pool_gpus=pool.gpus, features=features.label, headroom=headroom, queueing=queueing,
+        latency_spread=latency_spread, tasks=task_plans,
         gpus=gpu_plans, paths=path_plans, systems=summaries, gpus_used=len(per_gpu),
         slices_used=sum(n * p.compute_slices for n, p in zip(total, gpu.profiles)),
         profile_sources=dict(Counter(c.source.value for t in task_plans for c in t.configs)), solver=SolverReport(status="exhaustive", stages=[], objective={}, mip_gap=0.0,

@@ -40,6 +40,7 @@ class Instance:
     budget_levels: int
     batches: tuple[int, ...]
     notes: list[str] = field(default_factory=list)
+    queueing: bool = True  # the planner's default; hand-worked throughput-only instances turn it off
 
     def describe(self) -> str:
         lines = [f"seed {self.seed}: pool {self.pool.gpus} x {self.pool.gpu}, features {self.features.label}, "

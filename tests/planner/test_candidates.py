@@ -152,7 +152,7 @@ def test_budget_levels_without_task_budgeting_are_the_slo_over_the_longest_path(
 
 def test_a_candidate_is_usable_only_when_it_fits_the_budget_and_can_fill_its_batches():
     c = candidate(10, 100, mps=1, batch=4)
-    assert not c.usable_at(budget_ms=19, utilisation=1)  # 2 x 10 ms does not fit
+    assert not c.usable_at(budget_ms=19, most_load_rps=100)  # 2 x 10 ms does not fit
     # 3 requests within 40 - 10 ms needs 100 req/s: just reachable at full utilisation.
-    assert c.usable_at(budget_ms=40, utilisation=1)
-    assert not c.usable_at(budget_ms=40, utilisation=0.9)
+    assert c.usable_at(budget_ms=40, most_load_rps=100)
+    assert not c.usable_at(budget_ms=40, most_load_rps=90)

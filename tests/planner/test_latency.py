@@ -1,10 +1,12 @@
-"""The stage latency model: batch latency + max(batch latency, batch formation time)."""
+"""The stage latency model: batch latency + max(batch latency, batch formation time, p99 queueing wait)."""
 
 import math
 
 import pytest
 
-from tessera.planner.latency import fits_budget, min_segment_load_rps, stage_latency_ms
+from tessera.planner.latency import (arrival_dispersion, fits_budget, max_segment_load_rps, min_segment_load_rps,
+                                     p99_batch_latency_ms, queueing_wait_p99_ms, stage_latency_ms)
+from tessera.planner.profiles import ProfileSource
 
 
 def test_batch_one_takes_twice_the_batch_latency_at_any_load():
@@ -54,3 +56,45 @@ def test_a_budget_fits_only_twice_the_batch_latency():
     assert fits_budget(10, 20)
     assert fits_budget(10, 25)
     assert not fits_budget(10, 19.9)
+
+
+def test_the_queueing_wait_is_the_diffusion_p99_and_grows_with_load_and_dispersion():
+    # ln(100) / 2 x 50 x 1 / (100 x 50) s = 23.0 ms at half load; bulks of 4 (D = 5) wait five times longer.
+    assert queueing_wait_p99_ms(50, 100, dispersion=1) == pytest.approx(math.log(100) / 2 * 10)
+    assert queueing_wait_p99_ms(50, 100, dispersion=5) == pytest.approx(5 * math.log(100) / 2 * 10)
+    assert queueing_wait_p99_ms(90, 100, 1) > queueing_wait_p99_ms(50, 100, 1)
+    assert queueing_wait_p99_ms(100, 100, 1) == math.inf
+
+
+def test_dispersion_zero_or_no_load_means_no_wait():
+    assert queueing_wait_p99_ms(99, 100, dispersion=0) == 0
+    assert queueing_wait_p99_ms(0, 100, dispersion=5) == 0
+
+
+def test_the_wait_shows_in_the_stage_latency_where_it_is_the_longest_wait():
+    # batch 1, 10 ms, 100 rps: at 50 rps the p99 wait (23 ms) exceeds the batch in progress (10 ms).
+    assert stage_latency_ms(10, 1, 1, 50, throughput_rps=100, dispersion=1) == pytest.approx(10 + 23.03, abs=0.01)
+    assert stage_latency_ms(10, 1, 1, 5, throughput_rps=100, dispersion=1) == 20
+
+
+@pytest.mark.parametrize("dispersion", [1, 3, 18.8])
+def test_at_the_most_load_the_wait_fills_the_budget_after_its_own_batch(dispersion):
+    most = max_segment_load_rps(10, 400, dispersion, budget_ms=60)
+    assert 0 < most < 400
+    assert 10 + queueing_wait_p99_ms(most, 400, dispersion) == pytest.approx(60)
+
+
+def test_the_most_load_is_zero_without_slack_and_the_throughput_without_queueing():
+    assert max_segment_load_rps(10, 400, 1, budget_ms=10) == 0
+    assert max_segment_load_rps(10, 400, 0, budget_ms=60) == 400
+
+
+def test_poisson_bulks_of_mean_m_have_dispersion_one_plus_m():
+    assert arrival_dispersion(0) == 1
+    assert arrival_dispersion(17.8) == pytest.approx(18.8)
+
+
+def test_only_estimates_are_scaled_to_their_p99():
+    assert p99_batch_latency_ms(10, ProfileSource.ESTIMATED, 1.3) == pytest.approx(13)
+    assert p99_batch_latency_ms(10, ProfileSource.MEASURED, 1.3) == 10
+    assert p99_batch_latency_ms(10, ProfileSource.GIVEN, 1.3) == 10

@@ -44,7 +44,7 @@ ACCURACY_TOL = 1e-6
 def options_for(instance: Instance):
     """The planner's default options, but for what the instance itself sets (headroom, levels, batches)."""
     return solve.PlannerOptions(headroom=instance.headroom, budget_levels=instance.budget_levels,
-                                batches=instance.batches, time_limit_s=60)
+                                batches=instance.batches, time_limit_s=60, queueing=instance.queueing)
 
 
 def plan_objective(plan: Plan, systems: list[SystemSpec]) -> Objective:
@@ -66,11 +66,12 @@ def plan_objective(plan: Plan, systems: list[SystemSpec]) -> Objective:
 def exhaustive(instance: Instance) -> Objective | None:
     """The exhaustive optimum, after checking that the plan it stands for is valid and reaches it."""
     found = exhaustive_search(instance.systems, instance.pool, instance.store, instance.features,
-                              instance.headroom, instance.budget_levels, instance.batches)
+                              instance.headroom, instance.budget_levels, instance.batches, instance.queueing)
     if found is None:
         return None
     objective, choices = found
-    witness = witness_plan(instance.systems, instance.pool, instance.features, instance.headroom, choices)
+    witness = witness_plan(instance.systems, instance.pool, instance.features, instance.headroom, choices,
+                           instance.queueing)
     errors = check_plan(witness, instance.systems, instance.pool, instance.store, instance.features,
                         options_for(instance))
     assert not errors, "the exhaustive search's own plan breaks constraints:\n  " + "\n  ".join(errors)
@@ -148,9 +149,10 @@ def _store(points) -> ProfileStore:
     return store
 
 
-def _instance(systems, store, gpus=1, features=Features(), levels=4, batches=(1, 2, 4), headroom=0.1) -> Instance:
+def _instance(systems, store, gpus=1, features=Features(), levels=4, batches=(1, 2, 4), headroom=0.1,
+              queueing=True) -> Instance:
     return Instance(seed=-1, systems=systems, pool=Pool(gpu=GPU, gpus=gpus), store=store, features=features,
-                    headroom=headroom, budget_levels=levels, batches=batches)
+                    headroom=headroom, budget_levels=levels, batches=batches, queueing=queueing)
 
 
 def _chain(demand, latency_slo=100.0, accuracy_slo=0.9) -> SystemSpec:
@@ -335,10 +337,11 @@ def test_one_task_served_on_the_cheapest_segment():
     for profile, mps, latency, throughput in [("1g.10gb", 2, 14.26, 112.53), ("4g.40gb", 4, 12.22, 248.11)]:
         store.add("s0a2", SegmentType(gpu=gpu, mig_profile=profile, mps=mps), 1,
                   Profile(latency_ms=latency, throughput_rps=throughput, source=ProfileSource.GIVEN))
+    # The seed's optimum without the queueing wait (one 1g.10gb instance carries the demand).
     instance = Instance(seed=-21, systems=[spec], pool=Pool(gpu=gpu, gpus=2), store=store,
-                        features=Features.parse("S"), headroom=0.1, budget_levels=4, batches=(1, 4, 8))
+                        features=Features.parse("S"), headroom=0.1, budget_levels=4, batches=(1, 4, 8), queueing=False)
     expected = exhaustive_optimum(instance.systems, instance.pool, instance.store, instance.features,
-                                  instance.headroom, instance.budget_levels, instance.batches)
+                                  instance.headroom, instance.budget_levels, instance.batches, queueing=False)
     assert expected == Objective(1.0, 1, 1, 0.0)
     compare(instance)
 
@@ -353,9 +356,10 @@ def test_priority_accuracy_with_a_single_variant_and_a_small_pool():
         tasks=[Task(name="read", variants=[Variant(name="read", accuracy=0.9, memory_gb=4)])],
         slo=Slo(latency_ms=50.0), demand_rps=1000,
     )
-    instance = _instance([spec], _store([("read", "1g.10gb", 1, 1, 5.0, 110.0)]), gpus=1)
+    # 700 rps is the throughput bound alone; the queueing wait would lower it.
+    instance = _instance([spec], _store([("read", "1g.10gb", 1, 1, 5.0, 110.0)]), gpus=1, queueing=False)
     expected = exhaustive_optimum(instance.systems, instance.pool, instance.store, instance.features,
-                                  instance.headroom, instance.budget_levels, instance.batches)
+                                  instance.headroom, instance.budget_levels, instance.batches, queueing=False)
     assert math.isclose(expected.served, 0.7) and (expected.gpus, expected.slices) == (1, 7)
     compare(instance)
 
@@ -403,3 +407,13 @@ def test_nothing_servable_on_a_triangle_still_plans():
     assert exhaustive_optimum(instance.systems, instance.pool, instance.store, instance.features,
                               instance.headroom, instance.budget_levels, instance.batches) == Objective(0.0, 0, 0, 0.0)
     compare(instance)
+
+
+def test_a_parents_batch_caps_its_childs_load_as_the_search_finds():
+    chain = SystemSpec(
+        name="s", tasks=[Task(name="a", variants=[Variant(name="av", accuracy=0.9, memory_gb=4)]),
+                         Task(name="b", variants=[Variant(name="bv", accuracy=0.9, memory_gb=4)])],
+        edges=[Edge(source="a", target="b", factor=10.0)], slo=Slo(latency_ms=100.0), demand_rps=50)
+    points = [("av", "1g.10gb", 1, 1, 5.0, 200.0), ("av", "1g.10gb", 1, 2, 5.0, 400.0),
+              ("bv", "1g.10gb", 1, 1, 2.0, 500.0), ("bv", "2g.20gb", 1, 1, 2.0, 1000.0)]
+    compare(_instance([chain], _store(points), levels=10))
