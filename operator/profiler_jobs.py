@@ -28,7 +28,8 @@ from tessera.operator import profiling as pf
 from tessera.operator.profiling import Obj
 from tessera.operator import status as st
 from tessera.operator.cluster import Cluster
-from tessera.operator.pools import Pool
+from tessera.operator.placement import NodePlan
+from tessera.operator.pools import MIG_RESOURCE_PREFIX, Pool, node_profile_name
 from tessera.operator.settings import OperatorSettings
 from tessera.operator.systems import SystemObject
 from tessera.planner.plan import Plan
@@ -44,6 +45,16 @@ JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
 Identity = tuple[str, str, str, str, int]
 
 
+@dataclass(frozen=True)
+class PlannedNode:
+    """A node of the pool's plan, as profiling sees it."""
+
+    applied: bool
+    """It advertises its planned layout (mig-manager's success, the expected counts)."""
+    used: dict[str, int] = field(default_factory=dict)
+    """Catalog MIG profile -> instances the plan's servers take on the node."""
+
+
 @dataclass
 class PoolProfiling:
     """One pool's profiling: the measured rows its plan rests on, and what is measured or waits."""
@@ -52,6 +63,8 @@ class PoolProfiling:
     wanted: dict[str, list[Identity]] = field(default_factory=dict)
     """system key -> what its plan runs on estimates, as result identities (image digest as resolved now)."""
     no_node: set[Identity] = field(default_factory=set)
+    repartitioning: str | None = None
+    """The free node being re-partitioned for what no node offers (re-partitioning on), if any."""
 
 
 class Profiling:
@@ -143,37 +156,97 @@ class Profiling:
         return pf.rows_digest(found.rows) if found and found.rows else ""
 
     # -- 3. Jobs out ----------------------------------------------------------------
-    def launch(self, pool: Pool, plan: Plan | None, systems: list[SystemObject], batches: tuple[int, ...]) -> None:
-        """A Job for every segment type the plan runs on an estimate that has no result, within the cap."""
+    def launch(self, pool: Pool, plan: Plan | None, systems: list[SystemObject], batches: tuple[int, ...],
+               planned: dict[str, PlannedNode] | None = None) -> dict[str, NodePlan]:
+        """A Job for every segment type the plan runs on an estimate that has no result, within the cap.
+
+        `planned`: the nodes of the pool's plan (their layouts applied or not,
+        the instances their servers take). Returns the free nodes to
+        re-partition for profiling (with the setting on), as node plans for
+        the reconcile's MIG path: a profile no node offers gets one.
+        """
         state = self.pools.setdefault(pool.key, PoolProfiling())
         if not self.enabled or plan is None:
-            return
+            return {}
+        planned = planned or {}
         refs = [(s.ref, s.spec) for s in systems if s.spec is not None]
-        running = sum(1 for job in self.jobs.values()
-                      if pf.job_finished(job) is None
-                      and job["metadata"].get("labels", {}).get(pf.POOL_LABEL) == naming.label_value(pool.key))
+        pool_jobs = {job["metadata"]["name"]: job for job in self.jobs.values()
+                     if job["metadata"].get("labels", {}).get(pf.POOL_LABEL) == naming.label_value(pool.key)}
+        running = [job for job in pool_jobs.values() if pf.job_finished(job) is None]
+        taken = self.taken(pool, planned, running)
+        unusable = {n.name for n in pool.nodes if pf.in_transition(n)} | {
+            name for name, node in planned.items() if not node.applied}
         shortlist = pf.shortlist(plan, refs)
         digests = pf.resolve_digests({w.image for w in shortlist}, self.observations)
+        count = len(running)
+        missing: list[str] = []
         for wanted in shortlist:
             target = wanted.target(batches, digests[wanted.image])
             identity = pf.result_identity(target)
             state.wanted.setdefault(wanted.system.key, []).append(identity)
             if identity in self.entries or identity in self.jobs:
                 continue
-            found = pf.node_for(pool, wanted.mig_profile)
+            found = pf.node_for(pool, wanted.mig_profile, taken, unusable)
             if found is None:
                 state.no_node.add(identity)
+                if count < self.settings.profiling_jobs_per_pool:
+                    missing.append(wanted.mig_profile)
                 continue
-            if running >= self.settings.profiling_jobs_per_pool:
+            if count >= self.settings.profiling_jobs_per_pool:
                 continue
             node, node_profile = found
             body = pf.profiler_job(wanted, target, node, node_profile, pool.key, self.profiler_settings())
             self.cluster.apply(body)
             self.jobs[identity] = body
-            running += 1
+            taken[(node.name, node_profile)] = taken.get((node.name, node_profile), 0) + 1
+            count += 1
             log.info("pool %s: profiler Job %s/%s measures %s on %s x%d (node %s)", pool.key,
                      wanted.system.namespace, body["metadata"]["name"], target.variant, target.mig_profile,
                      target.mps, node.name)
+        if not missing or not self.settings.profiling_repartition:
+            return {}
+        chosen = self.repartition(pool, planned, missing)
+        state.repartitioning = min(chosen, default=None)
+        return chosen
+
+    def taken(self, pool: Pool, planned: dict[str, PlannedNode], running: list[Obj]) -> dict[tuple[str, str], int]:
+        """(node, the node's profile name) -> instances held: by the plan's servers and by running profiler Jobs."""
+        taken: dict[tuple[str, str], int] = {}
+        for node in pool.nodes:
+            for profile in pool.gpu.profiles:
+                used = planned[node.name].used.get(profile.name, 0) if node.name in planned else 0
+                if used:
+                    key = (node.name, node_profile_name(profile, node.advertised))
+                    taken[key] = taken.get(key, 0) + used
+        by_host = {n.hostname: n.name for n in pool.nodes}
+        for job in running:
+            held = pf.job_holds(job)
+            if held is not None and held[0] in by_host:
+                key = (by_host[held[0]], held[1].removeprefix(MIG_RESOURCE_PREFIX))
+                taken[key] = taken.get(key, 0) + 1
+        return taken
+
+    def repartition(self, pool: Pool, planned: dict[str, PlannedNode], missing: list[str]) -> dict[str, NodePlan]:
+        """One free node of the pool re-partitioned for the profiles no node offers, or none.
+
+        Free: in no system's plan, schedulable, no pod holding its GPUs (a
+        serving pod, a running profiler Job, anyone's). While a node tessera
+        asked for a layout has not answered, no other is chosen: the answer
+        may offer what is missing. A node whose state is `failed` is the last
+        choice (its config may be the one the hardware refused).
+        """
+        transit = [node for node in pool.nodes if node.name not in planned and pf.in_transition(node)]
+        if transit:  # the reconcile polls the one it asked for, and never changes a layout mid-way
+            return {node.name: pf.repartition_plan(node, pool.gpu.name, missing) for node in transit}
+        for node in sorted(pool.nodes, key=lambda n: (n.mig_state == "failed", n.name)):
+            if node.name in planned or not node.schedulable or node.gpu_count < 1:
+                continue
+            if self.cluster.gpu_pods_on(node.name):
+                continue
+            log.debug("pool %s: free node %s to re-partition for profiling %s", pool.key, node.name,
+                      ", ".join(sorted(set(missing))))
+            return {node.name: pf.repartition_plan(node, pool.gpu.name, missing)}
+        return {}
 
     def profiler_settings(self) -> pf.ProfilerSettings:
         return pf.ProfilerSettings(image=self.settings.profiler_image, server_port=self.settings.server_port,
@@ -207,8 +280,14 @@ class Profiling:
         waiting = [i for i in pending if i in state.no_node]
         if len(waiting) == len(pending):
             names = ", ".join(sorted({i[3] for i in waiting}))
+            if not self.settings.profiling_repartition:
+                then = "re-partitioning free nodes for profiling is off (--profiling-repartition)"
+            elif state.repartitioning:
+                then = f"re-partitioning free node {state.repartitioning} for it"
+            else:
+                then = "no free node (no pods on its GPUs, in no plan) to re-partition for it"
             return [st.Condition(st.PROFILING_COMPLETE, False, st.NO_PROFILING_INSTANCE,
-                                 f"no node of the pool advertises a MIG instance of {names} to profile on; "
+                                 f"no node of the pool offers a free MIG instance of {names} to profile on; {then}; "
                                  f"{measured} segment type(s) measured")]
         return [st.Condition(st.PROFILING_COMPLETE, False, st.PROFILING,
                              f"measuring {len(pending)} segment type(s) in profiler Jobs; {measured} measured")]

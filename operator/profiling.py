@@ -21,8 +21,17 @@ plain data in, plain data out, unit-tested without a cluster.
   results are keyed by the reference (`ref:<image>`): a Job whose pod never
   started (no imageID) keeps its failure there, and a later report of a
   digest measures that digest afresh.
-- Where: a node of the pool that advertises an instance of that MIG profile
-  (`nvidia.com/mig-<profile>.count`); the Job is pinned to it and requests one.
+- Where: a node of the pool with a free instance of that MIG profile in its
+  current layout: advertised (`nvidia.com/mig-<profile>.count`), less the
+  instances the pool's plan gives its servers there and those running
+  profiler Jobs hold; a node whose planned layout is not applied yet, or
+  whose layout tessera changes right now, offers none. The Job is pinned to
+  it and requests one. With re-partitioning on (a setting), a profile no
+  node offers gets a free node of the pool (no pods on its GPUs, in no
+  system's plan, schedulable) re-partitioned to a layout holding it, through
+  the same mig-parted ConfigMap and `nvidia.com/mig.config` label as a plan's
+  layouts (`repartition_plan`); its Job follows once mig-manager reports
+  success and the node advertises the profile.
 - The Job: the variant's model server as a native sidecar (an init container
   with restartPolicy Always) under tessera's identity wrapper, the profiler
   as the only regular container, so the Job completes when the profiler
@@ -43,7 +52,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from tessera.operator import naming
 from tessera.operator.api import child_name
+from tessera.operator.placement import NodePlan
 from tessera.operator.pools import MIG_RESOURCE_PREFIX, NodeFacts, Pool, node_profile_name
+from tessera.planner.catalog import Layout, valid_layouts
 from tessera.operator.systems import SystemRef
 from tessera.planner.model import SystemSpec, Variant
 from tessera.planner.plan import Plan
@@ -235,19 +246,61 @@ def result_identity(target: Target) -> tuple[str, str, str, str, int]:
     return target.variant, image_key(target.image, target.image_digest), target.gpu, target.mig_profile, target.mps
 
 
-def node_for(pool: Pool, mig_profile: str) -> tuple[NodeFacts, str] | None:
-    """The pool's node advertising the most instances of this MIG profile, and the node's name for it."""
+def node_for(pool: Pool, mig_profile: str, taken: dict[tuple[str, str], int] | None = None,
+             unusable: frozenset[str] | set[str] = frozenset()) -> tuple[NodeFacts, str] | None:
+    """The pool's node with the most free instances of this MIG profile, and the node's name for it.
+
+    `taken`: (node, the node's name for the profile) -> instances the plan's
+    servers and running profiler Jobs hold; `unusable`: nodes that offer none
+    (a planned layout not applied yet, a layout being changed).
+    """
     profile = pool.gpu.profile(mig_profile)
     found: list[tuple[int, str, NodeFacts, str]] = []
     for node in pool.nodes:
+        if node.name in unusable or not node.schedulable:
+            continue
         name = node_profile_name(profile, node.advertised)
-        count = node.advertised[name].count if name in node.advertised else 0
+        count = (node.advertised[name].count if name in node.advertised else 0) - (taken or {}).get((node.name, name), 0)
         if count > 0:
             found.append((-count, node.name, node, name))
     if not found:
         return None
     _, _, node, name = min(found)
     return node, name
+
+
+def in_transition(node: NodeFacts) -> bool:
+    """tessera asked mig-manager for a layout on this node and it has not answered success or failed yet."""
+    return node.requested_config is not None and node.mig_config == node.requested_config \
+        and node.mig_state not in ("success", "failed")
+
+
+def job_holds(job: Obj) -> tuple[str, str] | None:
+    """(hostname, MIG resource) a profiler Job's pod is pinned to and requests, from the Job's spec."""
+    pod = ((job.get("spec") or {}).get("template") or {}).get("spec") or {}
+    terms = (((pod.get("affinity") or {}).get("nodeAffinity") or {})
+             .get("requiredDuringSchedulingIgnoredDuringExecution") or {}).get("nodeSelectorTerms") or []
+    hosts = [v for term in terms for e in term.get("matchExpressions") or []
+             if e.get("key") == "kubernetes.io/hostname" for v in e.get("values") or []]
+    resources = [r for c in pod.get("initContainers") or [] if c.get("name") == SERVER_CONTAINER
+                 for r in ((c.get("resources") or {}).get("requests") or {}) if r.startswith(MIG_RESOURCE_PREFIX)]
+    return (hosts[0], resources[0]) if hosts and resources else None
+
+
+def profiling_layout(gpu: str, mig_profile: str) -> Layout:
+    """The valid layout of one GPU with the most instances of `mig_profile` (and the fewest others)."""
+    def score(layout: Layout) -> tuple[int, int, Layout]:
+        counts = dict(layout)
+        return (-counts.get(mig_profile, 0), sum(counts.values()), layout)
+    return min(valid_layouts(gpu), key=score)
+
+
+def repartition_plan(node: NodeFacts, gpu: str, mig_profiles: list[str]) -> NodePlan:
+    """A free node's layout for profiling: its GPUs take the wanted profiles in turn, each at its most instances."""
+    wanted = sorted(set(mig_profiles))[:node.gpu_count]
+    return NodePlan(node=node.name, gpu_count=node.gpu_count,
+                    layouts={index: profiling_layout(gpu, wanted[index % len(wanted)])
+                             for index in range(node.gpu_count)} if wanted else {})
 
 
 # -- the Job --------------------------------------------------------------------

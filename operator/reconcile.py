@@ -35,9 +35,10 @@ from tessera.operator import builders, metrics, naming
 from tessera.operator import status as st
 from tessera.operator.cluster import Cluster, dumps
 from tessera.operator.node_pool import MigConfigs, mig_configs, planner_pool
-from tessera.operator.profiler_jobs import Profiling
+from tessera.operator.profiler_jobs import PlannedNode, Profiling
+from tessera.operator.profiling import in_transition
 from tessera.operator.demand import DemandPlanner
-from tessera.operator.placement import Placement, PlacedGpu, Share, place, placed_gpus, share_of
+from tessera.operator.placement import NodePlan, Placement, PlacedGpu, Share, place, placed_gpus, share_of
 from tessera.operator.pools import Pool, group_pools, node_facts, node_profile_name
 from tessera.operator.settings import OperatorSettings
 from tessera.operator.systems import SystemObject, read_system
@@ -125,8 +126,11 @@ class Reconciler:
             outcome = outcomes[pool.key] = PoolOutcome()
             self.profiling.prepare(pool, members.get(pool.key, []))
             self.plan_pool(pool, members.get(pool.key, []), outcome, configs)
-            self.profiling.launch(pool, outcome.plan, members.get(pool.key, []), self.settings.planner.batches)
             self.desired_mig(pool, outcome)
+            for node_name, node_plan in self.profiling.launch(pool, outcome.plan, members.get(pool.key, []),
+                                                              self.settings.planner.batches,
+                                                              planned_nodes(pool, outcome)).items():
+                self.profiling_mig(pool, outcome, node_name, node_plan)
         # One ConfigMap serves every pool: its configs are decided for all pools at once.
         written = self.write_mig_configs(list(outcomes.values()), mig_configmap, configmap, in_use=self.cluster.mig_configs_in_use())
         requeue: list[float] = []
@@ -326,6 +330,19 @@ class Reconciler:
             entries = builders.mig_parted_entries(node_plan, names)
             outcome.mig[node_name] = NodeMig(naming.mig_config_name(entries), entries,
                                              builders.advertised_counts_expected(node_plan, names))
+
+    def profiling_mig(self, pool: Pool, outcome: PoolOutcome, node_name: str, node_plan: NodePlan) -> None:
+        """A free node's layout for profiling, through the same ConfigMap and relabel as a plan's layouts.
+
+        A node mig-manager has not answered for yet keeps the config it was asked for.
+        """
+        node = pool.node(node_name)
+        names = {p.name: node_profile_name(p, node.advertised) for p in pool.gpu.profiles}
+        entries = builders.mig_parted_entries(node_plan, names)
+        mig = NodeMig(naming.mig_config_name(entries), entries, builders.advertised_counts_expected(node_plan, names))
+        if in_transition(node) and node.mig_config != mig.config:
+            return
+        outcome.mig[node_name] = mig
 
     def write_mig_configs(self, outcomes: list[PoolOutcome], name: str, configmap: Json | None,
                           in_use: set[str]) -> dict[str, float]:
@@ -611,6 +628,27 @@ def _profiles_estimated(summary: Json) -> st.Condition:
                             "estimate; profiler Jobs (operator --profiler-image) or profiles in the spec replace it")
     return st.Condition(st.PROFILES_ESTIMATED, False, st.MEASURED_OR_GIVEN, "every replica rests on a "
                         "measured or given profile")
+
+
+def planned_nodes(pool: Pool, outcome: PoolOutcome) -> dict[str, PlannedNode]:
+    """The plan's nodes for profiling: whether each advertises its planned layout, and the instances servers take."""
+    used: dict[str, dict[str, int]] = {}
+    seen: set[tuple[str, int]] = set()
+    for gpus in outcome.gpus_of.values():
+        for gpu in gpus:
+            if (gpu.node, gpu.gpu) in seen:
+                continue
+            seen.add((gpu.node, gpu.gpu))
+            for instance in gpu.instances:
+                if instance.system:
+                    counts = used.setdefault(gpu.node, {})
+                    counts[instance.mig_profile] = counts.get(instance.mig_profile, 0) + 1
+    found = {}
+    for name, mig in outcome.mig.items():
+        node = pool.node(name)
+        applied = node.mig_config == mig.config and node.mig_state == "success" and node.advertised_counts() == mig.expected
+        found[name] = PlannedNode(applied=applied, used=used.get(name, {}))
+    return found
 
 
 def _mig_condition(outcome: PoolOutcome, key: str) -> st.Condition:

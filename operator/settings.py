@@ -54,6 +54,11 @@ class OperatorSettings(BaseModel):
     profiling_ttl_s: int = Field(default=86400, ge=0, description="Seconds a finished profiler Job is kept.")
     profiling_ready_timeout_s: float = Field(
         default=600.0, gt=0, description="Seconds the profiler waits for the model server to become ready.")
+    profiling_repartition: bool = Field(
+        default=False,
+        description="Profiler Jobs may re-partition a free GPU node of the pool (no pods on its GPUs, in no "
+                    "system's plan) to a MIG layout with the profile to measure, when no node offers a free "
+                    "instance of it; off: Jobs only use instances free in current layouts.")
 
     def watches(self, namespace: str) -> bool:
         return not self.namespaces or namespace in self.namespaces

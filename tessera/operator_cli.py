@@ -62,6 +62,10 @@ def _selector(_ctx, _param, values: tuple[str, ...]) -> dict[str, str]:
                    "unset: no profiling, plans rest on estimates and given profiles.")
 @click.option("--profiling-jobs-per-pool", type=click.IntRange(1, 64), default=DEFAULTS.profiling_jobs_per_pool,
               show_default=True, help="Profiler Jobs running at once per GPU pool.")
+@click.option("--profiling-repartition/--no-profiling-repartition", default=DEFAULTS.profiling_repartition,
+              show_default=True,
+              help="Let profiler Jobs re-partition a free GPU node of the pool (no pods on its GPUs, in no plan) "
+                   "to a MIG layout with the profile they measure, when no node offers a free instance of it.")
 @click.option("--prometheus-url", help="Prometheus' HTTP API base URL, for systems whose demand comes from it.")
 @click.option("--prometheus-token-file", type=click.Path(dir_okay=False),
               help="File with a bearer token for Prometheus (a mounted Secret); read at every query, never logged.")

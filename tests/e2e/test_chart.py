@@ -101,14 +101,15 @@ def test_planner_demand_and_profiling_values_reach_the_operators_command_line(he
         "--set", "demand.prometheus.tokenSecret.name=prometheus-reader",
         "--set", "demand.prometheus.caConfigMap.name=prometheus-ca", "--set", "demand.dryRun=true",
         "--set", "demand.templates.entry-rate=sum(rate(requests_total[1m]))",
-        "--set", "profiling.enabled=true", "--set", "image.tag=1.2.3")
+        "--set", "profiling.enabled=true", "--set", "profiling.repartition=true", "--set", "image.tag=1.2.3")
     args = operator_args(documents)
     for expected in ("--tier-ratio=1", "--busy-instances=0", "--exact-up-to=64", "--batches=1,8,64,128",
                      "--prometheus-url=https://prometheus.monitoring:9090", "--demand-dry-run",
                      "--prometheus-token-file=/var/run/secrets/tessera/prometheus-token/token",
                      "--prometheus-ca-file=/etc/tessera/prometheus-ca/ca.crt",
                      "--demand-template=entry-rate=sum(rate(requests_total[1m]))",
-                     "--profiler-image=ghcr.io/tessera-ai/tessera:1.2.3", "--profiling-jobs-per-pool=2"):
+                     "--profiler-image=ghcr.io/tessera-ai/tessera:1.2.3", "--profiling-jobs-per-pool=2",
+                     "--profiling-repartition"):
         assert expected in args, (expected, args)
     (deployment,) = [d for d in documents if d["kind"] == "Deployment"]
     pod = deployment["spec"]["template"]["spec"]
@@ -123,7 +124,8 @@ def test_planner_demand_and_profiling_values_reach_the_operators_command_line(he
 def test_without_a_token_secret_nothing_is_mounted_and_no_profiler_runs(helm):
     documents = render(helm)
     args = operator_args(documents)
-    assert not [a for a in args if a.startswith(("--prometheus-url", "--prometheus-token-file", "--profiler-image"))]
+    assert not [a for a in args if a.startswith(("--prometheus-url", "--prometheus-token-file", "--profiler-image",
+                                                        "--profiling-repartition"))]
     (deployment,) = [d for d in documents if d["kind"] == "Deployment"]
     assert [v["name"] for v in deployment["spec"]["template"]["spec"]["volumes"]] == ["tmp"]
 
@@ -151,9 +153,10 @@ def test_a_namespace_scoped_install_grants_workload_rights_only_in_its_namespace
     (["--set", "demand.scaleDownStep=0"], "scaleDownStep"),
     (["--set", "demand.templates.Bad_Name=up"], "Bad_Name"),
     (["--set", "profiling.jobsPerPool=0"], "jobsPerPool"),
+    (["--set", "profiling.repartition=yes"], "repartition"),
 ], ids=["no-replica", "gpu-operators-own-configmap", "short-lease", "bad-namespace", "tiny-solver", "unknown-key",
         "tier-below-exact", "batch-zero", "url-without-scheme", "bad-secret-name", "no-scale-down-step",
-        "bad-template-name", "no-profiler-job"])
+        "bad-template-name", "no-profiler-job", "repartition-not-a-boolean"])
 def test_the_values_schema_refuses_bad_values_naming_the_field(helm, values, field):
     refused = helm("template", "tessera", str(CHART), *values, check=False)
     assert refused.returncode != 0 and field in refused.stderr, refused.stderr

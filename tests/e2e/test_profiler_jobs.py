@@ -43,7 +43,7 @@ import time
 from datetime import datetime, timezone
 
 from .operator_fixtures import crds, custom, run_operator  # noqa: F401  (fixtures)
-from .operator_harness import EXAMPLES, H100, POOL_LABEL, condition, is_true, systems
+from .operator_harness import EXAMPLES, H100, POOL_LABEL, condition, is_true, pinned_node, systems
 
 TIMEOUT_S = 240
 PROFILER_IMAGE = "example.org/tessera:test"
@@ -301,3 +301,76 @@ def test_profiles_imported_into_a_cluster_export_as_they_were(cluster, core, tmp
     out.write_text(exported.stdout)
     assert read_profiles_csv(out) == sorted(rows, key=lambda r: (r.mig_profile, r.mps, r.batch))
     core.delete_namespace(namespace)
+
+
+def whole_gpu_system(name: str) -> str:
+    """One variant whose 50 GB only a whole-GPU instance (7g.80gb) holds: the plan takes every one it makes."""
+    document = yaml.safe_load((EXAMPLES / "single-model.yaml").read_text())
+    document["metadata"]["name"] = name
+    (task,) = document["spec"]["tasks"]
+    big = next(v for v in task["variants"] if v["name"] == "resnet152")
+    task["variants"] = [{**big, "gpuMemoryGigabytes": 50, "image": "example.org/resnet152:big"}]
+    return yaml.safe_dump(document)
+
+
+def job_host(job: client.V1Job) -> str:
+    terms = job.spec.template.spec.affinity.node_affinity \
+        .required_during_scheduling_ignored_during_execution.node_selector_terms
+    return terms[0].match_expressions[0].values[0]
+
+
+@pytest.mark.parametrize("repartition", [True, False], ids=["repartition-on", "repartition-off"])
+def test_a_free_node_is_re_partitioned_for_a_profile_no_node_offers_only_with_the_setting(
+        run_operator, core, custom, api_client, kubectl, repartition):
+    """Two KWOK nodes, MIG off: the plan takes one (its only 7g.80gb instance serves); the other is free.
+
+    The MIG-manager stand-in applies what tessera asks through the label and ConfigMap contract. KWOK completes
+    the profiler pod by itself (no result: a recorded failure), so this checks where the Job goes and what was
+    re-partitioned, not its result (the tests above do that on the kubelet stand-in's node).
+    """
+    operator = run_operator(nodes=2)
+    operator.extra_args += ["--profiler-image", PROFILER_IMAGE] + (["--profiling-repartition"] if repartition else [])
+    operator.start()
+    batch, apps = client.BatchV1Api(api_client), client.AppsV1Api(api_client)
+    initially = {n: core.read_node(n).metadata.labels["nvidia.com/mig.config"] for n in operator.pool.nodes}
+    assert set(initially.values()) == {"all-disabled"}
+    kubectl("apply", "-n", operator.namespace, "-f", "-", input=whole_gpu_system("big"))
+    deployments = wait_for(lambda: apps.list_namespaced_deployment(
+        operator.namespace, label_selector="tessera.ai/component=model-server").items, TIMEOUT_S, "model servers")
+    planned = {pinned_node(d) for d in deployments}
+    (free,) = [n for n in operator.pool.nodes if n not in planned]
+    before = initially[free]
+
+    if repartition:
+        (job,) = wait_for(lambda: profiler_jobs(batch, operator.namespace), TIMEOUT_S, "the profiler Job")
+        assert job_target(job).mig_profile == "7g.80gb" and job_host(job) == free
+        node = core.read_node(free)
+        labels, annotations = node.metadata.labels, node.metadata.annotations or {}
+        # Re-partitioned by tessera (its content-addressed config, its request annotation), applied by
+        # mig-manager before the Job was made: success, and the node advertises the profile.
+        assert labels["nvidia.com/mig.config"] != before and labels["nvidia.com/mig.config"].startswith("tessera-")
+        assert annotations.get("tessera.ai/mig-config-requested") == labels["nvidia.com/mig.config"]
+        assert labels["nvidia.com/mig.config.state"] == "success" and int(labels["nvidia.com/mig-7g.80gb.count"]) >= 1
+        mig_parted = yaml.safe_load(core.read_namespaced_config_map("tessera-mig-parted-config", "gpu-operator")
+                                    .data["config.yaml"])
+        entries = mig_parted["mig-configs"][labels["nvidia.com/mig.config"]]
+        assert all(e["mig-enabled"] and e["mig-devices"] == {"7g.80gb": 1} for e in entries)
+        # The serving node kept the plan's layout; one Job, no second re-partition once it ran.
+        wait_for(lambda: job_condition(batch, job, "Complete") or job_condition(batch, job, "Failed"), TIMEOUT_S,
+                 "KWOK ends the Job")
+        resyncs = operator.log.read_text().count("reconciled")
+        wait_for(lambda: operator.log.read_text().count("reconciled") >= resyncs + 3, 60, "three more reconciles")
+        assert [j.metadata.name for j in profiler_jobs(batch, operator.namespace)] == [job.metadata.name]
+        assert core.read_node(free).metadata.labels["nvidia.com/mig.config"] == labels["nvidia.com/mig.config"]
+    else:
+        found = wait_for(lambda: (s := systems(custom, operator.namespace).get("big"))
+                         and (c := condition(s, "ProfilingComplete")) and c["reason"] == "NoInstanceToProfileOn"
+                         and s, TIMEOUT_S, "NoInstanceToProfileOn")
+        assert "--profiling-repartition" in condition(found, "ProfilingComplete")["message"]
+        resyncs = operator.log.read_text().count("reconciled")
+        wait_for(lambda: operator.log.read_text().count("reconciled") >= resyncs + 3, 60, "three more reconciles")
+        node = core.read_node(free)
+        assert node.metadata.labels["nvidia.com/mig.config"] == before
+        assert "tessera.ai/mig-config-requested" not in (node.metadata.annotations or {})
+        assert profiler_jobs(batch, operator.namespace) == []
+    assert operator.alive()

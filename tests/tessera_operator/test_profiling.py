@@ -351,3 +351,97 @@ def test_a_tag_pushed_again_drops_its_measurements_and_gets_new_jobs_once_a_pod_
     assert profiling.pools[pool.key].rows == []  # AAA's measurements do not serve BBB
     new = {n: pf.job_target(j) for n, j in cluster.jobs.items() if n not in first}
     assert [(t.variant, t.image_digest) for t in new.values()] == [("yolov5m", BBB)]
+
+
+# -- where: free instances, and free nodes re-partitioned for profiling --------------
+
+def test_a_node_offers_only_instances_the_plan_and_running_jobs_leave_free():
+    pool = pool_of(_mig_node("gpu-a", {"3g.40gb": 2}), _mig_node("gpu-b", {"3g.40gb": 1}))
+    assert pf.node_for(pool, "3g.40gb")[0].name == "gpu-a"  # the most instances
+    assert pf.node_for(pool, "3g.40gb", taken={("gpu-a", "3g.40gb"): 2})[0].name == "gpu-b"
+    assert pf.node_for(pool, "3g.40gb", taken={("gpu-a", "3g.40gb"): 2, ("gpu-b", "3g.40gb"): 1}) is None
+    assert pf.node_for(pool, "3g.40gb", unusable={"gpu-a", "gpu-b"}) is None
+
+
+def test_a_free_nodes_profiling_layout_takes_each_missing_profile_in_turn_at_its_most_instances():
+    (node,) = pool_of(gpu_node("gpu-a", gpus=4)).nodes
+    plan = pf.repartition_plan(node, "H100-80GB", ["7g.80gb", "1g.10gb", "7g.80gb"])
+    assert plan.layouts == {0: (("1g.10gb", 7),), 1: (("7g.80gb", 1),), 2: (("1g.10gb", 7),), 3: (("7g.80gb", 1),)}
+    assert pf.profiling_layout("H100-80GB", "3g.40gb") == (("3g.40gb", 2),)
+
+
+def test_a_jobs_node_and_instance_are_read_from_its_spec(wanted):
+    body, _ = _job(next(w for w in wanted if w.variant.name == "yolov5m"))
+    assert pf.job_holds(body) == ("gpu-a", "nvidia.com/mig-3g.40gb")
+    assert pf.job_holds({"spec": {}}) is None
+
+
+class FreeNodes(FakeCluster):
+    def __init__(self, busy: dict[str, list[str]] | None = None) -> None:
+        super().__init__()
+        self.busy = busy or {}
+
+    def gpu_pods_on(self, node):
+        return self.busy.get(node, [])
+
+
+def _launch(plan, spec, system_ref, nodes, repartition=True, planned=None, busy=None):
+    from tessera.operator.profiler_jobs import PlannedNode  # noqa: F401  (the type of `planned`)
+
+    cluster = FreeNodes(busy)
+    profiling = Profiling(cluster, OperatorSettings(profiler_image="example.org/tessera:1", profiling_jobs_per_pool=8,
+                                                    profiling_repartition=repartition))
+    pool = pool_of(*nodes)
+    system = SystemObject(system_ref, spec, None, {}, {})
+    profiling.collect()
+    profiling.prepare(pool, [system])
+    chosen = profiling.launch(pool, plan, [system], BATCHES, planned or {})
+    return profiling, pool, system, cluster, chosen
+
+
+def test_with_repartitioning_a_profile_no_node_offers_gets_a_free_node_and_without_it_none(plan, spec, system_ref):
+    from tessera.operator.profiler_jobs import PlannedNode
+
+    nodes = [_mig_node("gpu-a", {"3g.40gb": 2}), gpu_node("gpu-b"), gpu_node("gpu-c"), gpu_node("gpu-d")]
+    # gpu-a serves (both its 3g.40gb taken), gpu-b holds someone's pod, gpu-c is free.
+    planned = {"gpu-a": PlannedNode(applied=True, used={"3g.40gb": 2})}
+    profiling, pool, system, cluster, chosen = _launch(plan, spec, system_ref, nodes, planned=planned,
+                                                       busy={"gpu-b": ["other/pod"]})
+    assert cluster.jobs == {}  # no node offers 3g.40gb or 1g.10gb free
+    assert list(chosen) == ["gpu-c"]
+    assert sorted({dict(layout).popitem()[0] for layout in chosen["gpu-c"].layouts.values()}) == ["1g.10gb", "3g.40gb"]
+    (condition,) = profiling.condition(system, pool)
+    assert condition.reason == "NoInstanceToProfileOn" and "re-partitioning free node gpu-c" in condition.message
+
+    _, _, system, _, chosen = _launch(plan, spec, system_ref, nodes, repartition=False, planned=planned,
+                                      busy={"gpu-b": ["other/pod"]})
+    assert chosen == {}  # the setting off: nothing is re-partitioned
+
+
+def test_a_node_mig_manager_has_not_answered_yet_is_the_only_one_and_a_planned_node_never(plan, spec, system_ref):
+    from tessera.operator.profiler_jobs import PlannedNode
+
+    asked = gpu_node("gpu-c")
+    asked["metadata"]["labels"]["nvidia.com/mig.config"] = "tessera-abc"
+    asked["metadata"]["annotations"] = {"tessera.ai/mig-config-requested": "tessera-abc"}
+    nodes = [gpu_node("gpu-a"), gpu_node("gpu-b"), asked]
+    planned = {"gpu-a": PlannedNode(applied=False), "gpu-b": PlannedNode(applied=True)}
+    _, _, _, _, chosen = _launch(plan, spec, system_ref, nodes, planned=planned)
+    assert list(chosen) == ["gpu-c"]  # waiting for its answer: no other node is chosen meanwhile
+    asked["metadata"]["labels"]["nvidia.com/mig.config.state"] = "success"
+    _, _, _, _, chosen = _launch(plan, spec, system_ref, nodes, planned=planned)
+    assert list(chosen) == ["gpu-c"]
+    _, _, _, _, chosen = _launch(plan, spec, system_ref, nodes, planned=planned, busy={"gpu-c": ["shop/profile-x"]})
+    assert chosen == {}  # a running profiler Job on the only free node: its layout stays
+
+
+def test_once_the_free_node_advertises_the_profile_the_job_goes_there_and_nothing_is_re_partitioned(
+        plan, spec, system_ref):
+    from tessera.operator.profiler_jobs import PlannedNode
+
+    nodes = [_mig_node("gpu-a", {"3g.40gb": 2}), _mig_node("gpu-c", {"3g.40gb": 2, "1g.10gb": 7})]
+    planned = {"gpu-a": PlannedNode(applied=True, used={"3g.40gb": 2})}
+    _, _, _, cluster, chosen = _launch(plan, spec, system_ref, nodes, planned=planned)
+    assert chosen == {}
+    hosts = sorted(pf.job_holds(job) for job in cluster.jobs.values())
+    assert hosts == [("gpu-c", "nvidia.com/mig-1g.10gb"), ("gpu-c", "nvidia.com/mig-3g.40gb")]
