@@ -99,8 +99,8 @@ def layout_is_valid(gpu: GpuProduct, counts: dict[str, int]) -> bool:
 # ---------------------------------------------------------------------------
 
 def recomputed_stage_latency_ms(config: ConfigPlan, dispersion: float) -> float:
-    """batch latency + max(batch latency, batch formation time, p99 queueing wait); the wait is
-    ln(100) / 2 x lam D / (mu (mu - lam)) per replica, none at dispersion D = 0."""
+    """batch latency + max(batch latency, batch formation time, batch latency + p99 queueing wait); the
+    wait is ln(100) / 2 x lam D / (mu (mu - lam)) per replica, none at dispersion D = 0."""
     lat, b, k = config.batch_latency_ms, config.batch, config.segment.mps
     if config.replicas <= 0 or (b > 1 and config.load_rps <= 0):
         return math.inf
@@ -109,7 +109,7 @@ def recomputed_stage_latency_ms(config: ConfigPlan, dispersion: float) -> float:
     if dispersion > 0 and per_replica_rps > 0:
         queueing_ms = (math.inf if per_replica_rps >= mu else
                        math.log(100) / 2 * per_replica_rps * dispersion / (mu * (mu - per_replica_rps)) * 1000.0)
-        waiting_ms = max(waiting_ms, queueing_ms)
+        waiting_ms = max(waiting_ms, lat + queueing_ms)
     return lat + waiting_ms
 
 

@@ -25,14 +25,15 @@ load per segment >= mps x (batch - 1) / (B - batch latency).
    heavy-traffic (diffusion) bound for a queue whose arrivals have index of
    dispersion D (variance over mean of counts: 1 for Poisson, 1 + bulk size
    for Poisson-sized bulks): W99 = ln(100) / 2 x lam D / (mu (mu - lam)) at
-   load lam on a segment of throughput mu. It overlaps with batch formation
-   and with the batch in progress, like 2. does with 1.
+   load lam on a segment of throughput mu. A request that queues still waits
+   for the batch in progress after it; its batch forms while it queues.
 
-So stage latency = batch latency + max(batch latency, batch formation time,
+So stage latency = batch latency + max(batch formation time, batch latency +
 p99 queueing wait). Beside the two conditions above, the wait gives a most
 load per segment for a budget B: lam <= A mu^2 / (ln(100) / 2 x D + A mu)
-with A = B - batch latency, the mirror of the least load. D = 0 turns the
-wait off (the model before the simulation found it optimistic).
+with A = B - 2 x batch latency, the mirror of the least load; the two hold
+apart, so together they keep the stage within B. D = 0 turns the wait off
+(the model before the simulation found it optimistic).
 
 Segments are also never loaded above 1 / (1 + headroom) of their profiled
 throughput.
@@ -54,8 +55,8 @@ P99_WAIT_FACTOR = math.log(100) / 2
 def stage_latency_ms(batch_latency_ms: float, batch: int, mps: int, load_per_segment_rps: float,
                      throughput_rps: float = math.inf, dispersion: float = 0.0) -> float:
     """Worst-case (p99) latency of one request through a segment at the given load."""
-    wait_ms = queueing_wait_p99_ms(load_per_segment_rps, throughput_rps, dispersion)
-    return batch_latency_ms + max(batching_delay_ms(batch_latency_ms, batch, mps, load_per_segment_rps), wait_ms)
+    queued_ms = batch_latency_ms + queueing_wait_p99_ms(load_per_segment_rps, throughput_rps, dispersion)
+    return batch_latency_ms + max(batching_delay_ms(batch_latency_ms, batch, mps, load_per_segment_rps), queued_ms)
 
 
 def batching_delay_ms(batch_latency_ms: float, batch: int, mps: int, load_per_segment_rps: float) -> float:
@@ -79,12 +80,13 @@ def queueing_wait_p99_ms(load_per_segment_rps: float, throughput_rps: float, dis
 
 
 def max_segment_load_rps(batch_latency_ms: float, throughput_rps: float, dispersion: float, budget_ms: float) -> float:
-    """The most load per segment whose p99 queueing wait still fits the budget beside its own batch."""
-    allowance_s = (budget_ms - batch_latency_ms) / MS_PER_S
-    if allowance_s <= 0:
-        return 0.0
+    """The most load per segment whose p99 queueing wait still fits the budget beside the batch in progress
+    and its own."""
     if dispersion <= 0:
         return throughput_rps
+    allowance_s = (budget_ms - 2 * batch_latency_ms) / MS_PER_S
+    if allowance_s <= 0:
+        return 0.0
     return allowance_s * throughput_rps ** 2 / (P99_WAIT_FACTOR * dispersion + allowance_s * throughput_rps)
 
 

@@ -82,9 +82,9 @@ class PlannerOptions(BaseModel):
     )
     time_limit_s: float = Field(default=60, gt=0, description="Wall-clock budget of all solves of one plan.")
     latency_spread: float = Field(
-        default=1.3, ge=1, le=10,
+        default=1.0, ge=1, le=10,
         description="p99/p50 of a batch's latency, applied to estimated profiles (medians); measured and given "
-                    "profiles state their p99.")
+                    "profiles state their p99. 1 takes an estimate as its p99: estimates say nothing of spread.")
     queueing: bool = Field(
         default=True,
         description="Count each segment's p99 queueing wait, with fan-out bulks, in the stage latency "

@@ -16,7 +16,7 @@ Semantics
       r_c x k x (b - 1) x 1000 / (B - lat)  <=  x_c  <=  r_c x min(thr / (1 + headroom), Q)
   (the lower bound only for b > 1), and the loads add up to the demand; lat
   is the p99 batch latency (an estimate's times the spread); with queueing,
-  Q = A thr^2 / (ln(100) / 2 x D + A thr), A = (B - lat) / 1000, is the most
+  Q = A thr^2 / (ln(100) / 2 x D + A thr), A = (B - 2 lat) / 1000, is the most
   load whose p99 queueing wait fits the budget, with D = 1 + the largest
   bulk a parent hands over at once (the edge's largest factor over the
   parent's allowed variants x the parent's largest batch), 1 at a source;
@@ -215,7 +215,7 @@ def exhaustive_optimum(
     budget_levels: int = 20,
     batches: tuple[int, ...] = (1, 2, 4, 8, 16, 32),
     queueing: bool = True,
-    latency_spread: float = 1.3,
+    latency_spread: float = 1.0,
 ) -> Objective | None:
     """The optimal objective, or None when no plan exists (no variants meet the accuracy SLO)."""
     found = exhaustive_search(systems, pool, store, features, headroom, budget_levels, batches, queueing,
@@ -225,7 +225,7 @@ def exhaustive_optimum(
 
 def exhaustive_search(systems, pool, store, features=Features(), headroom=0.1, budget_levels=20,
                       batches=(1, 2, 4, 8, 16, 32), queueing=True,
-                      latency_spread=1.3) -> tuple[Objective, list[SystemChoice]] | None:
+                      latency_spread=1.0) -> tuple[Objective, list[SystemChoice]] | None:
     """The optimal objective and the choices that reach it, or None when no plan exists."""
     gpu = gpu_product(pool.gpu)
     fits = min_gpus(gpu.name, pool.gpus)
@@ -436,7 +436,7 @@ def _maximal_budgets(system: SystemSpec, tasks: list[str], features: Features, l
 # ---------------------------------------------------------------------------
 
 def witness_plan(systems: list[SystemSpec], pool: Pool, features: Features, headroom: float,
-                 choices: list[SystemChoice], queueing: bool = True, latency_spread: float = 1.3) -> Plan:
+                 choices: list[SystemChoice], queueing: bool = True, latency_spread: float = 1.0) -> Plan:
     """A plan that reaches the search's optimum: loads routed within bounds, instances placed on GPUs."""
     gpu = gpu_product(pool.gpu)
     task_plans: list[TaskPlan] = []

@@ -173,10 +173,10 @@ def test_whole_gpus_without_spatial_partitioning():
 
 
 def test_the_queueing_wait_caps_the_load_per_instance():
-    # 10 ms, 100 rps at the whole 100 ms budget: A = 0.09 s, so one instance carries at most
-    # 0.09 x 100^2 / (ln(100) / 2 + 0.09 x 100) = 79.6 rps of Poisson arrivals (under 100 / 1.1 = 90.9).
+    # 10 ms, 100 rps at the whole 100 ms budget: A = 100 - 2 x 10 ms, so one instance carries at most
+    # 0.08 x 100^2 / (ln(100) / 2 + 0.08 x 100) = 77.6 rps of Poisson arrivals (under 100 / 1.1 = 90.9).
     points = [("v", "1g.10gb", 1, 1, 10.0, 100.0)]
-    assert same(solve([one_task(79)], points, queueing=True), 1.0, 1, 1)
+    assert same(solve([one_task(77)], points, queueing=True), 1.0, 1, 1)
     assert same(solve([one_task(85)], points, queueing=True), 1.0, 1, 2)
     assert same(solve([one_task(85)], points, queueing=False), 1.0, 1, 1)
 
@@ -189,11 +189,11 @@ def test_a_parents_batch_is_a_bulk_that_caps_its_childs_load():
         edges=[Edge(source="a", target="b", factor=10.0)], slo=Slo(latency_ms=100.0), demand_rps=50)
     a_batch_1, a_batch_2 = ("av", "1g.10gb", 1, 1, 5.0, 200.0), ("av", "1g.10gb", 1, 2, 5.0, 400.0)
     b = ("bv", "1g.10gb", 1, 1, 2.0, 500.0)
-    # a at batch 1 fits 10 ms, leaving b 90 ms: D = 11, most load 0.088 x 500^2 / (2.303 x 11 + 0.088 x 500)
-    # = 317 rps, so two instances of b.
+    # a at batch 1 needs 20 ms (at 10 ms no wait fits), leaving b 80 ms: D = 11, most load
+    # 0.076 x 500^2 / (2.303 x 11 + 0.076 x 500) = 300 rps, so two instances of b.
     assert same(solve([chain], [a_batch_1, b], queueing=True), 1.0, 1, 3)
     # a at batch 2 fills within 30 ms at the least (1 / (30 - 5) ms = 40 <= 50 rps), leaving b 70 ms:
-    # D = 21, most load 0.068 x 500^2 / (2.303 x 21 + 0.068 x 500) = 206 rps, so three instances of b.
+    # D = 21, most load 0.066 x 500^2 / (2.303 x 21 + 0.066 x 500) = 203 rps, so three instances of b.
     assert same(solve([chain], [a_batch_2, b], queueing=True), 1.0, 1, 4)
     assert same(solve([chain], [a_batch_1, a_batch_2, b], queueing=True), 1.0, 1, 3)
     # Without the wait b's instances carry 500 / 1.1 = 454.5 rps either way.

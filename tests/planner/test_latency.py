@@ -71,21 +71,29 @@ def test_dispersion_zero_or_no_load_means_no_wait():
     assert queueing_wait_p99_ms(0, 100, dispersion=5) == 0
 
 
-def test_the_wait_shows_in_the_stage_latency_where_it_is_the_longest_wait():
-    # batch 1, 10 ms, 100 rps: at 50 rps the p99 wait (23 ms) exceeds the batch in progress (10 ms).
-    assert stage_latency_ms(10, 1, 1, 50, throughput_rps=100, dispersion=1) == pytest.approx(10 + 23.03, abs=0.01)
-    assert stage_latency_ms(10, 1, 1, 5, throughput_rps=100, dispersion=1) == 20
+def test_a_queued_request_waits_for_the_queue_and_the_batch_in_progress_then_its_own():
+    # batch 1, 10 ms, 100 rps: at 50 rps the p99 wait is 23 ms.
+    assert stage_latency_ms(10, 1, 1, 50, throughput_rps=100, dispersion=1) == pytest.approx(10 + 10 + 23.03,
+                                                                                          abs=0.01)
+
+
+def test_batch_formation_overlaps_the_queueing_wait():
+    # batch 4 at 20 rps forms in 150 ms, longer than the 10 ms batch in progress plus a 0.5 ms wait.
+    wait = queueing_wait_p99_ms(20, 400, 1)
+    assert stage_latency_ms(10, 4, 1, 20, throughput_rps=400, dispersion=1) == pytest.approx(10 + 150)
+    assert wait < 140
 
 
 @pytest.mark.parametrize("dispersion", [1, 3, 18.8])
-def test_at_the_most_load_the_wait_fills_the_budget_after_its_own_batch(dispersion):
+def test_at_the_most_load_the_wait_fills_the_budget_after_two_batches(dispersion):
     most = max_segment_load_rps(10, 400, dispersion, budget_ms=60)
     assert 0 < most < 400
-    assert 10 + queueing_wait_p99_ms(most, 400, dispersion) == pytest.approx(60)
+    assert 20 + queueing_wait_p99_ms(most, 400, dispersion) == pytest.approx(60)
+    assert stage_latency_ms(10, 1, 1, most, 400, dispersion) == pytest.approx(60)
 
 
 def test_the_most_load_is_zero_without_slack_and_the_throughput_without_queueing():
-    assert max_segment_load_rps(10, 400, 1, budget_ms=10) == 0
+    assert max_segment_load_rps(10, 400, 1, budget_ms=20) == 0
     assert max_segment_load_rps(10, 400, 0, budget_ms=60) == 400
 
 

@@ -247,10 +247,11 @@ def test_cost_is_minimised_after_partial_service():
         slo=Slo(latency_ms=83.3, accuracy=0.95), demand_rps=151.5,
     )
     store = _h200_store([("a0", "4g.71gb", 1, 1, 8.95, 104.0), ("b0", "4g.71gb", 1, 2, 13.3, 104.6)])
+    # The seed's numbers without the queueing wait.
     instance = Instance(seed=-103, systems=[spec], pool=Pool(gpu=H200, gpus=2), store=store, features=Features(),
-                        headroom=0.1, budget_levels=4, batches=(1, 2, 4))
+                        headroom=0.1, budget_levels=4, batches=(1, 2, 4), queueing=False)
     expected = exhaustive_optimum(instance.systems, instance.pool, instance.store, instance.features,
-                                  instance.headroom, instance.budget_levels, instance.batches)
+                                  instance.headroom, instance.budget_levels, instance.batches, queueing=False)
     assert (expected.gpus, expected.slices) == (2, 8) and 0 < expected.served < 1
     compare(instance)
 
