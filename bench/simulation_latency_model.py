@@ -7,10 +7,10 @@ profiles) at 0.5x, 1x and 2x its demand, and simulated at that demand under
 steady Poisson arrivals for --duration seconds, with per-request random
 balancing (the optimistic bound) and per-connection balancing (16
 connections per task), batch latency lognormal with p99/p50 1.3 around the
-profile. Side by side in one run: the model before the simulation checked it
-(`--no-queueing`), the planner's default (the p99 queueing wait with fan-out
-bulks), and the default with estimates scaled to p99 by the simulation's own
-spread (`--latency-spread 1.3`). Writes bench/results/simulation_latency_model.{json,md}:
+profile. Side by side in one run: the planner's default (no queueing wait),
+`--queueing` (the p99 queueing wait with fan-out bulks), and that with
+estimates scaled to p99 by the simulation's own spread (`--queueing
+--latency-spread 1.3`). Writes bench/results/simulation_latency_model.{json,md}:
 simulated p99 stage and path latency against each plan's prediction; a
 system a model cannot plan within its SLO has no rows there.
 """
@@ -31,7 +31,8 @@ from tessera.planner.spec_file import load_systems
 from tessera.shipped import default_example_systems
 
 RESULTS = Path(__file__).resolve().parent / "results"
-MODELS = {"older": dict(queueing=False), "default": {}, "spread 1.3": dict(latency_spread=1.3)}
+MODELS = {"default": dict(queueing=False), "queueing": dict(queueing=True),
+          "queueing, spread 1.3": dict(queueing=True, latency_spread=1.3)}
 
 
 def main() -> None:

@@ -1,6 +1,6 @@
 """Static plans under bursty demand: violations, drops and slice use per feature set.
 
-    .venv/bin/python -P bench/simulation_static_plans.py [--duration 600] [--gpus 16] [--time-limit 60]
+    .venv/bin/python -P bench/simulation_static_plans.py [--duration 600] [--gpus 16] [--time-limit 60] [--queueing]
 
 The three examples together on --gpus x H100-80GB (estimated profiles), planned
 for each trace's mean demand (the specs' demand_rps) and for its p95 rate, with
@@ -9,7 +9,8 @@ diurnal traces (workloads.py, parameters fixed before any result), with
 per-connection balancing (16 connections per task), Triton-style batching,
 batch latency spread p99/p50 1.3, without and with early dropping; then the
 A+S+T plan for the mean under MMPP with the spread swept 1.1-2.0. Writes
-bench/results/simulation_static_plans.{json,md}.
+bench/results/simulation_static_plans.{json,md}, or with --queueing (the
+planner's p99 queueing wait) simulation_static_plans_queueing.{json,md}.
 """
 
 from __future__ import annotations
@@ -40,11 +41,13 @@ def main() -> None:
     parser.add_argument("--duration", type=float, default=600.0)
     parser.add_argument("--gpus", type=int, default=16)
     parser.add_argument("--time-limit", type=float, default=60.0)
+    parser.add_argument("--queueing", action="store_true", help="Plan with the p99 queueing wait.")
     args = parser.parse_args()
+    name = "simulation_static_plans" + ("_queueing" if args.queueing else "")
     systems = [s for path in default_example_systems() for s in load_systems(path)]
     pool = Pool(gpu="H100-80GB", gpus=args.gpus)
     store = build_profile_store(systems, pool.gpu)
-    options = PlannerOptions(time_limit_s=args.time_limit)
+    options = PlannerOptions(time_limit_s=args.time_limit, queueing=args.queueing)
     rows = []
     for trace_name in TRACES:
         trace = built_in(trace_name, args.duration)
@@ -59,7 +62,8 @@ def main() -> None:
             plain, dropping = outcome.without_dropping, outcome.with_dropping
             rows.append(dict(trace=trace_name, trace_p95=trace.p95(), features=outcome.features,
                              planned_for=outcome.planned_for, gpus_used=outcome.gpus_used,
-                             unserved=outcome.unserved, violation_pct=plain.violation_pct,
+                             unserved=outcome.unserved, served_pct=outcome.served_pct,
+                             violation_pct=plain.violation_pct,
                              drop_pct=dropping.drop_pct, late_with_dropping_pct=dropping.violation_pct,
                              slice_use_pct=plain.slice_use_pct, busy_use_pct=plain.busy_use_pct,
                              allocated_slices=plain.allocated_slices,
@@ -68,30 +72,33 @@ def main() -> None:
                                       for s in plain.systems}))
     sweep = _spread_sweep(systems, pool, store, built_in("mmpp", args.duration), options)
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "simulation_static_plans.json").write_text(json.dumps({"plans": rows, "spread_sweep": sweep}, indent=1))
-    lines = [f"Static plans of traffic-analysis, social-media and ar-assistant together on {args.gpus} x H100-80GB, "
+    (RESULTS / f"{name}.json").write_text(json.dumps({"plans": rows, "spread_sweep": sweep}, indent=1))
+    lines = [f"Static plans of traffic-analysis, social-media and ar-assistant together on {args.gpus} x H100-80GB "
+             f"({'with' if args.queueing else 'without'} the planner's queueing wait), "
              f"{args.duration:.0f} s of each trace; violation % = source requests later than the SLO without "
              "dropping; drop % = dropped with early dropping (late % with dropping beside it); slice use = "
              "allocated compute slices / pool slices (constant for a static plan); busy = slice-weighted "
-             "process busy time / allocated.", "",
-             "| trace | features | planned for | GPUs | slices | violation % | drop % | late % with dropping "
-             "| slice use % | busy % | not planned |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "process busy time / allocated; planned served % = the share of the demand it was planned for that "
+             "the plan serves (below 100 where the pool is too small).", "",
+             "| trace | features | planned for | GPUs | slices | planned served % | violation % | drop % "
+             "| late % with dropping | slice use % | busy % | not planned |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     lines += [_row(r) for r in sorted(rows, key=lambda r: (TRACES.index(r["trace"]), FEATURES.index(r["features"]),
                                                            r["planned_for"]))]
     lines += ["", "Batch latency spread swept (A+S+T planned for the mean, MMPP):", "",
               "| p99/p50 | violation % | drop % | late % with dropping |", "|---|---|---|---|"]
     lines += [f"| {r['p99_over_p50']} | {r['violation_pct']:.2f} | {r['drop_pct']:.2f} | "
               f"{r['late_with_dropping_pct']:.2f} |" for r in sweep]
-    (RESULTS / "simulation_static_plans.md").write_text("\n".join(lines) + "\n")
+    (RESULTS / f"{name}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
 
 def _row(r: dict) -> str:
     if r.get("missing"):
         return (f"| {r['trace']} | {r['features']} | {r['planned_for']} | no plan within the time limit "
-                "| | | | | | | |")
+                "| | | | | | | | |")
     return (f"| {r['trace']} | {r['features']} | {r['planned_for']} | {r['gpus_used']} | {r['allocated_slices']} | "
-            f"{r['violation_pct']:.2f} | {r['drop_pct']:.2f} | {r['late_with_dropping_pct']:.2f} | "
+            f"{r['served_pct']:.1f} | {r['violation_pct']:.2f} | {r['drop_pct']:.2f} | {r['late_with_dropping_pct']:.2f} | "
             f"{r['slice_use_pct']:.1f} | {r['busy_use_pct']:.1f} | {', '.join(r['unserved']) or '-'} |")
 
 

@@ -86,9 +86,11 @@ class PlannerOptions(BaseModel):
         description="p99/p50 of a batch's latency, applied to estimated profiles (medians); measured and given "
                     "profiles state their p99. 1 takes an estimate as its p99: estimates say nothing of spread.")
     queueing: bool = Field(
-        default=True,
+        default=False,
         description="Count each segment's p99 queueing wait, with fan-out bulks, in the stage latency "
-                    "(latency.py); off, the model before it, which the serving simulation finds optimistic.")
+                    "(latency.py). Off by default for now: it takes a parent's whole bulk to land on one "
+                    "replica, so at scale it over-provisions; off, the model the serving simulation found "
+                    "optimistic under load and fan-out.")
 
     @field_validator("batches")
     @classmethod

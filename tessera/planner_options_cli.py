@@ -72,7 +72,7 @@ def planner_options(time_limit_flag: str = "--time-limit") -> Callable[[Any], An
                                              "medians; measured and given profiles state their p99)."),
         click.option("--queueing/--no-queueing", default=DEFAULTS.queueing, show_default=True,
                      help="Count each segment's p99 queueing wait, with fan-out bulks, in stage latency "
-                          "(--no-queueing: the older, optimistic model)."),
+                          "(a p99 bound under load; over-provisions at scale, see docs/planner.md)."),
         click.option("--slice-tolerance", type=FiniteFloat(0, COMPUTE_SLICES * MAX_POOL_GPUS, min_open=True),
                      default=DEFAULTS.slice_tolerance, show_default=True,
                      help="Slices the cost may stay above its proven bound (1: the fewest)."),

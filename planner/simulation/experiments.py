@@ -36,6 +36,7 @@ class PlanOutcome(BaseModel):
     demand_scale: float
     gpus_used: int
     unserved: list[str]
+    served_pct: float  # of the demand the plan was made for: below 100 where the pool is too small
     without_dropping: metrics.Report
     with_dropping: metrics.Report
     series: list[metrics.Series]
@@ -59,7 +60,9 @@ def simulate_plan(plan_: Plan, systems: list[SystemSpec], store: ProfileStore, t
     dropping = engine.run(deployment, trace, policies.model_copy(update={"early_dropping": True}), progress)
     return PlanOutcome(
         features=plan_.features, planned_for=planned_for, demand_scale=demand_scale, gpus_used=plan_.gpus_used,
-        unserved=unserved_systems(plan_, systems), without_dropping=metrics.report(plain),
+        unserved=unserved_systems(plan_, systems),
+        served_pct=100 * sum(s.served_rps for s in plan_.systems) / max(sum(s.demand_rps for s in plan_.systems), 1e-9),
+        without_dropping=metrics.report(plain),
         with_dropping=metrics.report(dropping), series=metrics.series(plain),
         dropping_series=metrics.series(dropping))
 

@@ -97,7 +97,7 @@ def test_the_charts_default_planner_and_demand_settings_are_the_operators_own(he
 def test_planner_demand_and_profiling_values_reach_the_operators_command_line(helm):
     documents = render(
         helm, "--set", "planner.tierRatio=1", "--set", "planner.busyInstances=0", "--set", "planner.exactUpToGpus=64",
-        "--set", "planner.queueing=false", "--set-json", "planner.latencySpread=1.3",
+        "--set", "planner.queueing=true", "--set-json", "planner.latencySpread=1.3",
         "--set", "planner.batches={1,8,64,128}", "--set", "demand.prometheus.url=https://prometheus.monitoring:9090",
         "--set", "demand.prometheus.tokenSecret.name=prometheus-reader",
         "--set", "demand.prometheus.caConfigMap.name=prometheus-ca", "--set", "demand.dryRun=true",
@@ -105,7 +105,7 @@ def test_planner_demand_and_profiling_values_reach_the_operators_command_line(he
         "--set", "profiling.enabled=true", "--set", "profiling.repartition=true", "--set", "image.tag=1.2.3")
     args = operator_args(documents)
     for expected in ("--tier-ratio=1", "--busy-instances=0", "--exact-up-to=64", "--batches=1,8,64,128",
-                     "--no-queueing", "--latency-spread=1.3",
+                     "--queueing", "--latency-spread=1.3",
                      "--prometheus-url=https://prometheus.monitoring:9090", "--demand-dry-run",
                      "--prometheus-token-file=/var/run/secrets/tessera/prometheus-token/token",
                      "--prometheus-ca-file=/etc/tessera/prometheus-ca/ca.crt",
