@@ -3,7 +3,8 @@
 For every instance, `plan()`'s objective tuple (served fraction summed over
 systems, GPUs, compute slices, accuracy score) under the planner's default
 options (only headroom, budget levels and batches come from the instance)
-must equal the exhaustive search's (accuracy to the options' MIP gap), and
+must equal the exhaustive search's (served fraction and accuracy to the
+options' MIP gap), and
 the plan must pass the independent checker. The exhaustive
 search's own optimum is first written down as a plan and checked too.
 
@@ -94,8 +95,10 @@ def compare(instance: Instance) -> None:
     got = plan_objective(plan, instance.systems)
     context = f"\n{instance.describe()}\nexhaustive: {expected}\nMILP:       {got}"
     assert not errors, "the MILP's plan breaks constraints:\n  " + "\n  ".join(errors) + context
-    assert abs(got.served - expected.served) <= SERVED_TOL, "served fraction differs" + context
-    # Accuracy stages stop at the options' relative MIP gap; served, GPUs and slices are proven exactly.
+    # The serve and accuracy stages stop at the options' relative MIP gap (a partly served pool may end a
+    # hair below the optimum, never above it); GPUs and slices are proven exactly.
+    assert got.served <= expected.served + SERVED_TOL, "the MILP serves more than the optimum" + context
+    assert got.served >= expected.served * (1 - options.mip_gap) - SERVED_TOL, "served fraction differs" + context
     assert abs(got.priority_accuracy - expected.priority_accuracy) <= accuracy_tolerance(
         options, expected.priority_accuracy), "accuracy of the systems with priority accuracy differs" + context
     assert (got.gpus, got.slices) == (expected.gpus, expected.slices), "GPUs or slices differ" + context
