@@ -95,6 +95,14 @@ def p99_batch_latency_ms(profile_latency_ms: float, source: ProfileSource, sprea
     return profile_latency_ms * spread if source is ProfileSource.ESTIMATED else profile_latency_ms
 
 
+def usable_load_rps(batch_latency_ms: float, throughput_rps: float, utilisation: float, dispersion: float,
+                    budget_ms: float) -> float:
+    """The most load per segment: its throughput at the headroom's utilisation, or less where the p99
+    queueing wait must fit the budget."""
+    return min(throughput_rps * utilisation,
+               max_segment_load_rps(batch_latency_ms, throughput_rps, dispersion, budget_ms))
+
+
 def arrival_dispersion(bulk: float) -> float:
     """Index of dispersion of Poisson arrivals of bulks whose size is Poisson with mean `bulk` (0: single)."""
     return 1.0 + bulk

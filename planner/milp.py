@@ -41,7 +41,7 @@ import pyomo.environ as pyo
 
 from tessera.planner.candidates import Candidate
 from tessera.planner.catalog import COMPUTE_SLICES, GpuProduct, Layout, layout_compute_slices
-from tessera.planner.latency import arrival_dispersion, max_segment_load_rps, min_segment_load_rps
+from tessera.planner.latency import arrival_dispersion, min_segment_load_rps, usable_load_rps
 from tessera.planner.model import Edge, SystemSpec
 
 if TYPE_CHECKING:
@@ -147,8 +147,7 @@ def dispersion_range(data: MilpInput, edges: list[Arrivals]) -> tuple[float, flo
 
 def most_load_rps(data: MilpInput, c: Candidate, budget_ms: float, dispersion: float) -> float:
     """Per instance: the usable throughput, or less where the p99 queueing wait must fit the budget."""
-    return min(c.throughput_rps * data.utilisation,
-               max_segment_load_rps(c.latency_ms, c.throughput_rps, dispersion, budget_ms))
+    return usable_load_rps(c.latency_ms, c.throughput_rps, data.utilisation, dispersion, budget_ms)
 
 
 @dataclass(frozen=True)
@@ -163,7 +162,7 @@ class Option:
     level: int
     min_load_rps: float
     # The most load per instance at `level` under the task's least and most dispersed arrivals.
-    max_load_rps: tuple[float, float] = (math.inf, math.inf)
+    max_load_rps: tuple[float, float]
 
     def carries_at_least(self, other: "Option") -> bool:
         """At least as much load at every dispersion between (1 / most load is linear in the dispersion)."""
@@ -214,10 +213,10 @@ def _tiers(data: MilpInput, c: Candidate, dispersions: tuple[float, float]) -> l
     options: list[Option] = []
     ratio, ceiling = data.tier_ratio, c.throughput_rps * data.utilisation
     for k, budget in enumerate(data.levels[c.system]):
-        if not c.usable_at(budget, most_load_rps(data, c, budget, dispersions[0])):
+        most = (most_load_rps(data, c, budget, dispersions[0]), most_load_rps(data, c, budget, dispersions[1]))
+        if not c.usable_at(budget, most[0]):
             continue
         need = min_segment_load_rps(c.latency_ms, c.batch, c.segment.mps, budget)
-        most = (most_load_rps(data, c, budget, dispersions[0]), most_load_rps(data, c, budget, dispersions[1]))
         if not options:
             options.append(Option(-1, k, need, most))
         else:
@@ -231,12 +230,12 @@ def _tiers(data: MilpInput, c: Candidate, dispersions: tuple[float, float]) -> l
     return options
 
 
-def build_options(data: MilpInput) -> list[Option]:
+def build_options(data: MilpInput, found: dict[TaskKey, list[Arrivals]]) -> list[Option]:
     least = {} if data.maximise_common_scale else {
         (system.name, task): demand
         for system in data.systems for task, demand in demand_bound(system, data.variants, pick=min).items()
     }
-    ranges = {task: dispersion_range(data, edges) for task, edges in arrivals(data).items()}
+    ranges = {task: dispersion_range(data, edges) for task, edges in found.items()}
     groups: dict[tuple[str, str, str, str], list[Option]] = {}
     for i, c in enumerate(data.candidates):
         for tier in _tiers(data, c, ranges[(c.system, c.task)]):
@@ -357,7 +356,7 @@ class CompoundMilp:
                 supply[name] += instances * count
         self.options: list[Unit] = []
         self.replica_bound: list[int] = []
-        for unit in units(build_options(d)):
+        for unit in units(build_options(d, self.arrivals)):
             bound = self._replica_bound(unit, supply)
             if bound > 0:
                 self.options.append(unit)
@@ -422,9 +421,6 @@ class CompoundMilp:
         for o, unit in enumerate(self.options):
             c = self.candidate(o)
             bound = self.replica_bound[o]
-            # No option carries more than its task's demand bound, so capping the coefficient there admits
-            # the same integer plans; uncapped, a 1e5 req/s segment serving 1 req/s let load leak past
-            # n = 0 within HiGHS's tolerances, and the plan claimed demand no replica served.
             capacity = self._capacity(c, unit.steps[-1][0])
             m.cons.add(m.x[o] <= capacity * m.n[o])
             m.cons.add(m.n[o] <= bound * m.y[c.system, c.task, c.variant])
@@ -449,9 +445,7 @@ class CompoundMilp:
 
     def _most_loads(self, c: Candidate, level: int) -> list[float]:
         """The most load per instance at `level` under each bulk class of each incoming edge."""
-        edges = self.arrivals[(c.system, c.task)]
-        dispersions = [d for e in edges for d in e.dispersions] or [dispersion_range(self.data, edges)[0]]
-        return [self._capacity(c, level, dispersion) for dispersion in dispersions]
+        return [self._capacity(c, level, dispersion) for _, _, dispersion in self._classes(c)]
 
     def _most_loads_rows(self, o: int, unit: Unit, bound: int, capacity: float) -> None:
         """Under the task's level and each parent's bulk class, each instance carries at most its most load.
@@ -463,18 +457,18 @@ class CompoundMilp:
         m, c = self.m, self.candidate(o)
         for i, (level, _) in enumerate(unit.steps):
             relax_level = 0 if i + 1 == len(unit.steps) else self._levels_from(c, unit.steps[i + 1][0])
-            for relax_class, dispersion in self._classes(c):
+            for parent, j, dispersion in self._classes(c):
                 most = self._capacity(c, level, dispersion)
                 if most < capacity * (1 - 1e-12):
+                    relax_class = 0 if j == 0 else 1 - m.U[c.system, c.task, parent, j]
                     m.cons.add(m.x[o] <= most * m.n[o] + (capacity - most) * bound * (relax_level + relax_class))
 
-    def _classes(self, c: Candidate) -> list[tuple[Any, float]]:
-        """(1 - U, or 0 where it always holds; the dispersion) of each bulk class of each incoming edge."""
+    def _classes(self, c: Candidate) -> list[tuple[str | None, int, float]]:
+        """(parent, class, dispersion) of each bulk class of each incoming edge; (None, 0, Poisson's or 0)
+        where no parent hands bulks over."""
         edges = self.arrivals[(c.system, c.task)]
-        if not edges:
-            return [(0, dispersion_range(self.data, edges)[0])]
-        return [(0 if j == 0 else 1 - self.m.U[c.system, c.task, e.parent, j], dispersion)
-                for e in edges for j, dispersion in enumerate(e.dispersions)]
+        return ([(e.parent, j, dispersion) for e in edges for j, dispersion in enumerate(e.dispersions)]
+                or [(None, 0, dispersion_range(self.data, edges)[0])])
 
     def _bulks_handed_on(self, o: int, c: Candidate, bound: int) -> None:
         """An instance of a parent's option sets its children's bulk class to its bulk or higher."""

@@ -30,7 +30,7 @@ from tessera.planner.assignment import config_key, layout_of
 from tessera.planner.catalog import COMPUTE_SLICES, gpu_product, layout_compute_slices
 from tessera.planner.checker import check_plan
 from tessera.planner.features import Features
-from tessera.planner.latency import max_segment_load_rps, min_segment_load_rps, stage_latency_ms
+from tessera.planner.latency import min_segment_load_rps, stage_latency_ms, usable_load_rps
 from tessera.planner.model import Pool, SystemSpec
 from tessera.planner.nodes import NodePool, pool_gpus
 from tessera.planner.plan import ConfigPlan, GpuPlan, InstancePlan, Plan, SolverReport, SystemSummary, TaskPlan
@@ -164,9 +164,8 @@ def _resize_task(task: TaskPlan, replicas: list[int], demand_rps: float, headroo
 
 def _most_load(task: TaskPlan, config: ConfigPlan, headroom: float) -> float:
     """Per replica: the usable throughput, or less where the p99 queueing wait must fit the task's budget."""
-    return min(config.segment_throughput_rps / (1 + headroom),
-               max_segment_load_rps(config.batch_latency_ms, config.segment_throughput_rps,
-                                    task.arrival_dispersion, task.budget_ms))
+    return usable_load_rps(config.batch_latency_ms, config.segment_throughput_rps, 1 / (1 + headroom),
+                           task.arrival_dispersion, task.budget_ms)
 
 
 def _least_load(task: TaskPlan, config: ConfigPlan) -> float:
