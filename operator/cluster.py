@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from datetime import datetime, timezone
+from collections.abc import Callable
 from typing import Any
 
 from kubernetes import client
@@ -165,13 +166,8 @@ class Cluster:
 
     def list_labelled_jobs(self, selector: str) -> list[dict]:
         """Jobs with these labels in the watched namespaces."""
-        found = []
-        for namespace in self._watched():
-            raw: dict[str, Any] = {"label_selector": selector, "_preload_content": False}
-            jobs = (self.batch.list_job_for_all_namespaces(**raw) if namespace is None
-                    else self.batch.list_namespaced_job(namespace, **raw))
-            found += [{**j, "kind": "Job", "apiVersion": "batch/v1"} for j in self._json(jobs)["items"]]
-        return found
+        return [{**j, "kind": "Job", "apiVersion": "batch/v1"} for j in self._labelled_in_watched(
+            selector, self.batch.list_job_for_all_namespaces, self.batch.list_namespaced_job)]
 
     def list_job_pods(self, namespace: str, job: str) -> list[dict]:
         """The pods the Job controller made for a Job (it labels them with the Job's name)."""
@@ -181,12 +177,17 @@ class Cluster:
 
     def list_labelled_pods(self, selector: str) -> list[dict]:
         """Pods with these labels in the watched namespaces."""
+        return self._labelled_in_watched(selector, self.core.list_pod_for_all_namespaces,
+                                         self.core.list_namespaced_pod)
+
+    def _labelled_in_watched(self, selector: str, list_all: Callable[..., Any],
+                             list_namespaced: Callable[..., Any]) -> list[dict]:
+        """Objects with these labels in the watched namespaces: one list call per namespace, or one for all."""
         found = []
         for namespace in self._watched():
             raw: dict[str, Any] = {"label_selector": selector, "_preload_content": False}
-            pods = (self.core.list_pod_for_all_namespaces(**raw) if namespace is None
-                    else self.core.list_namespaced_pod(namespace, **raw))
-            found += self._json(pods)["items"]
+            listed = list_all(**raw) if namespace is None else list_namespaced(namespace, **raw)
+            found += self._json(listed)["items"]
         return found
 
     def list_labelled_configmaps(self, namespace: str, selector: str) -> list[dict]:

@@ -13,6 +13,8 @@ OPERATOR = Path(__file__).resolve().parents[2] / "operator"
 ATTRIBUTES = {"core": client.CoreV1Api, "apps": client.AppsV1Api, "batch": client.BatchV1Api,
               "custom": client.CustomObjectsApi, "api": client.CoordinationV1Api}
 CALL = re.compile(r"\b(?:self\.)?(core|apps|batch|custom|api)\.([a-z_]+)\(")
+# A list method passed on to be called, e.g. Cluster._labelled_in_watched(selector, self.core.list_..., ...).
+PASSED = re.compile(r"\bself\.(core|apps|batch|custom|api)\.(list_[a-z_]+)\s*[,)]")
 DIRECT = re.compile(r"client\.(\w+Api)\([^)]*\)\.([a-z_]+)\(")
 
 
@@ -20,7 +22,7 @@ def called_client_methods() -> set[tuple[type, str]]:
     called = set()
     for path in OPERATOR.glob("*.py"):
         text = path.read_text()
-        called |= {(ATTRIBUTES[attribute], method) for attribute, method in CALL.findall(text)}
+        called |= {(ATTRIBUTES[attribute], method) for attribute, method in CALL.findall(text) + PASSED.findall(text)}
         called |= {(getattr(client, api), method) for api, method in DIRECT.findall(text)}
     return called
 
