@@ -43,6 +43,7 @@ class Instance:
     notes: list[str] = field(default_factory=list)
     queueing: bool = True  # the planner's default; hand-worked throughput-only instances turn it off
     routing: Routing = Routing.ONE_REPLICA  # how bulks reach replicas (split over them unless one-replica)
+    exact_up_to_gpus: int | None = None  # None: the planner's default line
 
     def describe(self) -> str:
         lines = [f"seed {self.seed}: pool {self.pool.gpus} x {self.pool.gpu}, features {self.features.label}, "

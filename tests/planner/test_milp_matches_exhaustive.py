@@ -46,9 +46,10 @@ ACCURACY_TOL = 1e-6
 
 def options_for(instance: Instance):
     """The planner's default options, but for what the instance itself sets (headroom, levels, batches)."""
+    line = {} if instance.exact_up_to_gpus is None else {"exact_up_to_gpus": instance.exact_up_to_gpus}
     return solve.PlannerOptions(headroom=instance.headroom, budget_levels=instance.budget_levels,
                                 batches=instance.batches, time_limit_s=60, queueing=instance.queueing,
-                                routing=instance.routing)
+                                routing=instance.routing, **line)
 
 
 def plan_objective(plan: Plan, systems: list[SystemSpec]) -> Objective:
@@ -474,3 +475,25 @@ def test_a_plan_serving_all_takes_bulk_shares_of_the_least_demand():
     plan = solve.plan(instance.systems, instance.pool, instance.store, instance.features, options_for(instance))
     assert plan.fully_served and plan.task("s", "b").share_base_rps == pytest.approx(500.0)
     assert plan.task("s", "b").arrival_dispersion == pytest.approx(21.0)
+
+
+# Pools of 1-4 GPUs under the default options (above 2 GPUs they tier options and prune busy tasks), and
+# the same instances with the tiering on everywhere (--exact-up-to 0), so the inexact reductions are
+# exercised wherever the line sits.
+LINE_SEEDS = int(os.environ.get("TESSERA_EXHAUSTIVE_LINE_SEEDS", "12"))
+
+
+def _on_gpus(instance: Instance, gpus: int, exact_up_to: int | None) -> Instance:
+    return dataclasses.replace(instance, pool=Pool(gpu=instance.pool.gpu, gpus=gpus), exact_up_to_gpus=exact_up_to)
+
+
+@pytest.mark.parametrize("exact_up_to", [None, 0], ids=["default-line", "tiers-everywhere"])
+@pytest.mark.parametrize("seed", range(LINE_SEEDS))
+def test_random_instance_on_one_to_four_gpus(seed, exact_up_to):
+    compare(_on_gpus(random_instance(seed), 1 + seed % 4, exact_up_to))
+
+
+@pytest.mark.parametrize("exact_up_to", [None, 0], ids=["default-line", "tiers-everywhere"])
+@pytest.mark.parametrize("seed", range(LINE_SEEDS))
+def test_random_instance_with_measured_a100_profiles_on_one_to_four_gpus(seed, exact_up_to, measured_rows):
+    compare(_on_gpus(random_measured_instance(seed, measured_rows), 1 + seed % 4, exact_up_to))
