@@ -1,6 +1,7 @@
 """Do plans keep the p99 they predict, per queueing model and routing? The examples together, simulated.
 
     nice -n 10 .venv/bin/python -P bench/simulation_split_bulks.py [--duration 120] [--cases 1x 42x]
+        [--time-limit 60] [--name simulation_split_bulks]
 
 The three examples together (A+S+T, estimated profiles) at their demand on 16
 x H100-80GB and at 42x it on 120, planned with the default model (no queueing
@@ -45,6 +46,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--duration", type=float, default=120.0)
     parser.add_argument("--cases", nargs="*", default=list(CASES))
+    parser.add_argument("--time-limit", type=float, default=PlannerOptions().time_limit_s)
+    parser.add_argument("--name", default="simulation_split_bulks")
     args = parser.parse_args()
     base = [s for path in default_example_systems() for s in load_systems(path)]
     rows = []
@@ -55,7 +58,7 @@ def main() -> None:
         store = build_profile_store(systems, pool.gpu)
         for model, options in MODELS.items():
             try:
-                planned = plan(systems, pool, store, options=options)
+                planned = plan(systems, pool, store, options=options.model_copy(update={"time_limit_s": args.time_limit}))
             except NoPlanError as error:
                 rows.append(dict(case=case, model=model, no_plan=str(error)))
                 continue
@@ -73,8 +76,9 @@ def main() -> None:
                              for s in report.systems}))
                 print(json.dumps(rows[-1]), flush=True)
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "simulation_split_bulks.json").write_text(json.dumps(rows, indent=1))
-    lines = [f"The three examples together (A+S+T), steady Poisson demand, {args.duration:.0f} s per run, batch "
+    (RESULTS / f"{args.name}.json").write_text(json.dumps(rows, indent=1))
+    lines = [f"The three examples together (A+S+T), planner time limit {args.time_limit:g} s, steady Poisson "
+             f"demand, {args.duration:.0f} s per run, batch "
              "latency spread 1.3, no dropping; `random` balancing routes each request in proportion to planned "
              "load, `per-connection` pins 16 connections per task at random. Late % = source requests later "
              "than the SLO.", "",
@@ -88,7 +92,7 @@ def main() -> None:
         lines.append(f"| {where} | {r['model']} | {r['balancing']} | {r['gpus_used']} | {r['slices_used']} | "
                      f"{'all' if r['fully_served'] else 'part'} | {r['late_pct']:.2f} | {r['above_1_1']} of "
                      f"{r['paths']} | {r['largest_ratio']:.2f} ({r['largest_path']}) |")
-    (RESULTS / "simulation_split_bulks.md").write_text("\n".join(lines) + "\n")
+    (RESULTS / f"{args.name}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
 
