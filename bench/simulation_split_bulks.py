@@ -1,7 +1,7 @@
 """Do plans keep the p99 they predict, per queueing model and routing? The examples together, simulated.
 
     nice -n 10 .venv/bin/python -P bench/simulation_split_bulks.py [--duration 120] [--cases 1x 42x]
-        [--time-limit 60] [--name simulation_split_bulks]
+        [--time-limit 60] [--name simulation_split_bulks] [--models default ...]
 
 The three examples together (A+S+T, estimated profiles) at their demand on 16
 x H100-80GB and at 42x it on 120, planned with the default model (no queueing
@@ -48,6 +48,7 @@ def main() -> None:
     parser.add_argument("--cases", nargs="*", default=list(CASES))
     parser.add_argument("--time-limit", type=float, default=PlannerOptions().time_limit_s)
     parser.add_argument("--name", default="simulation_split_bulks")
+    parser.add_argument("--models", nargs="*", default=list(MODELS))
     args = parser.parse_args()
     base = [s for path in default_example_systems() for s in load_systems(path)]
     rows = []
@@ -56,7 +57,8 @@ def main() -> None:
         systems = scaled(base, factor)
         pool = Pool(gpu="H100-80GB", gpus=gpus)
         store = build_profile_store(systems, pool.gpu)
-        for model, options in MODELS.items():
+        for model in args.models:
+            options = MODELS[model]
             try:
                 planned = plan(systems, pool, store, options=options.model_copy(update={"time_limit_s": args.time_limit}))
             except NoPlanError as error:

@@ -479,21 +479,36 @@ def test_a_plan_serving_all_takes_bulk_shares_of_the_least_demand():
 
 # Pools of 1-4 GPUs under the default options (above 2 GPUs they tier options and prune busy tasks), and
 # the same instances with the tiering on everywhere (--exact-up-to 0), so the inexact reductions are
-# exercised wherever the line sits.
+# exercised wherever the line sits; without the queueing wait (the default) and with it.
 LINE_SEEDS = int(os.environ.get("TESSERA_EXHAUSTIVE_LINE_SEEDS", "12"))
 
 
-def _on_gpus(instance: Instance, gpus: int, exact_up_to: int | None) -> Instance:
-    return dataclasses.replace(instance, pool=Pool(gpu=instance.pool.gpu, gpus=gpus), exact_up_to_gpus=exact_up_to)
+def _on_gpus(instance: Instance, gpus: int, exact_up_to: int | None, queueing: bool) -> Instance:
+    return dataclasses.replace(instance, pool=Pool(gpu=instance.pool.gpu, gpus=gpus), exact_up_to_gpus=exact_up_to,
+                               queueing=queueing)
 
 
-@pytest.mark.parametrize("exact_up_to", [None, 0], ids=["default-line", "tiers-everywhere"])
+LINES = [pytest.param(None, False, id="defaults"), pytest.param(0, False, id="tiers-everywhere"),
+         pytest.param(None, True, id="queueing"), pytest.param(0, True, id="queueing-tiers-everywhere")]
+
+
+@pytest.mark.parametrize("exact_up_to, queueing", LINES)
 @pytest.mark.parametrize("seed", range(LINE_SEEDS))
-def test_random_instance_on_one_to_four_gpus(seed, exact_up_to):
-    compare(_on_gpus(random_instance(seed), 1 + seed % 4, exact_up_to))
+def test_random_instance_on_one_to_four_gpus(seed, exact_up_to, queueing):
+    compare(_on_gpus(random_instance(seed), 1 + seed % 4, exact_up_to, queueing))
 
 
-@pytest.mark.parametrize("exact_up_to", [None, 0], ids=["default-line", "tiers-everywhere"])
+@pytest.mark.parametrize("exact_up_to, queueing", LINES)
 @pytest.mark.parametrize("seed", range(LINE_SEEDS))
-def test_random_instance_with_measured_a100_profiles_on_one_to_four_gpus(seed, exact_up_to, measured_rows):
-    compare(_on_gpus(random_measured_instance(seed, measured_rows), 1 + seed % 4, exact_up_to))
+def test_random_instance_with_measured_a100_profiles_on_one_to_four_gpus(seed, exact_up_to, queueing, measured_rows):
+    compare(_on_gpus(random_measured_instance(seed, measured_rows), 1 + seed % 4, exact_up_to, queueing))
+
+
+# Known losses of the option tiers (least-load tier ratio 2) above the exact line: the exact model
+# finds these but takes 17.5 CPU s on the benchmark's 4 GPUs (target 10), so the line stays at 2
+# (docs/planner.md). Strict: a tiering that loses nothing here makes them pass, and then fail as xpass.
+@pytest.mark.xfail(strict=True, reason="option tiers: 2 GPUs / 8 slices where 1 / 6 serve (3 GPUs), "
+                                       "4 slices where 3 serve (4 GPUs)")
+@pytest.mark.parametrize("seed", [18, 23])
+def test_option_tiers_above_the_exact_line_lose_on_these_measured_instances(seed, measured_rows):
+    compare(_on_gpus(random_measured_instance(seed, measured_rows), 1 + seed % 4, None, False))
