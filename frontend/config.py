@@ -28,8 +28,9 @@ class Configuration(Spec):
     """One configuration of a task: its Service and its planned share."""
 
     name: str = Field(min_length=1, max_length=253, description="A label (metrics, logs): the plan's segment.")
-    url: str = Field(min_length=1, max_length=2048, pattern=r"^https?://",
-                     description="Its Open Inference Protocol infer URL (/v2/models/<model>/infer).")
+    url: str = Field(min_length=1, max_length=2048, pattern=r"^http://[^/?#]+/[^?#]*$",
+                     description="Its Open Inference Protocol infer URL, http://host:port/v2/models/<model>/infer "
+                                 "(a Service in the cluster).")
     weight: float = Field(gt=0, le=MAX_RATE_RPS, description="Planned capacity, requests/s: the routing weight.")
     single_ms: float = Field(alias="singleMilliseconds", ge=0, le=MAX_LATENCY_MS,
                              description="A batch of one on it, in ms (early dropping's least time).")

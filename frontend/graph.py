@@ -20,14 +20,15 @@ rest of the request.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
+from typing import Any
 
-import aiohttp
 import orjson
 
 from tessera.frontend.config import Configuration, FrontendConfig
 from tessera.frontend.tensors import BadResponse, Tensor, gather, parse_response, split
+from tessera.frontend.upstream import Upstream, UpstreamError
 from tessera.planner.dropping import doomed, least_time_after, needed_s
 from tessera.planner.model import Edge
 
@@ -121,32 +122,38 @@ def _topological(names: list[str], parents: dict[str, list[str]]) -> list[str]:
     return order
 
 
+async def _fan(coroutines: list[Coroutine[Any, Any, None]]) -> None:
+    """Run these branches of the graph; the first to fail cancels the others and is raised as itself."""
+    if len(coroutines) == 1:  # a chain: no task to create
+        await coroutines[0]
+    elif coroutines:
+        try:
+            async with asyncio.TaskGroup() as group:
+                for coroutine in coroutines:
+                    group.create_task(coroutine)
+        except BaseExceptionGroup as errors:
+            raise errors.exceptions[0] from None
+
+
 StageObserver = Callable[[str, str, float], None]  # (task, configuration, seconds)
 
 
 class Run:
     """One client request through `graph`; `execute()` returns the system's outputs or raises."""
 
-    def __init__(self, graph: Graph, session: aiohttp.ClientSession, inputs: list[Tensor], deadline: float,
+    def __init__(self, graph: Graph, upstream: Upstream, inputs: list[Tensor], deadline: float,
                  observe: StageObserver) -> None:
         self.graph = graph
-        self.session = session
+        self.upstream = upstream
         self.inputs = inputs
         self.deadline = deadline
         self.observe = observe
         self.loop = asyncio.get_running_loop()
         self.sink_outputs: dict[str, list[tuple[tuple[int, ...], list[Tensor]]]] = {s: [] for s in graph.sinks}
         self.joins: dict[str, dict[str, list[Tensor]]] = {}
-        self.group: asyncio.TaskGroup | None = None
 
     async def execute(self) -> list[Tensor]:
-        try:
-            async with asyncio.TaskGroup() as group:
-                self.group = group
-                for source in self.graph.sources:
-                    group.create_task(self._task(source, self.inputs, ()))
-        except BaseExceptionGroup as errors:
-            raise errors.exceptions[0] from None
+        await _fan([self._task(source, self.inputs, ()) for source in self.graph.sources])
         outputs: list[Tensor] = []
         for sink in self.graph.sinks:
             instances = [o for _, o in sorted(self.sink_outputs[sink], key=lambda item: item[0])]
@@ -162,16 +169,16 @@ class Run:
         route = self.graph.routes[task]
         if not route.children:
             self.sink_outputs[task].append((key, outputs))
-        assert self.group is not None
+        below: list[Coroutine[Any, Any, None]] = []
         for edge in route.children:
             passed = self.inputs if edge.mode == "request" else outputs
             child = self.graph.routes[edge.target]
             if len(child.parents) > 1:  # a join (never below a split: the spec refuses it)
                 contributions = self.joins.setdefault(edge.target, {})
                 contributions[task] = [{**t, "name": f"{task}.{t['name']}"} for t in passed]
-                if len(contributions) == len(child.parents):
+                if len(contributions) == len(child.parents):  # the last parent runs it
                     joined = [t for parent in child.parents for t in contributions[parent]]
-                    self.group.create_task(self._task(edge.target, joined, key))
+                    below.append(self._task(edge.target, joined, key))
             elif edge.mode == "split":
                 assert edge.split_output is not None
                 try:
@@ -179,10 +186,10 @@ class Run:
                 except KeyError:
                     raise TaskFailed(task, f"its response has no output {edge.split_output!r} to split "
                                            f"for {edge.target!r}") from None
-                for position, item in enumerate(items):
-                    self.group.create_task(self._task(edge.target, item, (*key, position)))
+                below += [self._task(edge.target, item, (*key, i)) for i, item in enumerate(items)]
             else:
-                self.group.create_task(self._task(edge.target, passed, key))
+                below.append(self._task(edge.target, passed, key))
+        await _fan(below)
 
     async def _hop(self, task: str, inputs: list[Tensor]) -> list[Tensor]:
         graph = self.graph
@@ -196,14 +203,12 @@ class Run:
                 raise Dropped(task, remaining, float(needed))
         headers = {BUDGET_HEADER: f"{max(remaining, 0.0) * 1e3:.3f}", "Content-Type": "application/json"}
         try:
-            async with self.session.post(configuration.url, data=orjson.dumps({"inputs": inputs}),
-                                         headers=headers) as response:
-                body = await response.read()
-                status = response.status
+            status, body = await self.upstream.post(configuration.url, orjson.dumps({"inputs": inputs}), headers)
         except TimeoutError:
-            raise TaskFailed(task, f"no answer from {configuration.url} in time", 504) from None
-        except aiohttp.ClientError as error:
-            raise TaskFailed(task, f"{configuration.url}: {error.__class__.__name__}: {error}") from None
+            raise TaskFailed(task, f"no answer from {configuration.url} within "
+                                   f"{self.upstream.timeout_s:g} s", 504) from None
+        except UpstreamError as error:
+            raise TaskFailed(task, f"{configuration.url}: {error}") from None
         if status != 200:
             raise TaskFailed(task, f"{configuration.url} answered HTTP {status}: "
                                    f"{body[:300].decode(errors='replace')}")
