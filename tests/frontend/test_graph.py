@@ -119,3 +119,18 @@ def test_routing_sends_each_configuration_its_planned_share(weights):
         scenario)
     share = len(models["small"].seen) / 70
     assert share == pytest.approx(weights[0] / sum(weights), abs=1 / 70)
+
+
+def test_every_hop_is_observed_per_task_and_configuration():
+    models = {"detector": StubModel(items=2), "classifier": StubModel()}
+
+    async def scenario(frontend, url, session):
+        assert (await post(session, url))[0] == 200
+        stage = {task: frontend.registry.get_sample_value(
+            "tessera_frontend_stage_seconds_count", {"system": "demo", "task": task, "configuration": model})
+            for task, model in (("detect", "detector"), ("classify", "classifier"))}
+        assert stage == {"detect": 1, "classify": 2}
+
+    run(models, lambda stub: make_config(stub, {"detect": [("detector", 1, 1)], "classify": [("classifier", 1, 1)]},
+                                         [{"source": "detect", "target": "classify", "mode": "split",
+                                           "splitOutput": "items"}]), scenario)
