@@ -169,7 +169,7 @@ class Run:
         route = self.graph.routes[task]
         if not route.children:
             self.sink_outputs[task].append((key, outputs))
-        below: list[Coroutine[Any, Any, None]] = []
+        below: list[tuple[str, list[Tensor], tuple[int, ...]]] = []  # (task, inputs, key): made before any runs
         for edge in route.children:
             passed = self.inputs if edge.mode == "request" else outputs
             child = self.graph.routes[edge.target]
@@ -177,8 +177,7 @@ class Run:
                 contributions = self.joins.setdefault(edge.target, {})
                 contributions[task] = [{**t, "name": f"{task}.{t['name']}"} for t in passed]
                 if len(contributions) == len(child.parents):  # the last parent runs it
-                    joined = [t for parent in child.parents for t in contributions[parent]]
-                    below.append(self._task(edge.target, joined, key))
+                    below.append((edge.target, [t for p in child.parents for t in contributions[p]], key))
             elif edge.mode == "split":
                 assert edge.split_output is not None
                 try:
@@ -186,10 +185,10 @@ class Run:
                 except KeyError:
                     raise TaskFailed(task, f"its response has no output {edge.split_output!r} to split "
                                            f"for {edge.target!r}") from None
-                below += [self._task(edge.target, item, (*key, i)) for i, item in enumerate(items)]
+                below += [(edge.target, item, (*key, i)) for i, item in enumerate(items)]
             else:
-                below.append(self._task(edge.target, passed, key))
-        await _fan(below)
+                below.append((edge.target, passed, key))
+        await _fan([self._task(*child_request) for child_request in below])
 
     async def _hop(self, task: str, inputs: list[Tensor]) -> list[Tensor]:
         graph = self.graph

@@ -11,7 +11,8 @@ Paths: POST /v2/models/<system>/infer; GET /v2/health/live, /v2/health/ready,
 Every request ends in one outcome, counted by system, outcome and reason:
 ok, late (answered after its deadline), dropped (reason `deadline`: early
 dropping; `overload`: more than maxInFlight at once, answered 429), failed
-(a task failed: 502 or 504 naming it), invalid (the client's body: 4xx
+(a task failed: 502 or 504 naming it; reason `internal`: a defect of the
+frontend's own, 500, logged), invalid (the client's body: 4xx
 naming the field). Hot reload: the config file is re-read when it changes
 (polled) or on SIGHUP; a request keeps the graph it started with, so a
 reload drops nothing in flight.
@@ -129,6 +130,10 @@ class Frontend:
         except TaskFailed as error:
             self.metrics.count(system, "failed")
             return _error(error.status, str(error), {"Tessera-Failed-Task": error.task})
+        except Exception:  # a defect of the frontend's own: counted and logged, the process serves on
+            log.exception("request failed inside the frontend")
+            self.metrics.count(system, "failed", "internal")
+            return _error(500, "the frontend failed on this request (logged); tessera bug")
         seconds = asyncio.get_running_loop().time() - arrival
         outcome = "ok" if seconds <= graph.slo_s else "late"
         self.metrics.count(system, outcome)
