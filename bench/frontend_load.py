@@ -97,6 +97,20 @@ async def open_loop(port: int, path: str, rate_rps: float, count: int, seed: int
     return latency
 
 
+async def one_at_a_time(port: int, path: str, count: int) -> np.ndarray:
+    """Latency (s) of `count` requests sent one after another on one connection: no queueing anywhere."""
+    loop = asyncio.get_running_loop()
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    request = request_bytes(path)
+    latency = np.full(count, np.nan)
+    for i in range(count):
+        started = loop.time()
+        if await _one(reader, writer, request) == 200:
+            latency[i] = loop.time() - started
+    writer.close()
+    return latency
+
+
 async def closed_loop(port: int, path: str, concurrency: int, seconds: float) -> tuple[float, int]:
     """Requests/s answered 200, and their count, with `concurrency` clients each sending the next when the last
     returns."""

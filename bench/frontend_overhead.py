@@ -9,7 +9,8 @@ hop to the stub), each pinned to one core with taskset (--frontend-core);
 the stub and the load generator share the other core. At each rate, Poisson
 arrivals open-loop for --seconds go to the stub directly, through the 1-hop
 and through the 3-hop frontend, in turn, so the three see the same machine
-(its load average is reported). Added latency = through the frontend -
+(its load average is reported); before them, 1,000 requests one at a time
+on one connection (no queueing: the frontend's own added latency). Added latency = through the frontend -
 direct, per percentile; per hop = added / hops. Then the most requests/s per
 core: closed loop (64 clients) against each frontend, as wall-clock rate and
 as requests per CPU-second the frontend used (what one core of its own
@@ -32,7 +33,7 @@ import numpy as np
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from frontend_load import closed_loop, cpu_seconds, open_loop, rss_mib, wait_port
+from frontend_load import closed_loop, cpu_seconds, one_at_a_time, open_loop, rss_mib, wait_port
 
 RESULTS = Path(__file__).resolve().parent / "results"
 LOAD = Path(__file__).resolve().parent / "frontend_load.py"
@@ -89,6 +90,11 @@ def main() -> None:
                    "3 hops": (three_port, "/v2/models/hops3/infer")}
         for port, path in targets.values():  # warm-up: connections, first-call costs
             asyncio.run(open_loop(port, path, 200, 200, seed=99))
+        alone = {name: percentiles(asyncio.run(one_at_a_time(port, path, 1000)))
+                 for name, (port, path) in targets.items()}
+        for hops, name in ((1, "1 hop"), (3, "3 hops")):
+            for q in ("p50_ms", "p99_ms"):
+                alone[name][f"added_{q}_per_hop"] = (alone[name][q] - alone["direct"][q]) / hops
         rows = []
         for rate in rates:
             row: dict = {"rate_rps": rate}
@@ -109,7 +115,7 @@ def main() -> None:
                 # requests per CPU-second of the frontend: its rate on a core of its own, whatever else runs
                 per_core[name] = answered / (cpu_seconds(process.pid) - cpu_before)
         memory = {f"{hops} hop{'s' if hops > 1 else ''}": rss_mib(process.pid) for hops, process in frontends.items()}
-        result = {"rates": rows, "max_rps_closed_loop_64": most, "rps_per_frontend_cpu_second": per_core, "frontend_memory_mib": memory,
+        result = {"one_at_a_time": alone, "rates": rows, "max_rps_closed_loop_64": most, "rps_per_frontend_cpu_second": per_core, "frontend_memory_mib": memory,
                   "load_average_before": started_load, "load_average_after": os.getloadavg(),
                   "cpus": os.cpu_count(), "seconds_per_run": args.seconds,
                   "frontend_core": args.frontend_core, "client_core": args.client_core}
@@ -133,6 +139,12 @@ def markdown(result: dict) -> str:
         added = [f"{row[n]['added_p50_ms_per_hop']:.2f} / {row[n]['added_p99_ms_per_hop']:.2f}"
                  for n in ("1 hop", "3 hops")]
         lines.append(f"| {row['rate_rps']:.0f} | " + " | ".join(cells + added) + " |")
+    alone = result["one_at_a_time"]
+    lines.insert(0, "One request at a time (1,000 on one connection, no queueing): p50 / p99 ms direct "
+                 f"{alone['direct']['p50_ms']:.3f} / {alone['direct']['p99_ms']:.3f}; added per hop, 1 hop "
+                 f"{alone['1 hop']['added_p50_ms_per_hop']:.3f} / {alone['1 hop']['added_p99_ms_per_hop']:.3f}, "
+                 f"3 hops {alone['3 hops']['added_p50_ms_per_hop']:.3f} / {alone['3 hops']['added_p99_ms_per_hop']:.3f}"
+                 ".\n\nOpen loop, Poisson arrivals:\n")
     most = result["max_rps_closed_loop_64"]
     lines += ["", "Most req/s, closed loop with 64 clients (the frontend on one core): "
               + ", ".join(f"{name} {value:.0f}" for name, value in most.items()) + "; requests per CPU-second "
