@@ -19,7 +19,7 @@ def test_every_hop_carries_the_budget_left_and_a_child_gets_less_than_its_parent
     run(models, lambda stub: make_config(stub, {"detect": [("detector", 1, 1)], "classify": [("classifier", 1, 1)]},
                                          SPLIT, slo_ms=500), scenario)
     parent, child = models["detector"].seen[0]["budget_ms"], models["classifier"].seen[0]["budget_ms"]
-    assert 490 < parent <= 500
+    assert 450 < parent <= 500  # what the first hop got: the SLO less the time the frontend took to send it
     assert parent - child >= 30
 
 
