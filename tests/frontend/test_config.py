@@ -75,3 +75,30 @@ def test_tessera_frontend_with_a_bad_config_exits_2_naming_it(tmp_path):
     result = CliRunner().invoke(main, ["frontend", str(path)])
     assert result.exit_code == exit_codes.BAD_INPUT
     assert str(path) in result.output
+
+
+def test_tessera_frontend_config_writes_a_servable_config_from_a_saved_plan(tmp_path, planned):
+    from simulation.test_simulate_cli import tiny_system
+
+    system_file = tiny_system(tmp_path)
+    plan_file = tmp_path / "plan.yaml"
+    plan_file.write_text(yaml.safe_dump(planned[1].model_dump(mode="json")))
+    result = CliRunner().invoke(main, ["frontend-config", str(system_file), str(plan_file), "--url",
+                                       "http://{system}-{task}-{config}:8000/v2/models/{variant}/infer"])
+    assert result.exit_code == 0, result.output
+    written = tmp_path / "frontend.yaml"
+    written.write_text(result.output)
+    config = load_config(written)
+    assert [c.url for t in config.tasks for c in t.configurations][0] == \
+        "http://tiny-detect-0:8000/v2/models/detect-v/infer"
+
+
+def test_tessera_frontend_config_names_an_unknown_url_placeholder(tmp_path, planned):
+    from simulation.test_simulate_cli import tiny_system
+
+    plan_file = tmp_path / "plan.yaml"
+    plan_file.write_text(yaml.safe_dump(planned[1].model_dump(mode="json")))
+    result = CliRunner().invoke(main, ["frontend-config", str(tiny_system(tmp_path)), str(plan_file), "--url",
+                                       "http://{service}/infer"])
+    assert result.exit_code == exit_codes.BAD_INPUT
+    assert "--url" in result.output and "'service'" in result.output
