@@ -77,6 +77,7 @@ class RealRun:
     rate_label: str
     kv_usage: float  # mean share of the KV cache in use
     kv_cache_tokens: float  # the engine's KV capacity, estimated from its log
+    ttft_ms: float  # mean time to first token of the completed requests
 
     @property
     def low_rate(self) -> bool:
@@ -154,7 +155,7 @@ def _run_from_record(i: int, r: dict[str, str]) -> RealRun:
         finished=int(_f(r.get("finished_requests"), 0)), out_tokens=_f(r.get("total_output_tokens")),
         dt_throughput=_f(r.get("dt_throughput_tok_s")), dt_starved=r.get("dt_starvation") == "1",
         rate_label=r.get("adapter_rates", ""), kv_usage=_f(r.get("mean_kv_usage")),
-        kv_cache_tokens=_f(r.get("kv_cache_tokens_est")))
+        kv_cache_tokens=_f(r.get("kv_cache_tokens_est")), ttft_ms=_f(r.get("mean_ttft_ms_completed")))
 
 
 def workload_for(run: RealRun, seed: int) -> Workload:
@@ -176,6 +177,7 @@ class SeedReplay:
     throughput: float  # tokens/s
     offered: float  # tokens/s
     itl_ms: float
+    ttft_ms: float  # mean over finished requests
     running: float  # mean running requests
     memory_error: bool
     min_served: float
@@ -188,9 +190,13 @@ class Replay:
     throughput: float  # tokens/s
     offered: float  # tokens/s
     itl_ms: float  # NaN when no seed measured an inter-token latency
+    ttft_ms: float
     running: float
     memory_error: bool  # the server refused to start under any seed
     min_served: float
+    # the twin's own spread: mean |seed - mean| / mean of the throughput. The real
+    # runs were each run once, so an error below this is noise, not fidelity.
+    seed_spread: float
 
     @property
     def ratio(self) -> float:
@@ -202,15 +208,21 @@ def _replay_one(job: tuple[RealRun, ServerProfile, int]) -> SeedReplay:
     res = simulate(workload_for(run, seed), profile,
                    ServerConfig(max_loras=run.max_loras, max_rank=run.max_rank,
                                 outstanding_cap=OUTSTANDING_REQUEST_CAP), seed=seed)
-    return SeedReplay(run.idx, res.throughput_tok_s, res.offered_tok_s, res.itl_mean_ms, res.mean_running,
-                      res.memory_error, res.min_served_fraction)
+    return SeedReplay(run.idx, res.throughput_tok_s, res.offered_tok_s, res.itl_mean_ms, res.ttft_mean_ms,
+                      res.mean_running, res.memory_error, res.min_served_fraction)
+
+
+def _nanmean(values: list[float]) -> float:
+    a = np.array(values, float)
+    return float(np.nanmean(a)) if np.isfinite(a).any() else float("nan")
 
 
 def _mean_over_seeds(seeds: list[SeedReplay]) -> Replay:
-    itl = np.array([s.itl_ms for s in seeds], float)
-    return Replay(throughput=float(np.mean([s.throughput for s in seeds])),
-                  offered=float(np.mean([s.offered for s in seeds])),
-                  itl_ms=float(np.nanmean(itl)) if np.isfinite(itl).any() else float("nan"),
+    thr = np.array([s.throughput for s in seeds], float)
+    mean = float(thr.mean())
+    return Replay(throughput=mean, offered=float(np.mean([s.offered for s in seeds])),
+                  itl_ms=_nanmean([s.itl_ms for s in seeds]), ttft_ms=_nanmean([s.ttft_ms for s in seeds]),
+                  seed_spread=float(np.mean(np.abs(thr - mean)) / mean) if mean > 0 else 0.0,
                   running=float(np.mean([s.running for s in seeds])),
                   memory_error=any(s.memory_error for s in seeds),
                   min_served=float(np.mean([s.min_served for s in seeds])))
@@ -329,6 +341,9 @@ class ScoredRun(BaseModel):
     low_rate: bool
     real_itl: float
     twin_itl: float
+    real_ttft: float = float("nan")  # ms, completed requests
+    twin_ttft: float = float("nan")
+    seed_spread: float = float("nan")  # the twin's mean |seed - mean| / mean throughput
     twin_ratio: float  # throughput / the run's ideal (offered) throughput
     real_ratio: float
     calibrated_on: int  # the max rank of the half the twin was fitted on
@@ -345,7 +360,8 @@ def score(runs: list[RealRun], table: dict[int, Replay], calibrated_on: int) -> 
             err=abs(t.throughput - r.throughput) / r.throughput,
             dt_err=abs(r.dt_throughput - r.throughput) / r.throughput if np.isfinite(r.dt_throughput) else float("nan"),
             real_starved=r.starved, twin_starved=bool(ratio < STARVATION_RATIO), dt_starved=r.dt_starved,
-            low_rate=r.low_rate, real_itl=r.itl_ms, twin_itl=t.itl_ms, twin_ratio=ratio,
+            low_rate=r.low_rate, real_itl=r.itl_ms, twin_itl=t.itl_ms, real_ttft=r.ttft_ms, twin_ttft=t.ttft_ms,
+            seed_spread=t.seed_spread, twin_ratio=ratio,
             real_ratio=r.throughput / r.ideal, calibrated_on=calibrated_on))
     return rows
 
