@@ -96,6 +96,8 @@ def engine_params(profile: ServerProfile, cfg: ServerConfig, duration: float, kv
     p[engine.P_OVH_RUN] = o.run_ms
     p[engine.P_OVH_WAIT] = o.wait_ms
     p[engine.P_SAMPLE_DT] = cfg.sample_dt
+    p[engine.P_SLOT_MS] = s.slot_ms
+    p[engine.P_WAIT_SKIPPED] = 1.0 if o.wait_counts == "skipped" else 0.0
     return p
 
 

@@ -267,29 +267,33 @@ def calibrate(runs: list[RealRun], base: ServerProfile) -> ServerProfile:
     itl = np.array([r.itl_ms for r in runs])
     pt = np.array([r.prompt_tok_s for r in runs])
     n = np.array([expected_distinct(r, r.mean_running) for r in runs])
+    slots = np.array([r.max_loras + 1.0 for r in runs])
+    # the waiting requests the adapter rule skips (wait_counts: skipped): only a server with more
+    # adapters than slots fills max_loras with waiting requests left for other adapters
+    skipping = np.array([r.n_adapters > r.max_loras for r in runs], float)
     ok = np.isfinite(R) & np.isfinite(itl) & np.isfinite(W) & np.isfinite(pt)
-    R, W, itl, pt, n = R[ok], W[ok], itl[ok], pt[ok], n[ok]
+    R, W, itl, pt, n, slots, skipping = R[ok], W[ok], itl[ok], pt[ok], n[ok], slots[ok], skipping[ok]
     s0 = base.step
 
     def model(x: FloatArray) -> FloatArray:
-        a, b, c, l1, w = x
+        a, b, c, l1, w, g = x
         # prompt tokens per step = prompt tokens/s * step length; solve the fixed point once
         step: FloatArray = itl.copy()
         for _ in range(3):
             P = pt * step / 1000
-            step = (a + b * R + c * P) * (s0.lora_c0 + l1 * n) + w * W
+            step = (a + b * R + c * P) * (s0.lora_c0 + l1 * n) + w * W * skipping + g * slots
         return step
 
-    x0 = [s0.a_ms, s0.b_ms, 0.01, s0.lora_c1, 0.0005]
+    x0 = [s0.a_ms, s0.b_ms, 0.01, s0.lora_c1, 0.0005, 0.1]
     # absolute residuals (ms): the saturated runs, whose long steps set the
     # starved throughput, weigh more than the nearly idle ones
     fit = least_squares(lambda x: model(x) - itl, x0,
-                        bounds=([1, 0.0, 0.0, 0.0, 0.0], [40, 1.0, 1.0, 0.2, 0.01]))
-    a, b, c, l1, w = (float(v) for v in fit.x)
+                        bounds=([1, 0.0, 0.0, 0.0, 0.0, 0.0], [40, 1.0, 1.0, 0.2, 0.01, 5.0]))
+    a, b, c, l1, w, g = (float(v) for v in fit.x)
     sigma = fit_length_sigma(runs, base)
     return base.with_updates(step={"a_ms": round(a, 4), "b_ms": round(b, 5), "c_ms": round(c, 5),
-                                   "lora_c1": round(l1, 5)},
-                             overhead={"wait_ms": round(w, 6)},
+                                   "lora_c1": round(l1, 5), "slot_ms": round(g, 5)},
+                             overhead={"wait_ms": round(w, 6), "wait_counts": "skipped"},
                              lengths={"eos_fraction": round(eos, 4), "sigma": round(sigma, 3)})
 
 
