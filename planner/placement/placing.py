@@ -43,6 +43,7 @@ def plan_placement(problem: PlacementProblem, twin_check: bool = True, baselines
     of every placement, then tessera's split and merged by the twin (``twin_gate``).
     ``progress(strategy, servers_done, servers_total)`` is called as twin checks finish."""
     model = ServerModel(problem)
+    gate_note = ""
     replacement = replace_adapters(problem, previous, model) if previous is not None else None
     tessera = replacement.placement if replacement else place(problem, "tessera", model, seed)
     placements = [tessera, *(place(problem, strategy, model, seed) for strategy in baselines)]
@@ -67,11 +68,17 @@ def plan_placement(problem: PlacementProblem, twin_check: bool = True, baselines
                 total += k
                 advance("tessera, split and merge")(k)
 
+            packed = placements[0].servers_used
             placements[0] = twin_gate(placements[0], problem, model, seed, one_more)
+            if placements[0].servers_used != packed:
+                gate_note = (f"the twin gate changed the predictors' {packed} servers to "
+                             f"{placements[0].servers_used}: every server kept passes the twin, whatever the "
+                             f"predictors say of it")
     return PlacementReport(
         problem_name=problem.name, model=model.profile.model, adapters=len(problem.adapters),
         rate_rps=sum(a.rate_rps for a in problem.adapters), placement=placements[0],
-        baselines=tuple(placements[1:]), lower_bound=lower_bound(problem, model), notes=_notes(problem, model),
+        baselines=tuple(placements[1:]), lower_bound=lower_bound(problem, model),
+        notes=_notes(problem, model) + ((gate_note,) if gate_note else ()),
         replacement=dataclasses.replace(replacement, placement=placements[0]) if replacement else None)
 
 

@@ -37,7 +37,9 @@ def test_a_placement_whose_twin_check_fails_is_reported_as_a_failure_naming_the_
 def test_the_merge_pass_keeps_one_server_the_twin_passes_where_the_predictors_wanted_two():
     problem = problem_of(Scenario(64, 28.0, "qwen", 0.3))
     predicted = plan_placement(problem, baselines=(), gate=False).placement
-    gated = plan_placement(problem, baselines=()).placement
+    report = plan_placement(problem, baselines=())
+    gated = report.placement
     assert predicted.servers_used == 2 and predicted.twin_ok
     assert gated.servers_used == 1 and gated.twin_ok and not placement_failure(gated)
     assert not gated.servers[0].predicted_ok  # the predictors alone would not have merged it
+    assert any("predictors' 2 servers to 1" in note for note in report.notes)
