@@ -129,7 +129,9 @@ class StepCoefficients(_File):
     lora_c0: float = Field(ge=0.01, le=100, description="LoRA multiplier at no adapter, 0.01..100.")
     lora_c1: float = Field(ge=0, le=100, description="LoRA multiplier per adapter in the batch, 0..100.")
     slot_ms: float = Field(default=0.0, ge=0, le=100,
-                           description="Per adapter slot (--max-loras + 1) per step, 0..100 ms.")
+                           description="Per adapter slot (--max-loras + 1) per step at max rank <= 16, 0..100 ms.")
+    slot_rank_share: float = Field(default=0.0, ge=0, le=1,
+                                   description="Share of the per-slot cost that grows with each 16 of max rank, 0..1.")
 
 
 class Overhead(_File):

@@ -267,7 +267,8 @@ def calibrate(runs: list[RealRun], base: ServerProfile) -> ServerProfile:
     itl = np.array([r.itl_ms for r in runs])
     pt = np.array([r.prompt_tok_s for r in runs])
     n = np.array([expected_distinct(r, r.mean_running) for r in runs])
-    slots = np.array([r.max_loras + 1.0 for r in runs])
+    share = base.step.slot_rank_share  # from the kernels' grid, not fitted (one half holds one max rank)
+    slots = np.array([(r.max_loras + 1.0) * (1 + share * (-(-r.max_rank // 16) - 1)) for r in runs])
     # the waiting requests the adapter rule skips (wait_counts: skipped): only a server with more
     # adapters than slots fills max_loras with waiting requests left for other adapters
     skipping = np.array([r.n_adapters > r.max_loras for r in runs], float)

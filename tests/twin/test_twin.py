@@ -120,6 +120,13 @@ def test_every_adapter_slot_lengthens_every_step_busy_or_not():
     assert many.itl_mean_ms - few.itl_mean_ms == pytest.approx(0.2 * 120, rel=1e-6)
 
 
+def test_the_slot_cost_grows_with_each_16_of_max_rank_by_the_rank_share():
+    one = trace(np.array([100]), np.array([50]))
+    prof = QWEN.with_updates(lengths={"eos_fraction": 0.0}, step={"slot_ms": 0.2, "slot_rank_share": 0.5})
+    r16, r32 = (simulate(one, prof, ServerConfig(max_loras=63, max_rank=r), seed=0) for r in (16, 32))
+    assert r32.itl_mean_ms - r16.itl_mean_ms == pytest.approx(0.2 * 0.5 * 64, rel=1e-6)
+
+
 def test_waiting_requests_cost_scheduler_time_only_where_the_adapter_rule_skips_them():
     # a queue builds on a small KV cache; with a slot per adapter the rule never skips a request,
     # so "skipped" costs what no per-waiting cost does, and with fewer slots than adapters it costs more
