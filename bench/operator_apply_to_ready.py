@@ -180,7 +180,7 @@ ROWS = [
     ("solver worker peak RSS", lambda r: f"{r['solver_worker_peak_rss_mb']} MB"),
     ("largest event-loop stall", lambda r: f"{1000 * (r['event_loop_lag_max_s'] or 0):.0f} ms"),
     ("event-loop samples (50 ms timer)", lambda r: f"{r['event_loop_lag_samples']:.0f}"),
-    ("stalls over 100 ms logged with stacks (operator/stall_watch.py)", lambda r: f"{r.get('stalls_logged', 'n/a')}"),
+    ("stalls over 100 ms logged with stacks (operator/entry/stall_watch.py)", lambda r: f"{r.get('stalls_logged', 'n/a')}"),
 ]
 
 

@@ -19,9 +19,10 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 from pydantic import ValidationError
 
-from tessera.operator import mig_configmap, naming
+from tessera.operator import naming
+from tessera.operator.gpus import mig_configmap
 from tessera.operator.settings import OperatorSettings
-from tessera.operator.systems import PLURAL
+from tessera.operator.api.systems import PLURAL
 
 GROUP, VERSION = "tessera.ai", "v1alpha1"
 CLUSTER_POLICY = ("nvidia.com", "v1", "clusterpolicies")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from tessera.operator.demand_settings import DemandSettings
+from tessera.operator.demand.settings import DemandSettings
 from tessera.planner.solve import PlannerOptions
 
 

@@ -217,8 +217,8 @@ def capacity_command(files, gpu, gpus, measured, feature_list, output, **planner
               help="Write them into crds/ (and the Helm chart's crds/), and their field reference into docs/api-reference.md, instead of printing.")
 def crds_command(write: bool) -> None:
     """The CustomResourceDefinitions, generated from the data models."""
-    from tessera.operator.api_reference import reference_file
-    from tessera.operator.crds import CHART_CRDS_DIR, rendered
+    from tessera.operator.api.reference import reference_file
+    from tessera.operator.api.crds import CHART_CRDS_DIR, rendered
 
     for path, text in rendered().items():
         if write:

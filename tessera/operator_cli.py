@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from tessera.operator.demand_settings import DemandSettings
+from tessera.operator.demand.settings import DemandSettings
 from tessera.operator.settings import OperatorSettings
 from tessera.planner_options_cli import planner_options, take_planner_options
 
@@ -89,7 +89,7 @@ def _selector(_ctx, _param, values: tuple[str, ...]) -> dict[str, str]:
               help="A named demand query systems may choose (repeatable; adds to the Triton and MLServer ones).")
 def operator(kubeconfig, **options) -> None:
     """Run the tessera operator (kopf): plan every GPU pool, partition MIG, run the model servers."""
-    from tessera.operator.main import run
+    from tessera.operator.entry.main import run
 
     run(operator_settings(options), kubeconfig)
 

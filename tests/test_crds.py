@@ -4,9 +4,9 @@ import re
 
 import pytest
 
-from tessera.operator.api import CONDITION_TYPES, ConditionType
-from tessera.operator.api_reference import reference_file, render_reference
-from tessera.operator.crds import KINDS, crd, rendered
+from tessera.operator.api.v1alpha1 import CONDITION_TYPES, ConditionType
+from tessera.operator.api.reference import reference_file, render_reference
+from tessera.operator.api.crds import KINDS, crd, rendered
 
 KIND_NAMES = sorted(KINDS)
 SNAKE_CASE = re.compile(r"^[a-z0-9]+(_[a-z0-9]+)+$")

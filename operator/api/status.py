@@ -2,7 +2,7 @@
 
 Every condition reason is a named constant; messages say what a user can do.
 Status is built as plain dicts here, in one module, so that the typed status
-models (operator/api.py) can replace the dicts locally. An Event is posted
+models (operator/api/v1alpha1.py) can replace the dicts locally. An Event is posted
 when a condition changes status or reason (or the plan changes): a decision,
 not a heartbeat, so an idle resync posts none.
 """
@@ -13,13 +13,13 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from tessera.operator import naming
-from tessera.operator.api import (ConditionType, ConfigurationSummary, Phase, ProfileSourceCounts, SystemPlanSummary,
+from tessera.operator.api.v1alpha1 import (ConditionType, ConfigurationSummary, Phase, ProfileSourceCounts, SystemPlanSummary,
                                   TaskPlanSummary)
-from tessera.operator.systems import SystemRef
+from tessera.operator.api.systems import SystemRef
 from tessera.planner.plan import Plan
 from tessera.planner.profiles import ProfileSource
 
-# Condition types: the API's (operator/api.py), the ones a CompoundInferenceSystem carries.
+# Condition types: the API's (operator/api/v1alpha1.py), the ones a CompoundInferenceSystem carries.
 READY = ConditionType.READY
 PLANNED = ConditionType.PLANNED
 PROGRESSING = ConditionType.PROGRESSING

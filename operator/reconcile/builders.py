@@ -20,13 +20,13 @@ from __future__ import annotations
 import yaml
 
 from tessera.operator import naming
-from tessera.operator.api import child_name
-from tessera.operator.placement import NodePlan, ServerKey
-from tessera.operator.pools import (
+from tessera.operator.api.v1alpha1 import child_name
+from tessera.operator.gpus.node_plans import NodePlan, ServerKey
+from tessera.operator.gpus.discovery import (
     HOSTNAME_LABEL, MIG_CONFIG_LABEL, MIG_RESOURCE_PREFIX, MIG_STATE_LABEL, WHOLE_GPU_RESOURCE,
 )
 from tessera.operator.settings import OperatorSettings
-from tessera.operator.systems import SystemRef
+from tessera.operator.api.systems import SystemRef
 from tessera.planner.model import SystemSpec
 from tessera.planner.plan import ConfigPlan, TaskPlan
 

@@ -22,14 +22,14 @@ from typing import Any, overload
 
 from prometheus_client import Counter, Gauge
 
-from tessera.operator import hysteresis as hy
-from tessera.operator import status as st
-from tessera.operator.api import ConditionType, DemandStatus
-from tessera.operator.demand_settings import DemandSettings
-from tessera.operator.demand_templates import render
-from tessera.operator.prometheus import PrometheusClient, Reading, Reason, unknown
-from tessera.operator.promql import QueryRejected, confine
-from tessera.operator.systems import SystemObject
+from tessera.operator.demand import hysteresis as hy
+from tessera.operator.api import status as st
+from tessera.operator.api.v1alpha1 import ConditionType, DemandStatus
+from tessera.operator.demand.settings import DemandSettings
+from tessera.operator.demand.templates import render
+from tessera.operator.demand.prometheus import PrometheusClient, Reading, Reason, unknown
+from tessera.operator.demand.promql import QueryRejected, confine
+from tessera.operator.api.systems import SystemObject
 from tessera.planner.nodes import NodePool
 from tessera.planner.model import SystemDemandSource
 from tessera.planner.plan import Plan

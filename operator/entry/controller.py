@@ -15,9 +15,9 @@ import logging
 import time
 
 from tessera.operator import metrics
-from tessera.operator.reconcile import Reconciler
+from tessera.operator.reconcile.reconciler import Reconciler
 from tessera.operator.settings import OperatorSettings
-from tessera.operator.stall_watch import StallWatch
+from tessera.operator.entry.stall_watch import StallWatch
 from tessera.planner.worker import SolveCancelled
 
 log = logging.getLogger("tessera.operator")

@@ -31,17 +31,18 @@ from typing import Any
 
 import yaml
 
-from tessera.operator import builders, metrics, naming
-from tessera.operator import status as st
+from tessera.operator import metrics, naming
+from tessera.operator.reconcile import builders
+from tessera.operator.api import status as st
 from tessera.operator.cluster import Cluster, dumps
-from tessera.operator.node_pool import MigConfigs, mig_configs, planner_pool
-from tessera.operator.profiler_jobs import PlannedNode, Profiling
-from tessera.operator.profiling import in_transition
-from tessera.operator.demand import DemandPlanner
-from tessera.operator.placement import NodePlan, Placement, PlacedGpu, Share, place, placed_gpus, share_of
-from tessera.operator.pools import Pool, group_pools, node_facts, node_profile_name
+from tessera.operator.gpus.planner_input import MigConfigs, mig_configs, planner_pool
+from tessera.operator.profiling.in_cluster import PlannedNode, Profiling
+from tessera.operator.profiling.jobs import in_transition
+from tessera.operator.demand.planning import DemandPlanner
+from tessera.operator.gpus.node_plans import NodePlan, Placement, PlacedGpu, Share, place, placed_gpus, share_of
+from tessera.operator.gpus.discovery import Pool, group_pools, node_facts, node_profile_name
 from tessera.operator.settings import OperatorSettings
-from tessera.operator.systems import SystemObject, read_system
+from tessera.operator.api.systems import SystemObject, read_system
 from tessera.operator.testhooks import checkpoint
 from tessera.planner.contract import (
     Infeasible, InvalidInput, Planned, PlannerFailed, PlanRequest, SystemInput, TimeLimit,
