@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from datetime import datetime, timezone
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from kubernetes import client
@@ -196,7 +196,7 @@ class Cluster:
                                                                _preload_content=False))["items"]
 
     # -- writes ----------------------------------------------------------------
-    def write_configmap(self, namespace: str, name: str, data: dict[str, str], annotations: dict[str, str],
+    def write_configmap(self, namespace: str, name: str, data: dict[str, str], annotations: Mapping[str, str | None],
                         exists: bool) -> None:
         """Creates the ConfigMap or merge-patches the given keys (others, and other managers', stay)."""
         self.writes += 1

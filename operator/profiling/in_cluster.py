@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 from tessera.operator import naming
 from tessera.operator.profiling import jobs as pf
-from tessera.operator.profiling.jobs import Obj
+from tessera.operator.profiling.jobs import Obj, PlannedNode
 from tessera.operator.api import status as st
 from tessera.operator.cluster import Cluster
 from tessera.operator.gpus.node_plans import NodePlan
@@ -43,16 +43,6 @@ POD_SELECTOR = f"{naming.MANAGED_BY}={naming.MANAGED_BY_VALUE}"
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
 
 Identity = tuple[str, str, str, str, int]
-
-
-@dataclass(frozen=True)
-class PlannedNode:
-    """A node of the pool's plan, as profiling sees it."""
-
-    applied: bool
-    """It advertises its planned layout (mig-manager's success, the expected counts)."""
-    used: dict[str, int] = field(default_factory=dict)
-    """Catalog MIG profile -> instances the plan's servers take on the node."""
 
 
 @dataclass

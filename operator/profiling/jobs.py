@@ -45,7 +45,7 @@ plain data in, plain data out, unit-tested without a cluster.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -82,6 +82,16 @@ FAILJOB_EXIT_CODES = sorted(int(code) for code in ExitCode if code != ExitCode.C
 Obj = dict[str, Any]
 """A Kubernetes object as the API's JSON has it."""
 CONFIGMAP_LIMIT = 1_000_000  # bytes of data in one ConfigMap (the API's limit is 1 MiB, with metadata)
+
+
+@dataclass(frozen=True)
+class PlannedNode:
+    """A node of the pool's plan, as profiling sees it."""
+
+    applied: bool
+    """It advertises its planned layout (mig-manager's success, the expected counts)."""
+    used: dict[str, int] = field(default_factory=dict)
+    """Catalog MIG profile -> instances the plan's servers take on the node."""
 
 
 @dataclass(frozen=True)

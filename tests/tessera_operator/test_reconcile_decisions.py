@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from tessera.operator.entry import fingerprints
-from tessera.operator.reconcile.reconciler import POOL_ANNOTATION, assign_to_pools, stored_plan_stands
+from tessera.operator.reconcile.decide import POOL_ANNOTATION, assign_to_pools, stored_plan_stands
 from tessera.operator.api.systems import read_system
 
 from .conftest import gpu_node, pool_of
