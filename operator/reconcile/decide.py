@@ -414,9 +414,7 @@ def planned_nodes(pool: Pool, outcome: PoolOutcome) -> dict[str, PlannedNode]:
                     counts[instance.mig_profile] = counts.get(instance.mig_profile, 0) + 1
     found = {}
     for name, mig in outcome.mig.items():
-        node = pool.node(name)
-        applied = node.mig_config == mig.config and node.mig_state == "success" and node.advertised_counts() == mig.expected
-        found[name] = PlannedNode(applied=applied, used=used.get(name, {}))
+        found[name] = PlannedNode(applied=layout_applied(pool, name, mig), used=used.get(name, {}))
     return found
 
 
