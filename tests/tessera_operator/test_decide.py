@@ -7,6 +7,8 @@ The known-false ones are strict xfails naming the issue that makes them hold.
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 
 import pytest
 import yaml
@@ -344,3 +346,12 @@ def test_builders_relabel_patch_is_the_one_the_relabel_decision_sends(plan):
     mig = outcome_for(plan, pool).mig
     _, relabels, _ = decide_relabels(pool, mig, {}, {}, NOW, propagation_s=0)
     assert all(a.patch == builders.node_relabel_patch(a.config) for a in relabels)
+
+
+def test_every_test_the_invariants_table_of_docs_operator_md_names_exists():
+    root = Path(__file__).resolve().parents[2]
+    section = (root / "docs" / "operator.md").read_text().split("## Invariants of a reconcile")[1].split("\n## ")[0]
+    named = re.findall(r"\| (?:t/)?([\w/]*test_\w+\.py)::(test_\w+) \|", section)
+    files = {Path(f).name: f for f, _ in named if "/" in f}
+    missing = [(f, t) for f, t in named if f"def {t}(" not in (root / "tests" / files.get(f, f)).read_text()]
+    assert len(named) >= 25 and missing == []
