@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 import yaml
@@ -244,7 +245,7 @@ def assign_to_pools(systems: list[SystemObject], pools: list[Pool]) -> dict[str 
     return members
 
 
-def stored_plan_stands(state: dict[str, str], pool_hash: str, candidates: list[SystemObject],
+def stored_plan_stands(state: Mapping[str, str], pool_hash: str, candidates: list[SystemObject],
                        spec_hash: dict[str, str]) -> bool:
     """The stored plan still serves these systems: same pool, each of them planned with its current spec.
 
@@ -257,7 +258,7 @@ def stored_plan_stands(state: dict[str, str], pool_hash: str, candidates: list[S
     return all(planned.get(s.ref.key) == spec_hash[s.ref.key] for s in candidates)
 
 
-def stored_pool_plan(state: dict[str, str]) -> Plan | None:
+def stored_pool_plan(state: Mapping[str, str]) -> Plan | None:
     """The pool's stored plan; None for none or one of an older format (the pool plans again)."""
     if not state.get("plan") or state.get("format") != str(STATE_FORMAT):
         return None

@@ -25,20 +25,21 @@ import json
 import logging
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from tessera.operator import metrics, naming
 from tessera.operator.api import status as st
-from tessera.operator.api.systems import SystemObject, read_system
+from tessera.operator.api.systems import SystemObject
 from tessera.operator.cluster import Cluster, dumps
 from tessera.operator.demand.planning import DemandPlanner
-from tessera.operator.gpus.discovery import Pool, group_pools, node_facts
+from tessera.operator.gpus.discovery import Pool
 from tessera.operator.gpus.node_plans import Share, place, placed_gpus, share_of
-from tessera.operator.gpus.planner_input import MigConfigs, mig_configs, planner_pool
+from tessera.operator.gpus.planner_input import MigConfigs, planner_pool
 from tessera.operator.profiling.in_cluster import Profiling
-from tessera.operator.reconcile import builders
 from tessera.operator.reconcile.act import Actor
 from tessera.operator.reconcile.actions import DeletePlan, StorePlan
+from tessera.operator.reconcile.snapshot import observe
 from tessera.operator.reconcile.decide import (STATE_FORMAT, PoolOutcome, _about, _serves_nothing, assign_to_pools,
                                                decide_children, decide_mig_configs, decide_relabels, decide_status,
                                                desired_mig, free_slots, live_children, no_pool_status,
@@ -77,23 +78,15 @@ class Reconciler:
     def reconcile(self) -> ReconcileResult:
         writes_before = self.cluster.writes
         self.cancel.clear()  # a trigger from here on means this reconcile read a world that no longer is
-        systems = [read_system(obj) for obj in self.cluster.list_systems()]
-        facts = [f for f in (node_facts(n, naming.MIG_CONFIG_REQUESTED) for n in self.cluster.list_nodes()) if f]
-        pools, _unknown = group_pools(facts)
-        children = self.cluster.list_children()
-        systems = self.demand.apply(systems, children)
+        seen = observe(self.cluster, self.settings, self.demand)
+        systems, pools, children, configs = list(seen.systems), list(seen.pools), list(seen.children), seen.mig_configs
         members = assign_to_pools(systems, pools)
-        mig_configmap = self.cluster.mig_configmap_name()
-        configmap = self.cluster.read_configmap(self.settings.gpu_operator_namespace, mig_configmap)
-        # NVIDIA's defaults (all-disabled: a fresh node) mean the same in every mig-parted file, even one not written yet.
-        configs = {**builders.NVIDIA_DEFAULT_CONFIGS,
-                   **mig_configs(((configmap or {}).get("data") or {}).get(builders.MIG_PARTED_KEY))}
         self.profiling.collect()
         outcomes = {}
         for pool in pools:
             outcome = outcomes[pool.key] = PoolOutcome()
             self.profiling.prepare(pool, members.get(pool.key, []))
-            self.plan_pool(pool, members.get(pool.key, []), outcome, configs)
+            self.plan_pool(pool, members.get(pool.key, []), outcome, configs, seen.pool_states[pool.key])
             outcome.mig = desired_mig(pool, outcome.placement)
             for node_name, node_plan in self.profiling.launch(pool, outcome.plan, members.get(pool.key, []),
                                                               self.settings.planner.batches,
@@ -103,8 +96,8 @@ class Reconciler:
                     outcome.mig[node_name] = mig
         # One ConfigMap serves every pool: its configs are decided for all pools at once.
         wanted = {mig.config: mig.entries for outcome in outcomes.values() for mig in outcome.mig.values()}
-        write, written = decide_mig_configs(wanted, self.settings.gpu_operator_namespace, mig_configmap, configmap,
-                                            self.cluster.mig_configs_in_use(), time.time())
+        write, written = decide_mig_configs(wanted, self.settings.gpu_operator_namespace, seen.mig_configmap,
+                                            seen.configmap, set(seen.configs_in_use), time.time())
         if write is not None:
             self.actor.apply([write])
         requeue: list[float] = []
@@ -128,9 +121,9 @@ class Reconciler:
         return ReconcileResult(min(requeue, default=None), self.cluster.writes - writes_before)
 
     # -- one pool's plan ---------------------------------------------------------
-    def plan_pool(self, pool: Pool, systems: list[SystemObject], outcome: PoolOutcome, configs: MigConfigs) -> None:
+    def plan_pool(self, pool: Pool, systems: list[SystemObject], outcome: PoolOutcome, configs: MigConfigs,
+                  state: Mapping[str, str]) -> None:
         """The pool's plan: the stored one while its inputs are unchanged, else a new solve."""
-        state = self.cluster.read_pool_state(pool.key)
         stored_plan = stored_pool_plan(state)
         kept = {k: Share.model_validate(v) for k, v in json.loads(state.get("kept", "{}")).items()}
         known_invalid = json.loads(state.get("invalid", "{}"))
