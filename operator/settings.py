@@ -32,6 +32,10 @@ class OperatorSettings(BaseModel):
                     "ConfigMap reaches mig-manager only after a delay.")
     resync_s: float = Field(default=60.0, gt=0, description="Period of the level-triggered resync.")
     debounce_s: float = Field(default=1.0, ge=0, description="Quiet time collecting events into one re-plan.")
+    max_backoff_s: float = Field(
+        default=60.0, ge=1, le=3600, description="Longest wait before retrying a failed reconcile (it doubles from 2 s).")
+    mig_poll_s: float = Field(
+        default=2.0, gt=0, le=300, description="Seconds between looks at a node that mig-manager is re-partitioning.")
     planner: PlannerOptions = Field(
         default_factory=PlannerOptions,
         description="The planner's options for every pool plan: the solver's time limit, grids, and each "

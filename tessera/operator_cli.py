@@ -50,6 +50,12 @@ def _selector(_ctx, _param, values: tuple[str, ...]) -> dict[str, str]:
               help="Seconds between level-triggered resyncs.")
 @click.option("--debounce", "debounce_s", type=field_range(OperatorSettings, "debounce_s"), default=DEFAULTS.debounce_s,
               show_default=True, help="Quiet seconds that collect events into one re-plan.")
+@click.option("--max-backoff", "max_backoff_s", type=field_range(OperatorSettings, "max_backoff_s"),
+              default=DEFAULTS.max_backoff_s, show_default=True,
+              help="Longest wait in seconds before retrying a failed reconcile (the wait doubles from 2 s).")
+@click.option("--mig-poll", "mig_poll_s", type=field_range(OperatorSettings, "mig_poll_s"),
+              default=DEFAULTS.mig_poll_s, show_default=True,
+              help="Seconds between looks at a node that mig-manager is re-partitioning.")
 @planner_options("--solve-time-limit")
 @click.option("--solve-memory", "solve_memory_mb", type=field_range(OperatorSettings, "solve_memory_mb"), default=DEFAULTS.solve_memory_mb,
               show_default=True, help="Memory cap of the solver process, MB.")

@@ -32,7 +32,6 @@ from tessera.planner.plan import Plan
 
 POOL_ANNOTATION = "tessera.ai/gpu-product"
 """On a system: the GPU product (GFD label value) of the pool to plan it in; default the largest pool."""
-MIG_POLL_S = 2.0
 STATE_FORMAT = 2
 """Of the pool's stored plan: 2 places GPUs by (node, device) as the planner named them."""
 ChildKey = tuple[str, str, str]
@@ -135,7 +134,8 @@ def nodes_to_relabel(pool: Pool, mig: dict[str, NodeMig]) -> list[str]:
 
 
 def decide_relabels(pool: Pool, mig: dict[str, NodeMig], written: dict[str, float], gpu_pods: dict[str, list[str]],
-                    now: float, propagation_s: float) -> tuple[dict[str, NodeMig], list[LabelNode], list[float]]:
+                    now: float, propagation_s: float, poll_s: float
+                    ) -> tuple[dict[str, NodeMig], list[LabelNode], list[float]]:
     """Part 1 of MIG: nodes whose GPUs no pod holds get their planned layout, once its config had time to reach
     mig-manager. Returns each node's MIG state, the relabels, and when to look again."""
     states: dict[str, NodeMig] = {}
@@ -148,7 +148,7 @@ def decide_relabels(pool: Pool, mig: dict[str, NodeMig], written: dict[str, floa
                             failed=node.mig_state == "failed")
             states[node_name] = state
             if not (state.applied or state.failed):
-                requeue.append(MIG_POLL_S)
+                requeue.append(poll_s)
             continue
         blocked_by = list(gpu_pods.get(node_name, []))
         states[node_name] = replace(planned, blocked_by=blocked_by)
@@ -160,7 +160,7 @@ def decide_relabels(pool: Pool, mig: dict[str, NodeMig], written: dict[str, floa
             continue
         relabels.append(LabelNode(node_name, planned.config, builders.node_relabel_patch(planned.config),
                                   reason=f"planned layout {planned.config}; no pod holds the node's GPUs"))
-        requeue.append(MIG_POLL_S)
+        requeue.append(poll_s)
     return states, relabels, requeue
 
 

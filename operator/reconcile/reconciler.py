@@ -292,7 +292,8 @@ class Reconciler:
         """Reads the GPU pods of the nodes to re-partition, decides the relabels, applies them."""
         gpu_pods = {name: self.cluster.gpu_pods_on(name) for name in nodes_to_relabel(pool, outcome.mig)}
         outcome.mig, relabels, requeue = decide_relabels(pool, outcome.mig, written, gpu_pods, time.time(),
-                                                         self.settings.mig_config_propagation_s)
+                                                         self.settings.mig_config_propagation_s,
+                                                         self.settings.mig_poll_s)
         self.actor.apply(list(relabels))
         if outcome.requeue_after is not None:
             requeue.append(outcome.requeue_after)

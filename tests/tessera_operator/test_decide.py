@@ -187,16 +187,16 @@ def test_a_node_is_relabelled_only_once_its_config_had_time_to_reach_mig_manager
     pool = pool_with()
     mig = outcome_for(plan, pool).mig
     written = {m.config: NOW for m in mig.values()}
-    _, early, requeue = decide_relabels(pool, mig, written, {}, NOW + 10, propagation_s=90)
+    _, early, requeue = decide_relabels(pool, mig, written, {}, NOW + 10, propagation_s=90, poll_s=SETTINGS.mig_poll_s)
     assert early == [] and min(requeue) == pytest.approx(80)
-    _, late, _ = decide_relabels(pool, mig, written, {}, NOW + 90, propagation_s=90)
+    _, late, _ = decide_relabels(pool, mig, written, {}, NOW + 90, propagation_s=90, poll_s=SETTINGS.mig_poll_s)
     assert sorted(a.node for a in late) == ["gpu-a", "gpu-b"]
 
 
 def test_the_relabel_sets_the_config_and_removes_the_state_label_in_one_patch(plan):
     pool = pool_with()
     mig = outcome_for(plan, pool).mig
-    _, relabels, _ = decide_relabels(pool, mig, {}, {}, NOW, propagation_s=0)
+    _, relabels, _ = decide_relabels(pool, mig, {}, {}, NOW, propagation_s=0, poll_s=SETTINGS.mig_poll_s)
     (first, *_) = relabels
     assert isinstance(first, LabelNode)
     assert first.patch["metadata"]["labels"] == {"nvidia.com/mig.config": first.config,
@@ -206,7 +206,7 @@ def test_the_relabel_sets_the_config_and_removes_the_state_label_in_one_patch(pl
 def test_a_node_whose_gpus_serve_is_not_relabelled_and_reads_node_in_use(plan):
     pool = pool_with()
     outcome = outcome_for(plan, pool)
-    outcome.mig, relabels, _ = decide_relabels(pool, outcome.mig, {}, {"gpu-a": ["other/pod"]}, NOW, propagation_s=0)
+    outcome.mig, relabels, _ = decide_relabels(pool, outcome.mig, {}, {"gpu-a": ["other/pod"]}, NOW, propagation_s=0, poll_s=SETTINGS.mig_poll_s)
     assert [a.node for a in relabels] == ["gpu-b"]
     assert outcome.mig["gpu-a"].blocked_by == ["other/pod"]
     phase, conditions, _ = system_status(system(), outcome)
@@ -219,7 +219,7 @@ def test_mig_manager_failed_reads_mig_layout_failed_and_the_system_is_not_ready(
     mig = outcome_for(plan, bare).mig
     pool = pool_with({name: (m.config, "failed", {}) for name, m in mig.items()})
     outcome = outcome_for(plan, pool)
-    outcome.mig, _, _ = decide_relabels(pool, outcome.mig, {}, {}, NOW, propagation_s=0)
+    outcome.mig, _, _ = decide_relabels(pool, outcome.mig, {}, {}, NOW, propagation_s=0, poll_s=SETTINGS.mig_poll_s)
     _, conditions, _ = system_status(system(), outcome)
     by_type = {c.type: c for c in conditions}
     assert by_type[st.MIG_LAYOUT_APPLIED].reason == st.MIG_FAILED and not by_type[st.READY].status
@@ -344,7 +344,7 @@ def test_deleting_a_system_makes_its_pool_plan_again():
 def test_builders_relabel_patch_is_the_one_the_relabel_decision_sends(plan):
     pool = pool_with()
     mig = outcome_for(plan, pool).mig
-    _, relabels, _ = decide_relabels(pool, mig, {}, {}, NOW, propagation_s=0)
+    _, relabels, _ = decide_relabels(pool, mig, {}, {}, NOW, propagation_s=0, poll_s=SETTINGS.mig_poll_s)
     assert all(a.patch == builders.node_relabel_patch(a.config) for a in relabels)
 
 
