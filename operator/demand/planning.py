@@ -20,8 +20,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 from typing import Any, overload
 
-from prometheus_client import Counter, Gauge
-
+from tessera.operator import metrics
 from tessera.operator.demand import hysteresis as hy
 from tessera.operator.api import status as st
 from tessera.operator.api.v1alpha1 import ConditionType, DemandStatus
@@ -44,16 +43,6 @@ METRICS_AVAILABLE = ConditionType.METRICS_AVAILABLE
 DEMAND_READ = "DemandRead"
 CAPACITY_CHANGE_DEFERRED = "CapacityChangeDeferred"
 
-OBSERVED = Gauge("tessera_demand_observed_requests_per_second", "Last demand read from Prometheus (absent: Unknown).",
-                 ["system"])
-RECOMMENDED = Gauge("tessera_demand_recommended_requests_per_second",
-                    "Demand the hysteresis would plan for (applied unless dry run).", ["system"])
-PLANNED = Gauge("tessera_demand_planned_requests_per_second", "Demand the plan in force is made for.", ["system"])
-DRY_RUN = Gauge("tessera_demand_dry_run", "1 while the system's recommendations are reported, not applied.", ["system"])
-RESOLVES = Counter("tessera_demand_resolves_total",
-                   "Demand-only re-plans, by kind: replicas-only (variants and layouts fixed) or full.", ["kind"])
-UNKNOWN_READINGS = Counter("tessera_demand_unknown_total", "Readings that gave no number, by reason.",
-                           ["system", "reason"])
 
 
 @dataclass(frozen=True)
@@ -139,7 +128,7 @@ class DemandPlanner:
             return unknown(Reason.QUERY_REJECTED, f"spec.demandSource: {error}")
         reading = self.client.instant(confined)
         if not reading.known:
-            UNKNOWN_READINGS.labels(system.ref.key, reading.reason).inc()
+            metrics.DEMAND_UNKNOWN_READINGS.labels(system.ref.key, reading.reason).inc()
         return reading
 
     def _windows(self, system: SystemObject) -> hy.Windows:
@@ -149,13 +138,13 @@ class DemandPlanner:
 
     def export(self, key: str, verdict: Verdict) -> None:
         if verdict.reading.value is not None:
-            OBSERVED.labels(key).set(verdict.reading.value)
+            metrics.DEMAND_OBSERVED.labels(key).set(verdict.reading.value)
         else:
             with contextlib.suppress(KeyError):
-                OBSERVED.remove(key)  # Unknown is absent, never 0
-        RECOMMENDED.labels(key).set(verdict.decision.target_rps)
-        PLANNED.labels(key).set(verdict.applied_rps)
-        DRY_RUN.labels(key).set(1 if verdict.dry_run else 0)
+                metrics.DEMAND_OBSERVED.remove(key)  # Unknown is absent, never 0
+        metrics.DEMAND_RECOMMENDED.labels(key).set(verdict.decision.target_rps)
+        metrics.DEMAND_PLANNED.labels(key).set(verdict.applied_rps)
+        metrics.DEMAND_DRY_RUN.labels(key).set(1 if verdict.dry_run else 0)
 
     # -- re-plan cost --------------------------------------------------------------
     def replicas_only(self, current: Plan | None, systems: list[SystemObject], pool: NodePool,
@@ -177,7 +166,7 @@ class DemandPlanner:
         except ValueError:
             return None
         resized = resize_replicas(current, specs, pool, store, options=options)
-        RESOLVES.labels("replicas-only" if resized is not None else "full").inc()
+        metrics.DEMAND_RESOLVES.labels("replicas-only" if resized is not None else "full").inc()
         log.info("replicas-only re-solve of %d system(s): %s (%.2f s)", len(specs),
                  "serves the demand" if resized is not None else "cannot serve, re-planning in full",
                  time.perf_counter() - started)
