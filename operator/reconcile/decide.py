@@ -270,11 +270,11 @@ def reserved_gpus(kept: dict[str, Share]) -> set[tuple[str, int]]:
     return {(g.node, g.gpu) for share in kept.values() for g in share.gpus}
 
 
-def _about(diagnosis: list[str], key: str) -> list[str]:
+def about(diagnosis: list[str], key: str) -> list[str]:
     return [line.removeprefix(f"{key}: ") for line in diagnosis]
 
 
-def _serves_nothing(plan: Plan, system: str) -> bool:
+def serves_nothing(plan: Plan, system: str) -> bool:
     summary = next((s for s in plan.systems if s.system == system), None)
     return summary is not None and summary.demand_rps > 0 and summary.served_rps <= 0
 

@@ -1,4 +1,4 @@
-"""The level-triggered reconcile: read the cluster -> plan -> desired objects -> diff -> apply.
+"""The level-triggered reconcile: observe (snapshot.py) -> plan (the solve, here) -> decide (decide.py) -> act (act.py).
 
 One path for create, resume, update, delete and the periodic resync: every
 run reads the whole state it needs back from the cluster (systems, nodes,
@@ -40,7 +40,7 @@ from tessera.operator.profiling.in_cluster import Profiling
 from tessera.operator.reconcile.act import Actor
 from tessera.operator.reconcile.actions import DeletePlan, StorePlan
 from tessera.operator.reconcile.snapshot import observe
-from tessera.operator.reconcile.decide import (STATE_FORMAT, PoolOutcome, _about, _serves_nothing, assign_to_pools,
+from tessera.operator.reconcile.decide import (STATE_FORMAT, PoolOutcome, about, serves_nothing, assign_to_pools,
                                                decide_children, decide_mig_configs, decide_relabels, decide_status,
                                                desired_mig, free_slots, live_children, no_pool_status,
                                                nodes_to_relabel, planned_children, planned_nodes, profiling_mig,
@@ -221,7 +221,7 @@ class Reconciler:
             return resized, {}
         result = self.run_solver(pool_key, candidates, node_pool, current)
         if isinstance(result, (Planned, TimeLimit, Infeasible)) and result.plan is not None:
-            starved = [s for s in candidates if _serves_nothing(result.plan, s.ref.key)]
+            starved = [s for s in candidates if serves_nothing(result.plan, s.ref.key)]
             culprits = self.find_unplannable(pool_key, starved, node_pool) if starved else {}
             return (None, culprits) if culprits else (result.plan, {})
         if isinstance(result, InvalidInput):
@@ -248,10 +248,10 @@ class Reconciler:
             if isinstance(result, InvalidInput):
                 found[key] = (st.INVALID_SPEC, result.reason)
             elif isinstance(result, Infeasible) and result.plan is None:
-                found[key] = (st.SLO_UNREACHABLE, "; ".join([result.reason, *_about(result.diagnosis, key)]))
+                found[key] = (st.SLO_UNREACHABLE, "; ".join([result.reason, *about(result.diagnosis, key)]))
             elif isinstance(result, (Planned, TimeLimit, Infeasible)) and result.plan is not None \
-                    and _serves_nothing(result.plan, key):
-                found[key] = (st.SLO_UNREACHABLE, "; ".join(_about(result.plan.diagnosis, key))
+                    and serves_nothing(result.plan, key):
+                found[key] = (st.SLO_UNREACHABLE, "; ".join(about(result.plan.diagnosis, key))
                               or "no choice meets the SLOs")
         return found
 
