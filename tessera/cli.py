@@ -17,6 +17,7 @@ from tessera.planner.contract import Infeasible, InvalidInput, TimeLimit, plan_o
 from tessera.planner.features import Features, all_feature_sets
 from tessera.planner.input_files import InputError
 from tessera.planner.model import Pool
+from tessera.frontend_cli import frontend, frontend_config_command
 from tessera.operator_cli import operator
 from tessera.place_cli import place
 from tessera.planner_options_cli import take_planner_options
@@ -49,6 +50,8 @@ def main(log_level: str) -> None:
 main.add_command(twin)
 main.add_command(place)
 main.add_command(operator)
+main.add_command(frontend)
+main.add_command(frontend_config_command)
 main.add_command(profiles)
 
 
