@@ -34,7 +34,7 @@ CLIENT_CALLS: dict[type, tuple[str, ...]] = {
     client.CoreV1Api: (
         "list_node", "patch_node", "read_namespace", "create_namespace", "list_pod_for_all_namespaces",
         "list_namespaced_pod", "list_service_for_all_namespaces", "list_namespaced_service",
-        "patch_namespaced_service", "delete_namespaced_service", "list_namespaced_config_map",
+        "list_config_map_for_all_namespaces", "patch_namespaced_service", "delete_namespaced_service", "list_namespaced_config_map",
         "read_namespaced_config_map", "create_namespaced_config_map", "patch_namespaced_config_map",
         "delete_namespaced_config_map", "create_namespaced_event"),
     client.AppsV1Api: ("list_deployment_for_all_namespaces", "list_namespaced_deployment",
@@ -103,7 +103,10 @@ class Cluster:
         return namespaces or [None]
 
     def list_children(self) -> list[dict]:
-        """tessera's Deployments and Services in the watched namespaces."""
+        """tessera's Deployments, Services and ConfigMaps (frontend configs) in the watched namespaces.
+
+        Pool plans and measured profiles are ConfigMaps with the same label but no system owns them:
+        `decide.live_children` leaves them out."""
         selector = f"{naming.MANAGED_BY}={naming.MANAGED_BY_VALUE}"
         found = []
         for namespace in self._watched():
@@ -111,11 +114,14 @@ class Cluster:
             if namespace is None:
                 deployments = self.apps.list_deployment_for_all_namespaces(**raw)
                 services = self.core.list_service_for_all_namespaces(**raw)
+                configmaps = self.core.list_config_map_for_all_namespaces(**raw)
             else:
                 deployments = self.apps.list_namespaced_deployment(namespace, **raw)
                 services = self.core.list_namespaced_service(namespace, **raw)
+                configmaps = self.core.list_namespaced_config_map(namespace, **raw)
             found += [{**d, "kind": "Deployment", "apiVersion": "apps/v1"} for d in self._json(deployments)["items"]]
             found += [{**s, "kind": "Service", "apiVersion": "v1"} for s in self._json(services)["items"]]
+            found += [{**c, "kind": "ConfigMap", "apiVersion": "v1"} for c in self._json(configmaps)["items"]]
         return found
 
     def mig_configs_in_use(self) -> set[str]:
@@ -244,6 +250,8 @@ class Cluster:
         try:
             if obj["kind"] == "Deployment":
                 self.apps.delete_namespaced_deployment(metadata["name"], metadata["namespace"], body=options)
+            elif obj["kind"] == "ConfigMap":
+                self.core.delete_namespaced_config_map(metadata["name"], metadata["namespace"], body=options)
             else:
                 self.core.delete_namespaced_service(metadata["name"], metadata["namespace"], body=options)
         except ApiException as error:

@@ -45,6 +45,10 @@ class OperatorSettings(BaseModel):
         default="registry.invalid/tessera/model-server:unset",
         description="Image of variants that name none (the planner still plans them).")
     server_port: int = Field(default=8000, ge=1, le=65535, description="Port of the model servers (KServe V2 HTTP).")
+    frontend_image: str = Field(
+        default="registry.invalid/tessera/tessera:unset", max_length=512,
+        description="tessera's own image, which runs `tessera frontend` for systems with spec.frontend.")
+    frontend_port: int = Field(default=8080, ge=1, le=65535, description="Port of each system's frontend Service.")
     health_port: int = Field(default=8080, ge=0, le=65535, description="Liveness/readiness port; 0: off.")
     metrics_port: int = Field(default=9090, ge=0, le=65535, description="Prometheus metrics port; 0: off.")
     demand: DemandSettings = Field(default_factory=DemandSettings, description="Demand read from Prometheus.")

@@ -61,6 +61,10 @@ def _selector(_ctx, _param, values: tuple[str, ...]) -> dict[str, str]:
               show_default=True, help="Memory cap of the solver process, MB.")
 @click.option("--default-image", default=DEFAULTS.default_image, show_default=True,
               help="Model-server image for variants that name none.")
+@click.option("--frontend-image", default=DEFAULTS.frontend_image, show_default=True,
+              help="tessera's own image, for the frontend of each system with spec.frontend.")
+@click.option("--frontend-port", type=field_range(OperatorSettings, "frontend_port"), default=DEFAULTS.frontend_port,
+              show_default=True, help="Port of each system's frontend Service.")
 @click.option("--health-port", type=field_range(OperatorSettings, "health_port"), default=DEFAULTS.health_port, show_default=True,
               help="Port of /healthz and /readyz; 0: off.")
 @click.option("--metrics-port", type=field_range(OperatorSettings, "metrics_port"), default=DEFAULTS.metrics_port, show_default=True,

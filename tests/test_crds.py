@@ -108,9 +108,9 @@ def test_condition_types_are_the_designs_ten():
     assert ConditionType.READY == "Ready"
 
 
-def test_a_system_lists_print_ready_gpus_slices_accuracy_latency_and_age():
+def test_a_system_lists_print_ready_gpus_slices_accuracy_latency_frontend_and_age():
     columns = [c["name"] for c in crd("CompoundInferenceSystem")["spec"]["versions"][0]["additionalPrinterColumns"]]
-    assert columns == ["Ready", "Phase", "GPUs", "Slices", "Accuracy", "Latency-ms", "Age"]
+    assert columns == ["Ready", "Phase", "GPUs", "Slices", "Accuracy", "Latency-ms", "Frontend", "Age"]
 
 
 def test_names_are_list_map_keys_so_the_api_server_rejects_duplicates():

@@ -69,6 +69,7 @@ KINDS = {kind.name: kind for kind in (
             _column("Accuracy", ".status.plan.predictedAccuracy", "number", "Predicted worst-path accuracy."),
             _column("Latency-ms", ".status.plan.predictedLatencyMilliseconds", "number",
                     "Predicted worst-path latency in ms."),
+            _column("Frontend", ".status.frontend.address", "string", "The system's frontend endpoint (spec.frontend)."),
             AGE,
         ),
     ),

@@ -93,7 +93,7 @@ def now_rfc3339() -> str:
 
 
 def build_status(generation: int, phase: str, conditions: list[Condition], summary: dict | None,
-                 previous: dict, now: str, demand: dict | None = None) -> dict:
+                 previous: dict, now: str, demand: dict | None = None, frontend: dict | None = None) -> dict:
     """The new status; a condition keeps its lastTransitionTime while its status stays the same."""
     before = {c.get("type"): c for c in previous.get("conditions") or []}
     ordered = sorted(conditions, key=lambda c: CONDITION_ORDER.index(c.type))
@@ -109,12 +109,14 @@ def build_status(generation: int, phase: str, conditions: list[Condition], summa
         status["plan"] = previous["plan"]  # the last good plan's summary stays while it keeps running
     if demand is not None:
         status["demand"] = demand
+    if frontend is not None or previous.get("frontend") is not None:
+        status["frontend"] = frontend  # None removes it (a merge patch): spec.frontend was unset
     return status
 
 
 def status_changed(previous: dict, new: dict) -> bool:
-    keys = ("observedGeneration", "phase", "conditions", "plan")
-    return any(previous.get(key) != new.get(key) for key in keys) or previous.get("demand") != new.get("demand")
+    keys = ("observedGeneration", "phase", "conditions", "plan", "demand", "frontend")
+    return any(previous.get(key) != new.get(key) for key in keys)
 
 
 def events_for(previous: dict, new: dict) -> list[EventSpec]:

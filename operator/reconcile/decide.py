@@ -23,12 +23,13 @@ from tessera.operator.api.systems import SystemObject
 from tessera.operator.gpus.discovery import Pool, node_profile_name
 from tessera.operator.gpus.node_plans import NodePlan, Placement, PlacedGpu, Share
 from tessera.operator.profiling.jobs import PlannedNode, in_transition
-from tessera.operator.reconcile import builders
+from tessera.operator.reconcile import builders, frontend_children
 from tessera.operator.reconcile.actions import (Action, ApplyChild, DeleteChild, Json, LabelNode, PatchStatus,
                                                 PostEvent, WriteMigConfigs)
 from tessera.operator.settings import OperatorSettings
 from tessera.planner.catalog import gpu_product
 from tessera.planner.plan import Plan
+from tessera.planner.profiles import ProfileStore
 
 POOL_ANNOTATION = "tessera.ai/gpu-product"
 """On a system: the GPU product (GFD label value) of the pool to plan it in; default the largest pool."""
@@ -166,10 +167,13 @@ def decide_relabels(pool: Pool, mig: dict[str, NodeMig], written: dict[str, floa
 
 # -- Deployments and Services -------------------------------------------------
 
-def planned_children(pool: Pool, systems: list[SystemObject], outcome: PoolOutcome, settings: OperatorSettings
+def planned_children(pool: Pool, systems: list[SystemObject], outcome: PoolOutcome, settings: OperatorSettings,
+                     store: ProfileStore | None = None
                      ) -> tuple[dict[ChildKey, tuple[Json, bool]], dict[str, list[Json]]]:
     """Every child the placement wants -> (body, whether to apply it now: its node's layout is applied); and the
-    Deployments each system's plan wants (applied or waiting for MIG)."""
+    Deployments each system's plan wants (applied or waiting for MIG). A system with spec.frontend also gets its
+    frontend (frontend_children.py), configured from the plan; `store` (the measured profiles the plan was made
+    with) gives the frontend a batch of one's latency."""
     placement = outcome.placement
     planned: dict[ChildKey, tuple[Json, bool]] = {}
     deployments: dict[str, list[Json]] = {}
@@ -190,12 +194,16 @@ def planned_children(pool: Pool, systems: list[SystemObject], outcome: PoolOutco
             mig = outcome.mig.get(key.node)
             planned[("Deployment", system.ref.namespace, body["metadata"]["name"])] = (body, mig is not None and mig.applied)
             deployments.setdefault(system.ref.key, []).append(body)
+        if outcome.plan is not None:
+            for body in frontend_children.children(system.ref, system.spec, outcome.plan, store, settings):
+                planned[(body["kind"], system.ref.namespace, body["metadata"]["name"])] = (body, True)
     return planned, deployments
 
 
 def decide_children(planned: dict[ChildKey, tuple[Json, bool]], systems: list[SystemObject],
                     live: dict[ChildKey, Json], outcome: PoolOutcome) -> list[Action]:
-    """Services first, then Deployments whose node's layout is applied, each only when it differs from the live one;
+    """Services first, then ConfigMaps and the Deployments whose node's layout is applied (a frontend's ConfigMap
+    before the Deployment that mounts it), each only when it differs from the live one;
     then the deletion of children no plan wants, unless the solve failed or their system is invalid."""
     actions: list[Action] = []
     for key, (body, ready_to_apply) in sorted(planned.items(), key=lambda item: (item[0][0] != "Service", item[0])):
@@ -231,6 +239,13 @@ def decide_status(system: SystemObject, new: Json, now: str) -> list[Action]:
     for event in st.events_for(system.status, new):
         actions.append(PostEvent(st.event_body(system.ref, event, now), reason=f"{event.type} event {event.reason}"))
     return actions
+
+
+def frontend_status(system: SystemObject, settings: OperatorSettings) -> Json | None:
+    """status.frontend: where the system's frontend answers, while spec.frontend asks for one."""
+    if system.spec is None or system.spec.frontend is None:
+        return None
+    return {"address": frontend_children.address(system.ref, settings)}
 
 
 def assign_to_pools(systems: list[SystemObject], pools: list[Pool]) -> dict[str | None, list[SystemObject]]:

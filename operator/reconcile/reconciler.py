@@ -44,7 +44,8 @@ from tessera.operator.reconcile.decide import (STATE_FORMAT, PoolOutcome, about,
                                                decide_children, decide_mig_configs, decide_relabels, decide_status,
                                                desired_mig, free_slots, live_children, no_pool_status,
                                                nodes_to_relabel, planned_children, planned_nodes, profiling_mig,
-                                               reserved_gpus, stored_plan_stands, stored_pool_plan, system_status)
+                                               reserved_gpus, stored_plan_stands, stored_pool_plan, system_status,
+                                               frontend_status)
 from tessera.operator.settings import OperatorSettings
 from tessera.operator.testhooks import checkpoint
 from tessera.planner.contract import (
@@ -302,7 +303,8 @@ class Reconciler:
     # -- Deployments and Services ---------------------------------------------
     def reconcile_children(self, pool: Pool, systems: list[SystemObject], children: list[dict[str, object]],
                            outcome: PoolOutcome) -> None:
-        planned, outcome.deployments = planned_children(pool, systems, outcome, self.settings)
+        planned, outcome.deployments = planned_children(pool, systems, outcome, self.settings,
+                                                        self.profiling.store(pool.key))
         outcome.live = live_children(children, systems)
         self.actor.apply(decide_children(planned, systems, outcome.live, outcome))
 
@@ -311,7 +313,7 @@ class Reconciler:
                      summary: dict[str, object] | None) -> None:
         now = st.now_rfc3339()
         new = st.build_status(system.ref.generation, phase, conditions, summary, system.status, now,
-                              self.demand.status_of(system, conditions))
+                              self.demand.status_of(system, conditions), frontend_status(system, self.settings))
         self.actor.apply(decide_status(system, new, now))
 
 
