@@ -25,7 +25,7 @@ from tessera.operator.demand import hysteresis as hy
 from tessera.operator.api import status as st
 from tessera.operator.api.v1alpha1 import ConditionType, DemandStatus
 from tessera.operator.demand.settings import DemandSettings
-from tessera.operator.demand.templates import render
+from tessera.operator.demand.templates import FRONTEND_TEMPLATE, render
 from tessera.operator.demand.prometheus import PrometheusClient, Reading, Reason, unknown
 from tessera.operator.demand.promql import QueryRejected, confine
 from tessera.operator.api.systems import SystemObject
@@ -78,6 +78,7 @@ class DemandPlanner:
         now = self.clock()
         out = []
         for system in systems:
+            system = self.with_default_source(system)
             source = _source(system)
             if source is None or system.spec is None:
                 out.append(system)
@@ -87,6 +88,16 @@ class DemandPlanner:
             self.export(system.ref.key, verdict)
             out.append(replace(system, spec=system.spec.model_copy(update={"demand_rps": verdict.applied_rps})))
         return out
+
+    def with_default_source(self, system: SystemObject) -> SystemObject:
+        """A system served through its frontend with no demandSource reads the frontend's offered rate (the
+        tessera-frontend template), when the operator has a Prometheus: without one, a source would only
+        hold the spec's rate where it was, and a changed demandRequestsPerSecond would go unplanned."""
+        spec = system.spec
+        if self.client is None or spec is None or spec.frontend is None or spec.demand_source is not None:
+            return system
+        default = SystemDemandSource(template=FRONTEND_TEMPLATE)
+        return replace(system, spec=spec.model_copy(update={"demand_source": default}))
 
     def decide(self, system: SystemObject, now: datetime, pods_ready: bool) -> Verdict:
         assert system.spec is not None and system.spec.demand_source is not None

@@ -6,6 +6,8 @@ from __future__ import annotations
 import pytest
 import yaml
 
+from tessera.operator.demand.planning import DemandPlanner
+from tessera.operator.demand.settings import DemandSettings
 from tessera.operator.reconcile import builders, frontend_children
 from tessera.operator.reconcile.actions import ApplyChild
 from tessera.operator.reconcile.decide import frontend_status, live_children, planned_children, decide_children
@@ -122,3 +124,20 @@ def test_unsetting_spec_frontend_deletes_its_children(split_plan):
     deleted = {(a.child["kind"], a.child["metadata"]["name"]) for a in actions if type(a).__name__ == "DeleteChild"}
     name = frontend_children.frontend_name(system().ref)
     assert {("ConfigMap", name), ("Deployment", name), ("Service", name)} <= deleted
+
+
+def test_a_frontend_system_without_a_demand_source_reads_the_frontends_offered_rate():
+    planner = DemandPlanner(DemandSettings(prometheus_url="http://127.0.0.1:1"))
+    source = planner.with_default_source(system(**FRONTEND)).spec.demand_source
+    assert source is not None and source.template == "tessera-frontend"
+    assert planner.with_default_source(system()).spec.demand_source is None  # no frontend: no default
+
+
+def test_without_prometheus_a_frontend_system_plans_for_its_spec_demand():
+    assert DemandPlanner(DemandSettings()).with_default_source(system(**FRONTEND)).spec.demand_source is None
+
+
+def test_a_demand_source_given_in_the_spec_stays_the_one_read():
+    given = {"demandSource": {"query": "sum(rate(my_requests_total[1m]))"}}
+    planner = DemandPlanner(DemandSettings(prometheus_url="http://127.0.0.1:1"))
+    assert planner.with_default_source(system(**FRONTEND, **given)).spec.demand_source.query.startswith("sum(")
