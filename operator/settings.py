@@ -49,6 +49,10 @@ class OperatorSettings(BaseModel):
         default="registry.invalid/tessera/tessera:unset", max_length=512,
         description="tessera's own image, which runs `tessera frontend` for systems with spec.frontend.")
     frontend_port: int = Field(default=8080, ge=1, le=65535, description="Port of each system's frontend Service.")
+    frontend_rps_per_replica: float = Field(
+        default=2000.0, gt=0, le=1e6,
+        description="Requests/s one frontend process carries (a core; bench/README.md measured 2,400-6,300 per "
+                    "CPU-second for 1-3 hops): its Deployment has demand / this replicas, at least one.")
     health_port: int = Field(default=8080, ge=0, le=65535, description="Liveness/readiness port; 0: off.")
     metrics_port: int = Field(default=9090, ge=0, le=65535, description="Prometheus metrics port; 0: off.")
     demand: DemandSettings = Field(default_factory=DemandSettings, description="Demand read from Prometheus.")

@@ -65,6 +65,10 @@ def _selector(_ctx, _param, values: tuple[str, ...]) -> dict[str, str]:
               help="tessera's own image, for the frontend of each system with spec.frontend.")
 @click.option("--frontend-port", type=field_range(OperatorSettings, "frontend_port"), default=DEFAULTS.frontend_port,
               show_default=True, help="Port of each system's frontend Service.")
+@click.option("--frontend-requests-per-replica", "frontend_rps_per_replica",
+              type=field_range(OperatorSettings, "frontend_rps_per_replica"),
+              default=DEFAULTS.frontend_rps_per_replica, show_default=True,
+              help="Requests/s one frontend process carries: each system's frontend runs demand / this replicas.")
 @click.option("--health-port", type=field_range(OperatorSettings, "health_port"), default=DEFAULTS.health_port, show_default=True,
               help="Port of /healthz and /readyz; 0: off.")
 @click.option("--metrics-port", type=field_range(OperatorSettings, "metrics_port"), default=DEFAULTS.metrics_port, show_default=True,

@@ -27,6 +27,8 @@ hash of the config; it changes only with the image, port or system.
 
 from __future__ import annotations
 
+import math
+
 import yaml
 
 from tessera.frontend.config import frontend_config
@@ -110,7 +112,14 @@ def configuration_services(system: SystemRef, plan: Plan, settings: OperatorSett
     return services
 
 
-def deployment(system: SystemRef, settings: OperatorSettings) -> Json:
+def replicas(spec: SystemSpec, plan: Plan, settings: OperatorSettings) -> int:
+    """Frontend processes for the demand the plan serves, each carrying up to --frontend-requests-per-replica."""
+    summary = next((s for s in plan.systems if s.system == spec.name), None)
+    demand = summary.demand_rps if summary is not None else spec.demand_rps
+    return max(1, math.ceil(demand / settings.frontend_rps_per_replica))
+
+
+def deployment(system: SystemRef, settings: OperatorSettings, replica_count: int = 1) -> Json:
     name = frontend_name(system)
     selector = {naming.MANAGED_BY: naming.MANAGED_BY_VALUE, "tessera.ai/deployment": name}
     pod_labels = {**selector, naming.SYSTEM_LABEL: naming.label_value(system.name), naming.CHILD_KIND_LABEL: COMPONENT,
@@ -124,11 +133,13 @@ def deployment(system: SystemRef, settings: OperatorSettings) -> Json:
         "readinessProbe": probe,
         "livenessProbe": {**probe, "httpGet": {"path": "/v2/health/live", "port": "http"}},
         "volumeMounts": [{"name": "config", "mountPath": CONFIG_DIRECTORY, "readOnly": True}],
+        # One asyncio process: a core is what it uses (bench/README.md, "Frontend").
+        "resources": {"requests": {"cpu": "1", "memory": "256Mi"}},
     }
     body = {
         "apiVersion": "apps/v1", "kind": "Deployment", "metadata": _metadata(system, name, None, COMPONENT),
         "spec": {
-            "replicas": 1,
+            "replicas": replica_count,
             "selector": {"matchLabels": selector},
             # A new image or port rolls one pod at a time with none missing: the endpoint stays up.
             "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}},
@@ -156,4 +167,4 @@ def children(system: SystemRef, spec: SystemSpec, plan: Plan, store: ProfileStor
     if spec.frontend is None or not serves_every_task(spec, plan):
         return []
     return [config_map(system, spec, plan, store, settings), *configuration_services(system, plan, settings),
-            service(system, settings), deployment(system, settings)]
+            service(system, settings), deployment(system, settings, replicas(spec, plan, settings))]

@@ -141,3 +141,18 @@ def test_a_demand_source_given_in_the_spec_stays_the_one_read():
     given = {"demandSource": {"query": "sum(rate(my_requests_total[1m]))"}}
     planner = DemandPlanner(DemandSettings(prometheus_url="http://127.0.0.1:1"))
     assert planner.with_default_source(system(**FRONTEND, **given)).spec.demand_source.query.startswith("sum(")
+
+
+def test_the_frontend_runs_one_replica_per_share_of_the_planned_demand(split_plan):
+    settings = SETTINGS.model_copy(update={"frontend_rps_per_replica": 20.0})
+    busy = split_plan.model_copy(update={"systems": [split_plan.systems[0].model_copy(update={"demand_rps": 50})]})
+    spec = system(**FRONTEND).spec
+    assert frontend_children.replicas(spec, busy, settings) == 3  # 50 req/s at 20 per process
+    assert frontend_children.replicas(spec, busy, SETTINGS) == 1  # never fewer than one
+
+
+def test_a_pool_plan_of_several_systems_gives_each_frontend_only_its_own_tasks(split_plan):
+    other = [t.model_copy(update={"system": "shop/other"}) for t in split_plan.tasks]
+    pooled = split_plan.model_copy(update={"tasks": [*split_plan.tasks, *other]})
+    _, actions = decision(pooled, [system(**FRONTEND)])
+    assert sorted(t["name"] for t in frontend_file(actions)["tasks"]) == ["car-classification", "object-detection"]
