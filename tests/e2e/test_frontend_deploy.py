@@ -70,7 +70,8 @@ def test_the_operator_deploys_the_frontend_and_a_demand_change_updates_its_routi
             assert CONFIGURATION_LABEL in service.spec.selector
             assert core.list_namespaced_pod(namespace, label_selector=selector).items, selector
 
-    # A plan change (more demand) rewrites the config in place; the frontend is not rolled (a hot reload).
+    # A plan change (more demand) rewrites the config in place; the frontend is not rolled (a hot reload), and
+    # 800 req/s stays within one frontend replica (--frontend-requests-per-replica 2,000).
     generation = frontend.metadata.generation
     kubectl("apply", "-n", namespace, "-f", "-",
             input=system_yaml("served", frontend={"maxInFlight": 256}, demandRequestsPerSecond=800))
