@@ -2,7 +2,7 @@
 
 The order of a reconcile (docs/operator.md, "The order of writes"): the
 pool's plan, the mig-parted ConfigMap, node relabels, Services, then
-Deployments (only onto nodes whose layout is applied), stale children,
+ConfigMaps (a frontend's config) and Deployments (only onto nodes whose layout is applied), stale children,
 then each system's status and its Events. Every action is idempotent (apply
 is server-side apply, a delete tolerates a child already gone, a status
 patch writes the same status again), and every reconcile decides afresh
