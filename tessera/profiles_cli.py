@@ -24,7 +24,7 @@ DEFAULT_NAMESPACE = OperatorSettings().state_namespace
 
 def _cluster(kubeconfig: str | None, namespace: str) -> Cluster:
     from tessera.operator.cluster import Cluster
-    from tessera.operator.main import api_client
+    from tessera.operator.entry.process import api_client
 
     return Cluster(api_client(kubeconfig), OperatorSettings(state_namespace=namespace))
 
@@ -65,7 +65,7 @@ _namespace = click.option("--namespace", default=DEFAULT_NAMESPACE, show_default
               help="Write the CSV here (default: standard output).")
 def export_command(kubeconfig: str | None, namespace: str, from_file: Path | None, output: Path | None) -> None:
     """Write the measured profiles as the CSV `tessera plan --measured` reads."""
-    from tessera.operator import profiles_exchange as exchange
+    from tessera.operator.profiling import exchange
 
     configmaps = (exchange.configmaps_in_file(from_file) if from_file
                   else exchange.cluster_configmaps(_cluster(kubeconfig, namespace)))
@@ -84,7 +84,7 @@ def export_command(kubeconfig: str | None, namespace: str, from_file: Path | Non
 @_namespace
 def import_command(file: Path, kubeconfig: str | None, namespace: str) -> None:
     """Merge the profiles of FILE (a `tessera profiles export` CSV) into the cluster's ConfigMaps."""
-    from tessera.operator import profiles_exchange as exchange
+    from tessera.operator.profiling import exchange
 
     rows = read_profiles_csv(file)  # refused input exits BAD_INPUT through the main group
     exchange.import_rows(_cluster(kubeconfig, namespace), rows)

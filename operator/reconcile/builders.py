@@ -20,13 +20,13 @@ from __future__ import annotations
 import yaml
 
 from tessera.operator import naming
-from tessera.operator.api import child_name
-from tessera.operator.placement import NodePlan, ServerKey
-from tessera.operator.pools import (
+from tessera.operator.api.v1alpha1 import child_name
+from tessera.operator.gpus.node_plans import NodePlan, ServerKey
+from tessera.operator.gpus.discovery import (
     HOSTNAME_LABEL, MIG_CONFIG_LABEL, MIG_RESOURCE_PREFIX, MIG_STATE_LABEL, WHOLE_GPU_RESOURCE,
 )
 from tessera.operator.settings import OperatorSettings
-from tessera.operator.systems import SystemRef
+from tessera.operator.api.systems import SystemRef
 from tessera.planner.model import SystemSpec
 from tessera.planner.plan import ConfigPlan, TaskPlan
 
@@ -40,6 +40,8 @@ NVIDIA_DEFAULT_CONFIGS = {
 MPS_PIPE_DIRECTORY = "/tmp/nvidia-mps"
 MPS_LOG_DIRECTORY = "/tmp/nvidia-mps-log"
 SERVER_CONTAINER = "server"
+CONFIGURATION_LABEL = f"{naming.GROUP}/configuration"
+"""On the servers of a system with a frontend: their task configuration, which its Service selects on every node."""
 
 
 # -- MIG -----------------------------------------------------------------------
@@ -104,6 +106,12 @@ def deployment_name(system: SystemRef, key: ServerKey, task: TaskPlan, config: C
                       f"mps{config.segment.mps}", f"batch{config.batch}", key.node)
 
 
+def configuration_name(system: SystemRef, task: TaskPlan, config: ConfigPlan) -> str:
+    """A task configuration across nodes: its Service (frontend routing) and its servers' label value."""
+    return child_name(system.name, task.task, task.variant, config.segment.mig_profile,
+                      f"mps{config.segment.mps}", f"batch{config.batch}")
+
+
 def service_name(system: SystemRef, task: str) -> str:
     """A task's Service: stable while the task exists, whatever its plan."""
     return child_name(system.name, task)
@@ -156,6 +164,10 @@ def deployment(system: SystemRef, spec: SystemSpec, key: ServerKey, task: TaskPl
     labels = naming.child_labels(system.name, task.task, "model-server")
     pod_labels = {**naming.selector_labels(system.name, task.task), naming.SCHEMA_LABEL: naming.SCHEMA_VERSION,
                   "tessera.ai/deployment": name}
+    if spec.frontend is not None:
+        # Only with a frontend: switching it on already rolls the servers (TESSERA_GRAPH), so the label adds no
+        # rollout, and servers of systems without one keep the template (and applied hash) they have.
+        pod_labels[CONFIGURATION_LABEL] = configuration_name(system, task, config)
     resource = gpu_resource(node_profile, whole_gpu)
     container = {
         "name": SERVER_CONTAINER,

@@ -20,16 +20,15 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 from typing import Any, overload
 
-from prometheus_client import Counter, Gauge
-
-from tessera.operator import hysteresis as hy
-from tessera.operator import status as st
-from tessera.operator.api import ConditionType, DemandStatus
-from tessera.operator.demand_settings import DemandSettings
-from tessera.operator.demand_templates import render
-from tessera.operator.prometheus import PrometheusClient, Reading, Reason, unknown
-from tessera.operator.promql import QueryRejected, confine
-from tessera.operator.systems import SystemObject
+from tessera.operator import metrics
+from tessera.operator.demand import hysteresis as hy
+from tessera.operator.api import status as st
+from tessera.operator.api.v1alpha1 import ConditionType, DemandStatus
+from tessera.operator.demand.settings import DemandSettings
+from tessera.operator.demand.templates import FRONTEND_TEMPLATE, render
+from tessera.operator.demand.prometheus import PrometheusClient, Reading, Reason, unknown
+from tessera.operator.demand.promql import QueryRejected, confine
+from tessera.operator.api.systems import SystemObject
 from tessera.planner.nodes import NodePool
 from tessera.planner.model import SystemDemandSource
 from tessera.planner.plan import Plan
@@ -44,16 +43,6 @@ METRICS_AVAILABLE = ConditionType.METRICS_AVAILABLE
 DEMAND_READ = "DemandRead"
 CAPACITY_CHANGE_DEFERRED = "CapacityChangeDeferred"
 
-OBSERVED = Gauge("tessera_demand_observed_requests_per_second", "Last demand read from Prometheus (absent: Unknown).",
-                 ["system"])
-RECOMMENDED = Gauge("tessera_demand_recommended_requests_per_second",
-                    "Demand the hysteresis would plan for (applied unless dry run).", ["system"])
-PLANNED = Gauge("tessera_demand_planned_requests_per_second", "Demand the plan in force is made for.", ["system"])
-DRY_RUN = Gauge("tessera_demand_dry_run", "1 while the system's recommendations are reported, not applied.", ["system"])
-RESOLVES = Counter("tessera_demand_resolves_total",
-                   "Demand-only re-plans, by kind: replicas-only (variants and layouts fixed) or full.", ["kind"])
-UNKNOWN_READINGS = Counter("tessera_demand_unknown_total", "Readings that gave no number, by reason.",
-                           ["system", "reason"])
 
 
 @dataclass(frozen=True)
@@ -89,6 +78,7 @@ class DemandPlanner:
         now = self.clock()
         out = []
         for system in systems:
+            system = self.with_default_source(system)
             source = _source(system)
             if source is None or system.spec is None:
                 out.append(system)
@@ -98,6 +88,16 @@ class DemandPlanner:
             self.export(system.ref.key, verdict)
             out.append(replace(system, spec=system.spec.model_copy(update={"demand_rps": verdict.applied_rps})))
         return out
+
+    def with_default_source(self, system: SystemObject) -> SystemObject:
+        """A system served through its frontend with no demandSource reads the frontend's offered rate (the
+        tessera-frontend template), when the operator has a Prometheus: without one, a source would only
+        hold the spec's rate where it was, and a changed demandRequestsPerSecond would go unplanned."""
+        spec = system.spec
+        if self.client is None or spec is None or spec.frontend is None or spec.demand_source is not None:
+            return system
+        default = SystemDemandSource(template=FRONTEND_TEMPLATE)
+        return replace(system, spec=spec.model_copy(update={"demand_source": default}))
 
     def decide(self, system: SystemObject, now: datetime, pods_ready: bool) -> Verdict:
         assert system.spec is not None and system.spec.demand_source is not None
@@ -139,7 +139,7 @@ class DemandPlanner:
             return unknown(Reason.QUERY_REJECTED, f"spec.demandSource: {error}")
         reading = self.client.instant(confined)
         if not reading.known:
-            UNKNOWN_READINGS.labels(system.ref.key, reading.reason).inc()
+            metrics.DEMAND_UNKNOWN_READINGS.labels(system.ref.key, reading.reason).inc()
         return reading
 
     def _windows(self, system: SystemObject) -> hy.Windows:
@@ -149,13 +149,13 @@ class DemandPlanner:
 
     def export(self, key: str, verdict: Verdict) -> None:
         if verdict.reading.value is not None:
-            OBSERVED.labels(key).set(verdict.reading.value)
+            metrics.DEMAND_OBSERVED.labels(key).set(verdict.reading.value)
         else:
             with contextlib.suppress(KeyError):
-                OBSERVED.remove(key)  # Unknown is absent, never 0
-        RECOMMENDED.labels(key).set(verdict.decision.target_rps)
-        PLANNED.labels(key).set(verdict.applied_rps)
-        DRY_RUN.labels(key).set(1 if verdict.dry_run else 0)
+                metrics.DEMAND_OBSERVED.remove(key)  # Unknown is absent, never 0
+        metrics.DEMAND_RECOMMENDED.labels(key).set(verdict.decision.target_rps)
+        metrics.DEMAND_PLANNED.labels(key).set(verdict.applied_rps)
+        metrics.DEMAND_DRY_RUN.labels(key).set(1 if verdict.dry_run else 0)
 
     # -- re-plan cost --------------------------------------------------------------
     def replicas_only(self, current: Plan | None, systems: list[SystemObject], pool: NodePool,
@@ -177,7 +177,7 @@ class DemandPlanner:
         except ValueError:
             return None
         resized = resize_replicas(current, specs, pool, store, options=options)
-        RESOLVES.labels("replicas-only" if resized is not None else "full").inc()
+        metrics.DEMAND_RESOLVES.labels("replicas-only" if resized is not None else "full").inc()
         log.info("replicas-only re-solve of %d system(s): %s (%.2f s)", len(specs),
                  "serves the demand" if resized is not None else "cannot serve, re-planning in full",
                  time.perf_counter() - started)

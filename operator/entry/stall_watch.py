@@ -21,7 +21,7 @@ from types import FrameType
 
 log = logging.getLogger("tessera.operator")
 FRAMES = 8
-TESSERA = str(Path(__file__).resolve().parents[1])
+TESSERA = str(Path(__file__).resolve().parents[2])
 """tessera's own source tree (installed: the package; editable: the repository)."""
 
 

@@ -15,16 +15,15 @@ import logging
 import time
 
 from tessera.operator import metrics
-from tessera.operator.reconcile import Reconciler
+from tessera.operator.reconcile.reconciler import Reconciler
 from tessera.operator.settings import OperatorSettings
-from tessera.operator.stall_watch import StallWatch
+from tessera.operator.entry.stall_watch import StallWatch
 from tessera.planner.worker import SolveCancelled
 
 log = logging.getLogger("tessera.operator")
 LAG_PROBE_S = 0.05
 STALL_REPORT_S = 0.1
 """Stalls longer than this are logged with the threads' stacks (the target is below it)."""
-MAX_BACKOFF_S = 60.0
 
 
 class Controller:
@@ -97,7 +96,7 @@ class Controller:
             except Exception:
                 failures += 1
                 metrics.RECONCILE_ERRORS.labels(kind).inc()
-                delay = min(MAX_BACKOFF_S, 2.0 ** failures)
+                delay = min(self.settings.max_backoff_s, 2.0 ** failures)
                 log.exception("reconcile failed (attempt %d); retrying in %.0f s", failures, delay)
                 self._schedule(delay)
                 continue

@@ -241,10 +241,16 @@ class _Status(Spec):
     demand: DemandStatus | None = Field(default=None, description="The demand last read and the re-plan windows.")
 
 
+class FrontendStatus(Spec):
+    address: str = Field(max_length=512, description="host:port of the system's frontend Service (in-cluster); "
+                                                     "clients POST to /v2/models/<system>/infer there.")
+
+
 class SystemStatus(_Status):
     """Status of a CompoundInferenceSystem."""
 
     plan: SystemPlanSummary | None = Field(default=None, description="The plan in force (the last good one).")
+    frontend: FrontendStatus | None = Field(default=None, description="The system's one endpoint (spec.frontend).")
 
 
 class AdapterPoolStatus(_Status):

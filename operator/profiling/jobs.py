@@ -1,6 +1,6 @@
 """Profiler Jobs, pure: what to measure, the Job that measures it, and its result back as profiles.
 
-No API calls here (operator/profiler_jobs.py reads and writes the cluster):
+No API calls here (operator/profiling/in_cluster.py reads and writes the cluster):
 plain data in, plain data out, unit-tested without a cluster.
 
 - What: the segment types a pool's plan chose for a variant on the built-in
@@ -45,17 +45,17 @@ plain data in, plain data out, unit-tested without a cluster.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from tessera.operator import naming
-from tessera.operator.api import child_name
-from tessera.operator.placement import NodePlan
-from tessera.operator.pools import MIG_RESOURCE_PREFIX, NodeFacts, Pool, node_profile_name
+from tessera.operator.api.v1alpha1 import child_name
+from tessera.operator.gpus.node_plans import NodePlan
+from tessera.operator.gpus.discovery import MIG_RESOURCE_PREFIX, NodeFacts, Pool, node_profile_name
 from tessera.planner.catalog import Layout, valid_layouts
-from tessera.operator.systems import SystemRef
+from tessera.operator.api.systems import SystemRef
 from tessera.planner.model import SystemSpec, Variant
 from tessera.planner.plan import Plan
 from tessera.planner.profiles import Profile, ProfileSource, ProfileStore, SegmentType
@@ -82,6 +82,16 @@ FAILJOB_EXIT_CODES = sorted(int(code) for code in ExitCode if code != ExitCode.C
 Obj = dict[str, Any]
 """A Kubernetes object as the API's JSON has it."""
 CONFIGMAP_LIMIT = 1_000_000  # bytes of data in one ConfigMap (the API's limit is 1 MiB, with metadata)
+
+
+@dataclass(frozen=True)
+class PlannedNode:
+    """A node of the pool's plan, as profiling sees it."""
+
+    applied: bool
+    """It advertises its planned layout (mig-manager's success, the expected counts)."""
+    used: dict[str, int] = field(default_factory=dict)
+    """Catalog MIG profile -> instances the plan's servers take on the node."""
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
 Every condition reason is a named constant; messages say what a user can do.
 Status is built as plain dicts here, in one module, so that the typed status
-models (operator/api.py) can replace the dicts locally. An Event is posted
+models (operator/api/v1alpha1.py) can replace the dicts locally. An Event is posted
 when a condition changes status or reason (or the plan changes): a decision,
 not a heartbeat, so an idle resync posts none.
 """
@@ -13,13 +13,13 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from tessera.operator import naming
-from tessera.operator.api import (ConditionType, ConfigurationSummary, Phase, ProfileSourceCounts, SystemPlanSummary,
+from tessera.operator.api.v1alpha1 import (ConditionType, ConfigurationSummary, Phase, ProfileSourceCounts, SystemPlanSummary,
                                   TaskPlanSummary)
-from tessera.operator.systems import SystemRef
+from tessera.operator.api.systems import SystemRef
 from tessera.planner.plan import Plan
 from tessera.planner.profiles import ProfileSource
 
-# Condition types: the API's (operator/api.py), the ones a CompoundInferenceSystem carries.
+# Condition types: the API's (operator/api/v1alpha1.py), the ones a CompoundInferenceSystem carries.
 READY = ConditionType.READY
 PLANNED = ConditionType.PLANNED
 PROGRESSING = ConditionType.PROGRESSING
@@ -93,7 +93,7 @@ def now_rfc3339() -> str:
 
 
 def build_status(generation: int, phase: str, conditions: list[Condition], summary: dict | None,
-                 previous: dict, now: str, demand: dict | None = None) -> dict:
+                 previous: dict, now: str, demand: dict | None = None, frontend: dict | None = None) -> dict:
     """The new status; a condition keeps its lastTransitionTime while its status stays the same."""
     before = {c.get("type"): c for c in previous.get("conditions") or []}
     ordered = sorted(conditions, key=lambda c: CONDITION_ORDER.index(c.type))
@@ -109,12 +109,14 @@ def build_status(generation: int, phase: str, conditions: list[Condition], summa
         status["plan"] = previous["plan"]  # the last good plan's summary stays while it keeps running
     if demand is not None:
         status["demand"] = demand
+    if frontend is not None or previous.get("frontend") is not None:
+        status["frontend"] = frontend  # None removes it (a merge patch): spec.frontend was unset
     return status
 
 
 def status_changed(previous: dict, new: dict) -> bool:
-    keys = ("observedGeneration", "phase", "conditions", "plan")
-    return any(previous.get(key) != new.get(key) for key in keys) or previous.get("demand") != new.get("demand")
+    keys = ("observedGeneration", "phase", "conditions", "plan", "demand", "frontend")
+    return any(previous.get(key) != new.get(key) for key in keys)
 
 
 def events_for(previous: dict, new: dict) -> list[EventSpec]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field, HttpUrl
 
-from tessera.operator.demand_templates import DEFAULT_TEMPLATES
+from tessera.operator.demand.templates import DEFAULT_TEMPLATES
 
 
 class DemandSettings(BaseModel):

@@ -17,11 +17,9 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from prometheus_client import Gauge
+from tessera.operator import metrics
 
 log = logging.getLogger("tessera.operator")
-MISMATCH = Gauge("tessera_mig_configmap_mismatch",
-                 "1 while the ClusterPolicy names another mig-parted ConfigMap than the one tessera is set to write.")
 MISMATCH_REASON = "MigConfigMapMismatch"
 
 
@@ -53,7 +51,7 @@ class MismatchReporter:
 
     def changed(self, resolved: Resolved) -> bool:
         """Sets the metric; True when the mismatch is new (so an Event is due)."""
-        MISMATCH.set(1 if resolved.mismatch else 0)
+        metrics.MIG_CONFIGMAP_MISMATCH.set(1 if resolved.mismatch else 0)
         new = resolved.mismatch is not None and resolved.mismatch != self.reported
         if new:
             log.warning("%s", resolved.mismatch)

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping
 
 import yaml
 
-from tessera.operator.pools import MIG_CONFIG_LABEL, MIG_PREFIX, MIG_STATE_LABEL, NodeFacts, Pool, node_profile_name
+from tessera.operator.gpus.discovery import MIG_CONFIG_LABEL, MIG_PREFIX, MIG_STATE_LABEL, NodeFacts, Pool, node_profile_name
 from tessera.planner.catalog import valid_layouts
 from tessera.planner.nodes import GpuLayout, NodePool, NodeState, as_layout, node_from_labels
 

@@ -25,6 +25,8 @@ from __future__ import annotations
 
 BACKLOG_DRAIN_S = 60
 RATE_WINDOW = "1m"
+FRONTEND_TEMPLATE = "tessera-frontend"
+"""The demand source of a system with spec.frontend and no demandSource (when the operator reads Prometheus)."""
 
 DEFAULT_TEMPLATES: dict[str, str] = {
     "triton": (
@@ -35,7 +37,7 @@ DEFAULT_TEMPLATES: dict[str, str] = {
         f' + sum(rate(batch_request_queue_sum{{model_name="$entry"}}[{RATE_WINDOW}]))'
         f' / clamp_min(sum(rate(batch_request_queue_count{{model_name="$entry"}}[{RATE_WINDOW}])), 1e-9)'
         f' / {BACKLOG_DRAIN_S}'),
-    "tessera-frontend": (
+    FRONTEND_TEMPLATE: (
         f'sum(rate(tessera_frontend_requests_total{{system="$system",outcome!="invalid"}}[{RATE_WINDOW}]))'),
 }
 

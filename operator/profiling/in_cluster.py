@@ -10,7 +10,7 @@ False, a Warning Event), not retried. What the pool's plan runs on an
 estimate gets a Job, at most `profiling_jobs_per_pool` at once; the measured
 profiles are part of the plan's inputs, so their arrival re-plans the pool.
 
-Results are keyed by image digest (operator/profiling.py says how a digest is
+Results are keyed by image digest (operator/profiling/jobs.py says how a digest is
 resolved): each run also reads the digests Kubernetes reports in tessera's
 pods (serving and profiler: their containers' imageID) beside those the
 stored results were measured under, and a variant's image counts as its
@@ -24,14 +24,14 @@ import logging
 from dataclasses import dataclass, field
 
 from tessera.operator import naming
-from tessera.operator import profiling as pf
-from tessera.operator.profiling import Obj
-from tessera.operator import status as st
+from tessera.operator.profiling import jobs as pf
+from tessera.operator.profiling.jobs import Obj, PlannedNode
+from tessera.operator.api import status as st
 from tessera.operator.cluster import Cluster
-from tessera.operator.placement import NodePlan
-from tessera.operator.pools import MIG_RESOURCE_PREFIX, Pool, node_profile_name
+from tessera.operator.gpus.node_plans import NodePlan
+from tessera.operator.gpus.discovery import MIG_RESOURCE_PREFIX, Pool, node_profile_name
 from tessera.operator.settings import OperatorSettings
-from tessera.operator.systems import SystemObject
+from tessera.operator.api.systems import SystemObject
 from tessera.planner.plan import Plan
 from tessera.planner.profiles import ProfileStore
 
@@ -43,16 +43,6 @@ POD_SELECTOR = f"{naming.MANAGED_BY}={naming.MANAGED_BY_VALUE}"
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
 
 Identity = tuple[str, str, str, str, int]
-
-
-@dataclass(frozen=True)
-class PlannedNode:
-    """A node of the pool's plan, as profiling sees it."""
-
-    applied: bool
-    """It advertises its planned layout (mig-manager's success, the expected counts)."""
-    used: dict[str, int] = field(default_factory=dict)
-    """Catalog MIG profile -> instances the plan's servers take on the node."""
 
 
 @dataclass

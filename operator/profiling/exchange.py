@@ -22,10 +22,10 @@ from pathlib import Path
 
 import yaml
 
-from tessera.operator import profiling as pf
-from tessera.operator.profiling import Obj
+from tessera.operator.profiling import jobs as pf
+from tessera.operator.profiling.jobs import Obj
 from tessera.operator.cluster import Cluster
-from tessera.operator.profiler_jobs import PROFILES_SELECTOR
+from tessera.operator.profiling.in_cluster import PROFILES_SELECTOR
 from tessera.planner.input_files import InputError, read_text
 from tessera.planner.measured import ProfileRow
 from tessera.profiler.results import MAX_BATCHES, Point, SweepResult, Target

@@ -21,14 +21,14 @@ from typing import Any
 import yaml
 from pydantic import BaseModel
 
-from tessera.operator.api import MAX_NAME_LENGTH, AdapterPoolStatus, SystemStatus
+from tessera.operator.api.v1alpha1 import MAX_NAME_LENGTH, AdapterPoolStatus, SystemStatus
 from tessera.planner.adapter_pool import AdapterPoolSpec
 from tessera.planner.model import DNS_1035_LABEL, SystemSpec
 
 GROUP = "tessera.ai"
 VERSION = "v1alpha1"
 CATEGORY = "tessera"
-CRDS_DIR = Path(__file__).resolve().parent.parent / "crds"
+CRDS_DIR = Path(__file__).resolve().parents[2] / "crds"
 # Helm installs CRDs only from the chart's own crds/ folder: the generated files are copied there.
 CHART_CRDS_DIR = CRDS_DIR.parent / "charts" / "tessera" / "crds"
 DROPPED_KEYS = {"title", "$defs", "propertyNames"}
@@ -69,6 +69,7 @@ KINDS = {kind.name: kind for kind in (
             _column("Accuracy", ".status.plan.predictedAccuracy", "number", "Predicted worst-path accuracy."),
             _column("Latency-ms", ".status.plan.predictedLatencyMilliseconds", "number",
                     "Predicted worst-path latency in ms."),
+            _column("Frontend", ".status.frontend.address", "string", "The system's frontend endpoint (spec.frontend)."),
             AGE,
         ),
     ),
