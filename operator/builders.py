@@ -40,6 +40,12 @@ NVIDIA_DEFAULT_CONFIGS = {
 MPS_PIPE_DIRECTORY = "/tmp/nvidia-mps"
 MPS_LOG_DIRECTORY = "/tmp/nvidia-mps-log"
 SERVER_CONTAINER = "server"
+# The `restricted` Pod Security Standard, which a namespace may enforce on the pods tessera's Deployments
+# and Jobs create (PodSecurity admits pods, so a violation is a FailedCreate, not an error on the
+# Deployment). No runAsUser: the image's own non-root numeric USER runs (docs/model-server-contract.md);
+# a root image is refused by the kubelet under runAsNonRoot.
+RESTRICTED_POD_SECURITY = {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}
+RESTRICTED_CONTAINER_SECURITY = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
 
 
 # -- MIG -----------------------------------------------------------------------
@@ -161,8 +167,10 @@ def deployment(system: SystemRef, spec: SystemSpec, key: ServerKey, task: TaskPl
         "env": server_env(system, spec, task, config, settings.server_port),
         "ports": [{"name": "http", "containerPort": settings.server_port}],
         "resources": {"limits": {resource: "1"}, "requests": {resource: "1"}},
+        "securityContext": RESTRICTED_CONTAINER_SECURITY,
     }
     pod_spec: dict = {
+        "securityContext": RESTRICTED_POD_SECURITY,
         "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
             {"matchExpressions": [{"key": HOSTNAME_LABEL, "operator": "In", "values": [hostname]}]}]}}},
         # GPU nodes are often tainted for GPU pods; tessera's servers are the GPU pods.

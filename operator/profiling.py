@@ -52,6 +52,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from tessera.operator import naming
 from tessera.operator.api import child_name
+from tessera.operator.builders import RESTRICTED_CONTAINER_SECURITY, RESTRICTED_POD_SECURITY
 from tessera.operator.placement import NodePlan
 from tessera.operator.pools import MIG_RESOURCE_PREFIX, NodeFacts, Pool, node_profile_name
 from tessera.planner.catalog import Layout, valid_layouts
@@ -345,6 +346,7 @@ def profiler_job(wanted: Wanted, target: Target, node: NodeFacts, node_profile: 
                        "ephemeral-storage": settings.scratch},
         },
         "volumeMounts": [{"name": "shared", "mountPath": SHARED_DIR}, {"name": "scratch", "mountPath": SCRATCH_DIR}],
+        "securityContext": RESTRICTED_CONTAINER_SECURITY,
     }
     profiler = {
         "name": PROFILER_CONTAINER,
@@ -362,9 +364,11 @@ def profiler_job(wanted: Wanted, target: Target, node: NodeFacts, node_profile: 
         "resources": {"requests": {"cpu": PROFILER_CPU, "memory": PROFILER_MEMORY},
                       "limits": {"memory": PROFILER_MEMORY}},
         "volumeMounts": [{"name": "shared", "mountPath": SHARED_DIR, "readOnly": True}],
+        "securityContext": RESTRICTED_CONTAINER_SECURITY,
     }
     pod_spec = {
         "restartPolicy": "Never",
+        "securityContext": RESTRICTED_POD_SECURITY,
         "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
             {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": [node.hostname]}]}]}}},
         "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
