@@ -27,6 +27,7 @@ COPY tessera tessera
 COPY planner planner
 COPY operator operator
 COPY profiler-job profiler-job
+COPY frontend frontend
 COPY examples examples
 COPY crds crds
 RUN /opt/tessera/bin/pip install --no-cache-dir --no-deps . \
