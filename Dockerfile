@@ -27,13 +27,26 @@ COPY tessera tessera
 COPY planner planner
 COPY operator operator
 COPY profiler-job profiler-job
+COPY frontend frontend
 COPY examples examples
 COPY crds crds
+# pip and setuptools only install: nothing runs them in the image.
 RUN /opt/tessera/bin/pip install --no-cache-dir --no-deps . \
     && /opt/tessera/bin/python -P -m compileall -q /opt/tessera/lib \
-    && /opt/tessera/bin/tessera --version
+    && /opt/tessera/bin/tessera --version \
+    && /opt/tessera/bin/python -P -m pip uninstall --yes --quiet pip setuptools
 
 FROM ${PYTHON_IMAGE}
+ARG VERSION=0.1.0
+ARG REVISION=unknown
+LABEL org.opencontainers.image.title="tessera" \
+      org.opencontainers.image.description="The tessera operator, planner CLI and profiler" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.revision="${REVISION}" \
+      org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.source="https://tessera.invalid/"
+# No setuid or setgid binary (su, passwd, mount, ...): nothing in the image may gain privileges.
+RUN find / -xdev -type f -perm /6000 -exec chmod ug-s {} +
 COPY --from=build /opt/tessera /opt/tessera
 ENV PATH=/opt/tessera/bin:$PATH \
     PYTHONSAFEPATH=1 \

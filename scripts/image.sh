@@ -31,7 +31,9 @@ if [ -n "${PIP_CERT:-}" ] && [ -f "$PIP_CERT" ]; then  # a TLS-inspecting proxy'
     ca=(--volume "$PIP_CERT:/run/build-ca.crt:ro" --build-arg PIP_CERT=/run/build-ca.crt)
 fi
 start=$(date +%s)
-buildah bud --quiet --isolation chroot --layers=false "${ca[@]}" --build-arg "PYTHON_IMAGE=$base" -t "$image" . >"$work/build.log" 2>&1 \
+revision=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+buildah bud --quiet --isolation chroot --layers=false "${ca[@]}" --build-arg "PYTHON_IMAGE=$base" \
+    --build-arg "REVISION=$revision" -t "$image" . >"$work/build.log" 2>&1 \
     || { tail -30 "$work/build.log" >&2; exit 1; }
 echo "[image] built $image in $(( $(date +%s) - start )) s" >&2
 buildah inspect --type image "$image" > "$work/inspect.json"

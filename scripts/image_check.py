@@ -62,10 +62,16 @@ def main(inspect_json: str, root_dir: str, lock_file: str) -> int:
     checks.append(("user is 65532, not root", config.get("User") == f"{UID}:{UID}", str(config.get("User"))))
     checks.append(("entry point is tessera", config.get("Entrypoint") == ["tessera"], str(config.get("Entrypoint"))))
     checks.append(("no HEALTHCHECK", "Healthcheck" not in json.dumps(info.get("Docker", {}).get("config", {})), ""))
-    extra = installed(root) - locked(Path(lock_file)) - {"tessera", "pip", "setuptools"}
+    extra = installed(root) - locked(Path(lock_file)) - {"tessera"}
     missing = locked(Path(lock_file)) - installed(root)
     checks.append(("only the runtime lock's packages", not extra and not missing,
                    f"extra {sorted(extra)} missing {sorted(missing)}"))
+    labels = config.get("Labels") or {}
+    checks.append(("OCI labels", all(f"org.opencontainers.image.{k}" in labels for k in ("version", "revision", "source")),
+                   str(sorted(labels))))
+    setuid = [str(p.relative_to(root)) for p in root.rglob("*")
+              if not p.is_symlink() and p.is_file() and p.stat().st_mode & 0o6000]
+    checks.append(("no setuid or setgid file", not setuid, str(setuid[:5])))
     writable = writable_by_uid(root)
     checks.append(("nothing writable by 65532 outside /tmp", not writable, str(writable[:5])))
     version = run_as_uid(root, "--version")

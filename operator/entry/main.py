@@ -15,9 +15,11 @@ from tessera.operator.settings import OperatorSettings
 
 def run(settings: OperatorSettings, kubeconfig: str | None) -> None:
     """Runs the operator until it is stopped (SIGTERM/SIGINT)."""
-    # The operator logs each decision at info; kopf only its warnings (one line per watch event is noise).
+    # The operator logs each decision at info; kopf only its warnings (one line per watch event is noise),
+    # but at debug its info too: each watch event and handler run, for a look at what triggers what.
     tessera_level = logging.getLogger("tessera").getEffectiveLevel()
-    configure_logging(logging.getLevelName(min(tessera_level, logging.INFO)), libraries="warning")
+    libraries = "info" if tessera_level <= logging.DEBUG else "warning"
+    configure_logging(logging.getLevelName(min(tessera_level, logging.INFO)), libraries=libraries)
     if kubeconfig:
         os.environ["KUBECONFIG"] = kubeconfig  # kopf's own login reads it too
     build_client_validators()

@@ -54,6 +54,7 @@ from tessera.operator import naming
 from tessera.operator.api.v1alpha1 import child_name
 from tessera.operator.gpus.node_plans import NodePlan
 from tessera.operator.gpus.discovery import MIG_RESOURCE_PREFIX, NodeFacts, Pool, node_profile_name
+from tessera.operator.pod_security import RESTRICTED_CONTAINER_SECURITY, RESTRICTED_POD_SECURITY
 from tessera.planner.catalog import Layout, valid_layouts
 from tessera.operator.api.systems import SystemRef
 from tessera.planner.model import SystemSpec, Variant
@@ -355,6 +356,7 @@ def profiler_job(wanted: Wanted, target: Target, node: NodeFacts, node_profile: 
                        "ephemeral-storage": settings.scratch},
         },
         "volumeMounts": [{"name": "shared", "mountPath": SHARED_DIR}, {"name": "scratch", "mountPath": SCRATCH_DIR}],
+        "securityContext": RESTRICTED_CONTAINER_SECURITY,
     }
     profiler = {
         "name": PROFILER_CONTAINER,
@@ -372,9 +374,11 @@ def profiler_job(wanted: Wanted, target: Target, node: NodeFacts, node_profile: 
         "resources": {"requests": {"cpu": PROFILER_CPU, "memory": PROFILER_MEMORY},
                       "limits": {"memory": PROFILER_MEMORY}},
         "volumeMounts": [{"name": "shared", "mountPath": SHARED_DIR, "readOnly": True}],
+        "securityContext": RESTRICTED_CONTAINER_SECURITY,
     }
     pod_spec = {
         "restartPolicy": "Never",
+        "securityContext": RESTRICTED_POD_SECURITY,
         "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
             {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": [node.hostname]}]}]}}},
         "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],

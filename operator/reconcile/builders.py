@@ -26,6 +26,7 @@ from tessera.operator.gpus.discovery import (
     HOSTNAME_LABEL, MIG_CONFIG_LABEL, MIG_RESOURCE_PREFIX, MIG_STATE_LABEL, WHOLE_GPU_RESOURCE,
 )
 from tessera.operator.settings import OperatorSettings
+from tessera.operator.pod_security import RESTRICTED_CONTAINER_SECURITY, RESTRICTED_POD_SECURITY
 from tessera.operator.api.systems import SystemRef
 from tessera.planner.model import SystemSpec
 from tessera.planner.plan import ConfigPlan, TaskPlan
@@ -176,8 +177,10 @@ def deployment(system: SystemRef, spec: SystemSpec, key: ServerKey, task: TaskPl
         "env": server_env(system, spec, task, config, settings.server_port),
         "ports": [{"name": "http", "containerPort": settings.server_port}],
         "resources": {"limits": {resource: "1"}, "requests": {resource: "1"}},
+        "securityContext": RESTRICTED_CONTAINER_SECURITY,
     }
     pod_spec: dict = {
+        "securityContext": RESTRICTED_POD_SECURITY,
         "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
             {"matchExpressions": [{"key": HOSTNAME_LABEL, "operator": "In", "values": [hostname]}]}]}}},
         # GPU nodes are often tainted for GPU pods; tessera's servers are the GPU pods.

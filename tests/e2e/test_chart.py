@@ -4,6 +4,7 @@ the alerts under promtool, the image's Dockerfile under hadolint. (Under tests/e
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -209,6 +210,132 @@ def test_the_gitops_layouts_apply_the_crds_before_the_systems():
                 source = (document.get("spec") or {}).get("source") or {}
                 if key in source:
                     assert (REPO / source[key]).is_dir(), (path, source[key])
-    systems = yaml.safe_load((REPO / "examples" / "gitops" / "systems" / "kustomization.yaml").read_text())
-    for resource in systems["resources"]:
-        assert (REPO / "examples" / "gitops" / "systems" / resource).is_file(), resource
+
+
+GITOPS = REPO / "examples" / "gitops"
+
+
+def kustomize(cluster_bins, folder: str) -> list[dict]:
+    """`kubectl kustomize` as Argo CD and Flux run it: kustomize's default load restrictions."""
+    built = subprocess.run([str(cluster_bins / "kubectl"), "kustomize", str(REPO / folder)],
+                           capture_output=True, text=True)
+    assert built.returncode == 0, built.stderr
+    return [d for d in yaml.safe_load_all(built.stdout) if d]
+
+
+def test_the_gitops_kustomizations_build_with_plain_kubectl_kustomize(cluster_bins):
+    systems = kustomize(cluster_bins, "examples")
+    assert sorted((d["kind"], d["metadata"]["name"]) for d in systems) == [
+        ("CompoundInferenceSystem", "ar-assistant"), ("CompoundInferenceSystem", "social-media"),
+        ("CompoundInferenceSystem", "traffic-analysis"), ("Namespace", "inference")]
+    assert {d["metadata"].get("namespace") for d in systems if d["kind"] != "Namespace"} == {"inference"}
+    assert [d["kind"] for d in kustomize(cluster_bins, "examples/gitops/flux/release")] == ["Namespace", "HelmRelease"]
+    # What the pipelines point at: these two kustomizations, the chart, and Argo CD's folder of Applications.
+    specs = [yaml.safe_load(path.read_text()).get("spec") or {} for path in GITOPS.rglob("*.yaml")]
+    pointed = {((spec.get("source") or {}).get("path") or spec.get("path") or "").removeprefix("./") for spec in specs}
+    assert pointed - {""} == {"examples", "examples/gitops/flux/release", "charts/tessera", "examples/gitops/argocd/apps"}
+
+
+def test_the_gitops_layouts_pass_a_server_dry_run_apply(cluster_bins, kubectl, helm, tessera_crds, mig_manager,
+                                                         tmp_path):
+    """What each pipeline applies, dry-run on the real API server (its CRDs' schemas, admission, RBAC
+    objects): the systems' kustomization, and the chart rendered with the Argo CD Application's and the
+    Flux HelmRelease's values (`helm template --include-crds --skip-tests`: Argo CD applies no test hook,
+    Flux runs tests only when told to)."""
+    argo = yaml.safe_load((GITOPS / "argocd" / "apps" / "tessera.yaml").read_text())["spec"]
+    flux = yaml.safe_load((GITOPS / "flux" / "release" / "helmrelease.yaml").read_text())["spec"]
+
+    def values_file(name: str, values: dict) -> str:
+        (tmp_path / name).write_text(json.dumps(values))
+        return str(tmp_path / name)
+    def without_prometheus_operator(manifest: str) -> str:
+        # The test cluster has no Prometheus Operator: its kinds (ServiceMonitor, PrometheusRule) stay out.
+        return yaml.safe_dump_all([d for d in yaml.safe_load_all(manifest)
+                                   if d and not d["apiVersion"].startswith("monitoring.coreos.com/")])
+    rendered = {
+        "systems": yaml.safe_dump_all(kustomize(cluster_bins, "examples")),
+        "argocd": helm("template", argo["source"]["helm"]["releaseName"], str(CHART), "--include-crds", "--skip-tests",
+                       "-n", argo["destination"]["namespace"],
+                       "-f", values_file("argo.json", argo["source"]["helm"]["valuesObject"])).stdout,
+        "flux": helm("template", "tessera", str(CHART), "--include-crds", "--skip-tests", "-n", "tessera-system",
+                     "-f", values_file("flux.json", flux["values"])).stdout,
+    }
+    created = []
+    for namespace in ("inference", "tessera-system"):  # as Argo CD's CreateNamespace and Flux's Namespace do first
+        if kubectl("create", "namespace", namespace, check=False).returncode == 0:
+            created.append(namespace)
+    try:
+        for name, manifest in rendered.items():
+            applied = kubectl("apply", "--dry-run=server", "-f", "-", input=without_prometheus_operator(manifest),
+                              check=False)
+            assert applied.returncode == 0, (name, applied.stderr)
+            assert "(server dry run)" in applied.stdout, name
+    finally:
+        for namespace in created:
+            kubectl("delete", "namespace", namespace, "--wait=false")
+
+
+def documented_values(text: str) -> set[str]:
+    """The value paths docs/install.md's tables name: `a.b.c`, with `/ .d` meaning `a.b.d` in the same cell."""
+    names = set()
+    for line in text.splitlines():
+        if not line.startswith("| `"):
+            continue
+        cell = line.split("|")[1]
+        last = ""
+        for name in re.findall(r"`([^`]+)`", cell):
+            if name.startswith(".") and last:
+                name = last.rsplit(".", 1)[0] + name
+            names.add(name)
+            last = name
+    return names
+
+
+def value_paths(values: dict, prefix: str = "") -> set[str]:
+    """Leaf paths of values.yaml; a map meant to be filled (empty, or labels) is one leaf."""
+    paths = set()
+    for key, value in values.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, dict) and value and key != "labels":
+            paths |= value_paths(value, f"{path}.")
+        else:
+            paths.add(path)
+    return paths
+
+
+def test_every_value_of_the_chart_is_in_the_values_tables_of_docs_install():
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    documented = documented_values((REPO / "docs" / "install.md").read_text())
+    missing = {path for path in value_paths(values)
+               if path not in documented and not any(path.startswith(f"{d}.") for d in documented)}
+    assert missing == set()
+
+
+def test_the_packaged_chart_carries_its_readme_with_the_upgrade_and_uninstall_steps(helm):
+    readme = helm("show", "readme", str(CHART)).stdout
+    assert "kubectl apply --server-side --force-conflicts -f <new chart>/crds/" in readme
+    assert "nvidia.com/mig.config=all-disabled" in readme and "tessera.ai/mig-config-requested-" in readme
+
+
+def test_notes_give_the_crd_upgrade_command_with_force_conflicts_and_point_into_the_chart(helm, cluster):
+    notes = helm("install", "tessera", str(CHART), "-n", "tessera-system", "--dry-run=client",
+                 f"--kubeconfig={cluster.kubeconfig}").stdout
+    assert "kubectl apply --server-side --force-conflicts -f <new chart>/crds/" in notes
+    assert "helm show readme" in notes and "docs/" not in notes
+
+
+def test_a_schema_error_names_the_field_and_what_to_do_not_a_failed_combinator(helm):
+    refused = helm("template", "tessera", str(CHART), "--set", "gpuOperator.migConfigMap=default-mig-parted-config",
+                   check=False)
+    assert refused.returncode != 0
+    assert "'allOf' failed" not in refused.stderr and "'not' failed" not in refused.stderr
+    assert "gpuOperator.migConfigMap" in refused.stderr and "ClusterPolicy" in refused.stderr
+
+
+def test_jobs_may_be_created_only_with_profiling_on(helm):
+    def job_verbs(*args: str) -> set[str]:
+        documents = render(helm, *args)
+        (role,) = [d for d in documents if d["kind"] == "ClusterRole" and d["metadata"]["name"].endswith("-operator")]
+        return {verb for rule in role["rules"] if "jobs" in rule["resources"] for verb in rule["verbs"]}
+    assert job_verbs() == {"list", "watch"}
+    assert job_verbs("--set", "profiling.enabled=true") == {"list", "watch", "create", "patch"}

@@ -15,8 +15,8 @@ reconcile, re-apply, upgrade, uninstall.
 
 from __future__ import annotations
 
-import copy
 import json
+import shlex
 import subprocess
 import sys
 import uuid
@@ -26,12 +26,13 @@ import pytest
 import yaml
 from kubernetes import client
 
-from cluster.controlplane import die_with_parent_prefix, free_port
-from cluster.gpu_nodes import create_gpu_nodes
+from cluster.chart_operator import HostOperator, token_kubeconfig
+from cluster.controlplane import free_port
+from cluster.gpu_nodes import create_gpu_nodes, gpu_states
 from cluster.kube import ensure_namespace, wait_for
 
 from .operator_harness import (
-    H100, REPO, THREE_EXAMPLES, apply_examples, children, condition, delete_pool, is_true, make_pool, systems,
+    H100, OPERATOR_AGENTS, REPO, THREE_EXAMPLES, apply_examples, children, condition, delete_pool, is_true, make_pool, systems,
 )
 
 CHART = REPO / "charts" / "tessera"
@@ -41,64 +42,6 @@ MIG_LABEL = "nvidia.com/mig.config"
 
 def rendered(manifest: str, kind: str) -> list[dict]:
     return [doc for doc in yaml.safe_load_all(manifest) if doc and doc.get("kind") == kind]
-
-
-def token_kubeconfig(core: client.CoreV1Api, cluster, namespace: str, service_account: str, path: Path) -> Path:
-    """A kubeconfig holding a TokenRequest token of the ServiceAccount (what the kubelet mounts in a pod)."""
-    request = core.create_namespaced_service_account_token(
-        service_account, namespace, {"spec": {"expirationSeconds": 7200}})
-    config = {
-        "apiVersion": "v1", "kind": "Config",
-        "clusters": [{"name": "test", "cluster": {"server": cluster.server,
-                                                  "certificate-authority": str(cluster.pki / "ca.crt")}}],
-        "users": [{"name": service_account, "user": {"token": request.status.token}}],
-        "contexts": [{"name": "sa", "context": {"cluster": "test", "user": service_account}}],
-        "current-context": "sa",
-    }
-    path.write_text(json.dumps(config))
-    return path
-
-
-class HostOperator:
-    """The rendered Deployment's container, run as a host process with the ServiceAccount's token."""
-
-    def __init__(self, deployment: dict, kubeconfig: Path, logdir: Path, pod_name: str) -> None:
-        (container,) = deployment["spec"]["template"]["spec"]["containers"]
-        assert container["command"] == ["tessera"], container["command"]
-        self.argv = [sys.executable, "-P", "-m", "tessera", *container["args"], f"--kubeconfig={kubeconfig}"]
-        namespace = deployment["metadata"]["namespace"]
-        field_values = {"metadata.name": pod_name, "metadata.namespace": namespace}
-        self.env = {"PATH": "/usr/bin:/bin"}
-        for variable in container["env"]:
-            if "value" in variable:
-                self.env[variable["name"]] = variable["value"]
-            else:
-                self.env[variable["name"]] = field_values[variable["valueFrom"]["fieldRef"]["fieldPath"]]
-        self.env["HOME"] = str(logdir)  # the rendered /tmp is the pod's emptyDir
-        self.log = logdir / f"{pod_name}.log"
-        self.process: subprocess.Popen | None = None
-
-    def start(self) -> "HostOperator":
-        with open(self.log, "wb") as out:
-            self.process = subprocess.Popen([*die_with_parent_prefix(), *self.argv], stdout=out,
-                                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=self.env,
-                                            start_new_session=True, cwd=self.log.parent)
-        return self
-
-    def alive(self) -> bool:
-        return self.process is not None and self.process.poll() is None
-
-    def stop(self) -> None:
-        if self.alive():
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=10)
-
-    def text(self) -> str:
-        return self.log.read_text(errors="replace") if self.log.exists() else ""
 
 
 class Release:
@@ -261,6 +204,30 @@ def test_the_operator_started_from_the_rendered_deployment_with_the_charts_servi
     assert admin == []
 
 
+def helm_test_pod(release: Release, helm) -> dict:
+    hooks = helm("get", "hooks", release.name, "-n", release.namespace).stdout
+    (pod,) = [d for d in yaml.safe_load_all(hooks) if d and d["metadata"]["annotations"]["helm.sh/hook"] == "test"]
+    return pod
+
+
+def run_helm_test_command(release: Release, helm, core, cluster) -> subprocess.CompletedProcess:
+    """The `helm test` pod's command, out of cluster: KWOK runs no containers, so `helm test` itself would
+    wait forever for a pod that never runs. Same command, same API server, the same ServiceAccount's token."""
+    (container,) = helm_test_pod(release, helm)["spec"]["containers"]
+    assert container["command"][0] == "python"
+    kubeconfig = token_kubeconfig(core, cluster, release.namespace, release.service_account,
+                                  release.tmp / "helm-test.kubeconfig")
+    return subprocess.run([sys.executable, *container["command"][1:]], capture_output=True, text=True, timeout=60,
+                          env={"PATH": "/usr/bin:/bin", "KUBECONFIG": str(kubeconfig),
+                               "POD_NAMESPACE": release.namespace})
+
+
+def test_the_helm_test_pods_command_passes_while_the_operator_leads(release, helm_on_cluster, core, cluster):
+    checked = run_helm_test_command(release, helm_on_cluster, core, cluster)
+    assert checked.returncode == 0, checked.stderr
+    assert f"leads in {release.namespace}" in checked.stdout
+
+
 def test_reapplying_the_examples_server_side_conflicts_with_nothing_and_replans_nothing(
         release, core, cluster, custom, kubectl):
     operator = release.operators[-1]
@@ -416,6 +383,7 @@ def test_helm_upgrade_with_changed_values_hands_over_by_the_lease_and_repartitio
     old = release.operators[-1]
     labels_before = {n: core.read_node(n).metadata.labels.get(MIG_LABEL) for n in release.pool.nodes}
     deployments_before = {d.metadata.name: d.metadata.uid for d in children(api_client, release.workloads)[0]}
+    templates_before = pod_templates(api_client, release.workloads)
     planned_before = {n: condition(s, "Planned") for n, s in systems(custom, release.workloads).items()}
     values = {**release.values, "reconcile": {"resyncSeconds": 4.0, "debounceSeconds": 0.5}, "logLevel": "debug",
               "health": {"port": free_port()}, "metrics": {"port": free_port()}}
@@ -440,31 +408,138 @@ def test_helm_upgrade_with_changed_values_hands_over_by_the_lease_and_repartitio
     writes = writes_by(cluster.audit_log, release.user, start)
     assert [w for w in writes if w["objectRef"]["resource"] == "nodes"] == []
     assert {d.metadata.name: d.metadata.uid for d in children(api_client, release.workloads)[0]} == deployments_before
+    assert pod_templates(api_client, release.workloads) == templates_before, "no model server restarts"
     assert "--resync=4" in new.argv and "--log-level=debug" in new.argv
+    # logLevel=debug prints more: kopf's lines for each watch event and handler, which info leaves out.
+    assert " INFO kopf." in new.text() and " INFO kopf." not in old.text()
 
 
-def test_the_documented_crd_upgrade_replaces_the_crds_helm_installed_and_keeps_the_systems(
-        release, kubectl, custom):
-    """docs/install.md, "Upgrade": Helm never upgrades crds/; `kubectl apply --server-side --force-conflicts` does."""
+def pod_templates(api_client, namespace: str) -> dict[str, dict]:
+    return {d.metadata.name: api_client.sanitize_for_serialization(d.spec.template)
+            for d in children(api_client, namespace)[0]}
+
+
+def test_the_crd_upgrade_as_notes_writes_it_replaces_the_crds_helm_installed_keeping_systems_and_server_pods(
+        release, helm_on_cluster, kubectl, custom, api_client, tmp_path):
+    """NOTES.txt's command, run literally on a newer chart's crds/ (a changed schema): Helm never upgrades
+    crds/, this does; the systems stay, and no model server's pod template changes (no restart)."""
+    notes = helm_on_cluster("get", "notes", release.name, "-n", release.namespace).stdout
+    (command,) = [line.strip() for line in notes.splitlines() if line.strip().startswith("kubectl apply")]
     path = CHART / "crds" / "compoundinferencesystems.tessera.ai.yaml"
-    original = yaml.safe_load(path.read_text())
-    newer = copy.deepcopy(original)
+    newer = yaml.safe_load(path.read_text())
     schema = newer["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
     schema["description"] = schema.get("description", "") + " (a newer chart's CRD)"
+    new_chart = tmp_path / "new-chart"
+    (new_chart / "crds").mkdir(parents=True)
+    (new_chart / "crds" / path.name).write_text(yaml.safe_dump(newer))
+    argv = shlex.split(command.replace("<new chart>", str(new_chart)))
+    assert argv[:2] == ["kubectl", "apply"] and "--force-conflicts" in argv
     kept = {name: s["metadata"]["uid"] for name, s in systems(custom, release.workloads).items()}
     assert kept, "the systems of the earlier tests are there to be kept"
+    templates = pod_templates(api_client, release.workloads)
+    assert templates, "the model servers of the earlier tests"
+    operator = release.operators[-1]
     # Owned as a Helm install owns them, whatever applied them before in this cluster (other modules do).
     kubectl("apply", "--server-side", "--field-manager=helm", "--force-conflicts", "-f", str(path))
     try:
         plain = kubectl("apply", "--server-side", "-f", "-", input=yaml.safe_dump(newer), check=False)
         assert plain.returncode != 0 and "conflict" in plain.stderr.lower(), "without --force-conflicts it conflicts"
-        kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", input=yaml.safe_dump(newer))
+        kubectl(*argv[1:])
         kubectl("wait", "--for=condition=Established", "crd/compoundinferencesystems.tessera.ai", "--timeout=60s")
         served = json.loads(kubectl("get", "crd", "compoundinferencesystems.tessera.ai", "-o", "json").stdout)
         assert served["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["description"] == schema["description"]
         assert {name: s["metadata"]["uid"] for name, s in systems(custom, release.workloads).items()} == kept
+        reconciles = operator.text().count("reconciled (")
+        wait_for(lambda: operator.text().count("reconciled (") >= reconciles + 2, 120, "two reconciles after it")
+        assert pod_templates(api_client, release.workloads) == templates
     finally:
         kubectl("apply", "--server-side", "--force-conflicts", "-f", str(path))
+
+
+# -- the permissions matrix -------------------------------------------------------
+# Every permission the chart's Roles grant (this module's values: watchNamespaces set, profiling off), by where
+# it holds: "cluster" (the ClusterRole), or the namespace of a Role: "release", "gpu-operator", "watched".
+# A change that grants or drops a permission changes this matrix, or the test below fails.
+MATRIX = {
+    ("cluster", "nodes", "list"), ("cluster", "nodes", "watch"), ("cluster", "nodes", "patch"),
+    ("cluster", "pods", "list"), ("cluster", "clusterpolicies", "get"), ("cluster", "namespaces", "get"),
+    ("release", "configmaps", "get"), ("release", "configmaps", "list"), ("release", "configmaps", "create"),
+    ("release", "configmaps", "patch"), ("release", "configmaps", "delete"),
+    ("release", "leases", "create"), ("release", "leases", "get"), ("release", "leases", "update"),
+    ("release", "events", "create"),
+    ("gpu-operator", "configmaps", "create"), ("gpu-operator", "configmaps", "get"),
+    ("gpu-operator", "configmaps", "patch"),
+    ("watched", "compoundinferencesystems", "list"), ("watched", "compoundinferencesystems", "watch"),
+    ("watched", "compoundinferencesystems/status", "patch"),
+    ("watched", "deployments", "list"), ("watched", "deployments", "watch"), ("watched", "deployments", "create"),
+    ("watched", "deployments", "patch"), ("watched", "deployments", "delete"),
+    ("watched", "services", "list"), ("watched", "services", "create"), ("watched", "services", "patch"),
+    ("watched", "services", "delete"), ("watched", "events", "create"),
+    ("watched", "jobs", "list"), ("watched", "jobs", "watch"),
+}
+# Granted, and not exercised by this module's scenario (install, the examples to Ready, re-apply, upgrade),
+# with the reason: what would exercise them. Anything else granted and unused fails the test.
+NOT_EXERCISED_HERE = {
+    ("release", "configmaps", "patch"): "a stored plan or measured profile that changes: a re-plan after the first",
+    ("release", "configmaps", "delete"): "a pool's stored plan goes when the pool's last node goes",
+    ("release", "events", "create"): "Events on the ClusterPolicy, in the release namespace: a MIG ConfigMap mismatch",
+    ("gpu-operator", "configmaps", "create"): "tessera's mig-parted ConfigMap: created when missing, else patched;"
+                                              " which one depends on the tests run before (asserted below)",
+    ("gpu-operator", "configmaps", "patch"): "the same",
+    ("watched", "deployments", "create"): "server-side apply: RBAC checks create for a new object, the audit log"
+                                          " records the request as a patch",
+    ("watched", "services", "create"): "the same",
+    ("watched", "deployments", "delete"): "a server no plan wants any more; this scenario's plans only grow",
+    ("watched", "services", "delete"): "a task removed from a system",
+}
+
+
+def granted(manifest: str, release: Release) -> set[tuple[str, str, str]]:
+    where = {release.namespace: "release", "gpu-operator": "gpu-operator", release.workloads: "watched"}
+    grants = set()
+    for role in rendered(manifest, "ClusterRole") + rendered(manifest, "Role"):
+        if not role["metadata"]["name"].startswith(f"{release.name}-") or role["metadata"]["name"].endswith(
+                ("-view", "-edit")):  # the aggregated roles are users', not the operator's
+            continue
+        scope = where[role["metadata"]["namespace"]] if role["kind"] == "Role" else "cluster"
+        grants |= {(scope, resource, verb) for rule in role["rules"] for resource in rule["resources"]
+                   for verb in rule["verbs"]}
+    return grants
+
+
+def used(audit_log: Path, release: Release) -> tuple[set[tuple[str, str, str]], list[dict]]:
+    """(scope, resource, verb) of every request the operator (its client's or kopf's user agent) made with
+    the ServiceAccount's token, and those RBAC refused (not the admission policy: the policy test's own
+    requests, under another user agent, are refused by it on purpose)."""
+    where = {release.namespace: "release", "gpu-operator": "gpu-operator", release.workloads: "watched"}
+    found, refused = set(), []
+    with open(audit_log) as log:
+        for line in log:
+            event = json.loads(line)
+            if (event.get("user", {}).get("username") != release.user or "objectRef" not in event
+                    or not event.get("userAgent", "").startswith(OPERATOR_AGENTS)):
+                continue
+            if (event.get("annotations") or {}).get("authorization.k8s.io/decision") == "forbid":
+                refused.append(event)
+            ref = event["objectRef"]
+            resource = ref["resource"] + (f"/{ref['subresource']}" if ref.get("subresource") else "")
+            scope = where.get(ref.get("namespace"), "cluster")
+            found.add((scope, resource, event["verb"]))
+    return found, refused
+
+
+def test_the_operator_used_every_permission_the_chart_grants_and_needed_no_other(
+        release, helm_on_cluster, cluster):
+    manifest = helm_on_cluster("get", "manifest", release.name, "-n", release.namespace).stdout
+    assert granted(manifest, release) == MATRIX
+    requests, refused = used(cluster.audit_log, release)
+    assert refused == []
+    # A namespaced request the Role does not grant is one of the ClusterRole's (e.g. pods listed in a namespace).
+    counted = {(scope, resource, verb) if (scope, resource, verb) in MATRIX else ("cluster", resource, verb)
+               for scope, resource, verb in requests}
+    assert counted - MATRIX == set(), "used without a grant (admitted by a role outside the chart?)"
+    assert sorted((MATRIX - counted) - set(NOT_EXERCISED_HERE)) == [], "granted but never used"
+    assert {("gpu-operator", "configmaps", "create"), ("gpu-operator", "configmaps", "patch")} & counted
 
 
 def test_helm_uninstall_leaves_the_crds_the_systems_their_servers_the_plans_and_the_mig_layouts(
@@ -472,6 +547,9 @@ def test_helm_uninstall_leaves_the_crds_the_systems_their_servers_the_plans_and_
     helm = helm_on_cluster
     for operator in release.operators:
         operator.stop()
+    # The control of the helm test: a stopped operator released its Lease, and the check says so.
+    unled = run_helm_test_command(release, helm, core, cluster)
+    assert unled.returncode == 1 and "no operator leads" in unled.stderr, unled.stdout + unled.stderr
     labels_before = {n: core.read_node(n).metadata.labels.get(MIG_LABEL) for n in release.pool.nodes}
     helm("uninstall", release.name, "-n", release.namespace)
     selector = f"app.kubernetes.io/instance={release.name}"
@@ -489,6 +567,32 @@ def test_helm_uninstall_leaves_the_crds_the_systems_their_servers_the_plans_and_
     assert client.CoordinationV1Api(api_client).read_namespaced_lease("tessera-operator", release.namespace)
     assert core.read_namespaced_config_map("tessera-mig-parted-config", "gpu-operator")
     assert {n: core.read_node(n).metadata.labels.get(MIG_LABEL) for n in release.pool.nodes} == labels_before
+
+
+def test_the_documented_removal_order_gives_the_gpus_back_and_removes_tesseras_node_annotation(
+        release, core, api_client, kubectl, mig_manager):
+    """The chart README's "Uninstall, giving the GPUs back" from its second step (the uninstall is the test above),
+    on this release's
+    namespace and pool (its first command deletes the systems of every namespace). The ClusterPolicy's
+    re-pointing and the ConfigMap's deletion, its last steps, are left out: the other modules' tests share them."""
+    readme = (CHART / "README.md").read_text()
+    steps = ["helm uninstall", "kubectl delete compoundinferencesystems", "nvidia.com/mig.config=all-disabled",
+             "tessera.ai/mig-config-requested-", "default-mig-parted-config", "delete configmap"]
+    assert [readme.index(step) for step in steps] == sorted(readme.index(step) for step in steps)
+    kubectl("delete", "compoundinferencesystems", "--all", "-n", release.workloads)
+    kubectl("wait", "--for=delete", "pod", "-n", release.workloads, "-l", "app.kubernetes.io/managed-by=tessera",
+            "--timeout=120s", check=False)
+    wait_for(lambda: not core.list_namespaced_pod(release.workloads).items, 120, "the model-server pods gone")
+    assert any(any(gpu_states(core.read_node(n))) for n in release.pool.nodes), "MIG layouts to give back"
+    for node in release.pool.nodes:
+        kubectl("label", "node", node, f"{MIG_LABEL}=all-disabled", "--overwrite")
+    for node in release.pool.nodes:
+        assert mig_manager.wait_for_state(node, timeout=120) == "success"
+        assert gpu_states(core.read_node(node)) == [None] * 8, node
+    kubectl("annotate", "node", "-l", release.pool.selector, "tessera.ai/mig-config-requested-")
+    left = {n: [k for k in core.read_node(n).metadata.annotations or {} if k.startswith("tessera.ai/")]
+            for n in release.pool.nodes}
+    assert left == {n: [] for n in release.pool.nodes}
 
 
 def test_a_chart_without_one_permission_fails_to_serve(core, cluster, kubectl, helm, mig_manager, custom, tessera_crds,
@@ -525,3 +629,28 @@ def test_a_chart_without_one_permission_fails_to_serve(core, cluster, kubectl, h
         for ns in (workloads, namespace):
             core.delete_namespace(ns)
         delete_pool(core, pool)
+
+
+@pytest.mark.parametrize("absent_in", ["gpuOperator.namespace", "watchNamespaces"])
+def test_an_install_into_an_absent_namespace_fails_naming_it_and_leaves_no_release(helm, cluster, core, kubectl,
+                                                                                   tmp_path, absent_in):
+    suffix = uuid.uuid4().hex[:6]
+    name, namespace, absent = f"tessera-{suffix}", f"tessera-system-{suffix}", f"absent-{suffix}"
+    values = {"gpuOperator": {"namespace": absent}} if absent_in == "gpuOperator.namespace" else {
+        "watchNamespaces": [absent]}
+    try:
+        # As the README and docs/install.md write it: --create-namespace for the release's, --atomic.
+        installed = helm("install", name, str(CHART), "-n", namespace, "--create-namespace", "--atomic",
+                         "--timeout", "120s", "-f", helm_values_file(tmp_path, values),
+                         f"--kubeconfig={cluster.kubeconfig}", check=False)
+        assert installed.returncode != 0
+        assert f'namespaces "{absent}" not found' in installed.stderr and "uninstalled" in installed.stderr
+        assert helm("list", "-a", "-q", "-n", namespace, f"--kubeconfig={cluster.kubeconfig}").stdout.strip() == ""
+        selector = f"app.kubernetes.io/instance={name}"
+        for kind in ("clusterroles", "clusterrolebindings", "validatingadmissionpolicies",
+                     "validatingadmissionpolicybindings"):
+            assert kubectl("get", kind, "-l", selector, "-o", "name").stdout.strip() == "", kind
+        for kind in ("deployments", "services", "serviceaccounts", "roles", "rolebindings"):
+            assert kubectl("get", kind, "-n", namespace, "-l", selector, "-o", "name").stdout.strip() == "", kind
+    finally:
+        kubectl("delete", "namespace", namespace, "--wait=false", check=False)

@@ -44,11 +44,10 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 - apiGroups: [""]
   resources: [events]
   verbs: [create]
-# Profiler Jobs (only run with --profiler-image; watched either way) and their pods' termination messages.
+# Profiler Jobs: watched either way (a Job left by an earlier install is still seen), created
+# (server-side apply: patch) only with profiling on. Their pods' termination messages are read with
+# the ClusterRole's cluster-wide pods list.
 - apiGroups: [batch]
   resources: [jobs]
-  verbs: [list, watch, create, patch]
-- apiGroups: [""]
-  resources: [pods]
-  verbs: [list]
+  verbs: [list, watch{{ if .Values.profiling.enabled }}, create, patch{{ end }}]
 {{- end -}}
