@@ -18,7 +18,8 @@ from rich.text import Text
 from tessera import exit_codes
 from tessera.planner.placement import (BASELINES, Placement, PlacementReport, Replacement, ServerPlacement,
                                        plan_placement)
-from tessera.planner.placement.pool_file import load_previous_placement, load_problem
+from tessera.planner.placement.pool_file import PoolFileError, load_previous_placement, load_problem
+from tessera.planner.placement.twin_check import TwinCheckTooLarge
 
 
 @click.command("place")
@@ -49,9 +50,15 @@ def place(file: Path, output: str, no_twin: bool, workers: int, baselines: str, 
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=Console(stderr=True), transient=True, disable=no_twin) as progress:
         bar = progress.add_task("twin check", total=None)
-        report = plan_placement(problem, twin_check=not no_twin, baselines=chosen, workers=workers, seed=seed,
-                                previous=earlier, progress=lambda strategy, done, total: progress.update(
-                                    bar, completed=done, total=total, description=f"twin check ({strategy})"))
+        try:
+            report = plan_placement(problem, twin_check=not no_twin, baselines=chosen, workers=workers, seed=seed,
+                                    previous=earlier, progress=lambda strategy, done, total: progress.update(
+                                        bar, completed=done, total=total, description=f"twin check ({strategy})"))
+        except TwinCheckTooLarge as error:
+            index = [a.name for a in problem.adapters].index(error.adapter)
+            baseline = f", leave out the {error.strategy} baseline (--baselines)" if error.strategy != "tessera" else ""
+            raise PoolFileError(f"{file}: spec.adapters[{index}].expectedRequestsPerSecond: {error}: lower the rate"
+                                f"{baseline} or skip the check (--no-twin)") from None
     if output == "table":
         console.print(Group(servers_table(report.placement), comparison_table(report)))
         for placement in (report.placement, *report.baselines):

@@ -79,7 +79,7 @@ def run_cmd(file: Path, seed: int, png: Path | None, json_out: Path | None) -> N
     spec = load_workload_file(file)
     w = spec.workload()
     prof = _profile_of(spec, file)
-    cfg = ServerConfig(max_loras=spec.max_loras, max_rank=spec.max_rank, outstanding_cap=spec.outstanding_cap,
+    cfg = ServerConfig(max_loras=spec.max_loras, max_rank=spec.server_max_rank(), outstanding_cap=spec.outstanding_cap,
                        max_num_seqs=spec.max_num_seqs, max_num_batched_tokens=spec.max_num_batched_tokens)
     with _progress() as prog:
         # the bar counts simulated seconds, updated while the kernel runs
@@ -141,7 +141,7 @@ def predict_cmd(file: Path, with_twin: bool) -> None:
     w = spec.workload()
     prof = _profile_of(spec, file)
     a_max = spec.max_loras
-    max_rank = spec.max_rank or w.max_rank
+    max_rank = spec.server_max_rank()
     table = Table(title=f"{prof.model}: {w.n_adapters} adapters, A_max={a_max}, max rank {max_rank}")
     table.add_column("")
     table.add_column("predictors", justify="right")

@@ -15,8 +15,9 @@ from typing import Any
 
 from tessera.planner.adapter_pool import AdapterPoolSpec
 from tessera.planner.input_files import InputError, load_yaml, object_name_and_spec, quote, shorten, validate
-from tessera.planner.twin.profile import ALIASES
-from tessera.planner.twin.workload import Workload
+from tessera.planner.predictors.workload_features import MODEL_IDS
+from tessera.planner.twin.profile import ALIASES, load_profile
+from tessera.planner.twin.workload import VLLM_MAX_LORA_RANKS, Workload
 
 from .model import AdapterDemand, Placement, PlacementProblem, PoolLimits, ServerPlacement, ServiceBound
 
@@ -46,6 +47,18 @@ def twin_profile_of(base_model_name: str, twin_profile: str | None) -> str:
     return ALIASES[key]
 
 
+def _checked_twin_profile(name: str) -> str:
+    """The twin profile, refused here (naming the field) when it cannot be read or has no trained predictors."""
+    try:
+        profile = load_profile(name)
+    except InputError as error:
+        raise PoolFileError(f"spec.baseModel.twinProfile: {error}") from None
+    if profile.model not in MODEL_IDS:
+        raise PoolFileError(f"spec.baseModel.twinProfile: {quote(name)} is a profile of {quote(profile.model)}, "
+                            f"which has no trained predictors; placement predicts {', '.join(MODEL_IDS)}")
+    return name
+
+
 def _require_calibrated_length(field: str, value: float | None, calibrated: float) -> None:
     if value is not None and abs(value - calibrated) > LENGTH_TOLERANCE * calibrated:
         raise PoolFileError(f"spec.{field}: {value:g} tokens; placement predicts only the calibrated workload's "
@@ -64,7 +77,7 @@ def problem_from_spec(spec: AdapterPoolSpec) -> PlacementProblem:
     bound, limits = spec.service_bound, spec.limits
     return PlacementProblem(
         adapters=tuple(AdapterDemand(a.name, a.rank, float(a.rate_rps or 0.0)) for a in spec.adapters),
-        model=twin_profile_of(spec.base_model.name, spec.base_model.twin_profile),
+        model=_checked_twin_profile(twin_profile_of(spec.base_model.name, spec.base_model.twin_profile)),
         bound=ServiceBound(bound.min_served_fraction, bound.p99_ttft_ms),
         limits=PoolLimits(limits.max_servers, limits.max_adapters_per_server, limits.max_lora_slots),
         max_model_len=spec.base_model.max_model_len, name=spec.name, gpu=spec.gpu)
@@ -96,6 +109,11 @@ def load_previous_placement(path: str | Path) -> Placement:
     data = load_yaml(path, MAX_PREVIOUS_BYTES)  # JSON is YAML
     try:
         servers = data["placement"]["servers"]
+        for index, server in enumerate(servers):
+            if server["max_lora_rank"] not in VLLM_MAX_LORA_RANKS:
+                raise PoolFileError(f"{path}: placement.servers[{index}].max_lora_rank: {quote(server['max_lora_rank'])} "
+                                    f"is not a --max-lora-rank vLLM 0.8.5 starts with; expected one of "
+                                    f"{', '.join(map(str, VLLM_MAX_LORA_RANKS))}")
         return Placement(strategy=data["placement"]["strategy"], model=data["model"], servers=tuple(
             ServerPlacement(index=int(s["index"]), adapters=tuple(s["adapters"]), max_loras=int(s["max_loras"]),
                             max_lora_rank=int(s["max_lora_rank"]), rate_rps=float(s["rate_rps"]), starts=True,
