@@ -6,6 +6,8 @@ what a cluster's profiler Jobs measured, and another cluster starts from it.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -20,6 +22,23 @@ if TYPE_CHECKING:  # the Kubernetes client loads only for the commands that talk
     from tessera.operator.cluster import Cluster
 
 DEFAULT_NAMESPACE = OperatorSettings().state_namespace
+
+
+@contextmanager
+def _reaching_the_cluster(kubeconfig: str | None) -> Iterator[None]:
+    """A cluster that cannot be reached, or refuses, is one line naming it, never the client's traceback."""
+    from kubernetes.client.rest import ApiException
+    from kubernetes.config.config_exception import ConfigException
+    from urllib3.exceptions import HTTPError
+
+    cluster = f"the cluster of {kubeconfig}" if kubeconfig else "the cluster"
+    try:
+        yield
+    except ApiException as error:
+        raise click.ClickException(f"{cluster} refused: {error.status} {error.reason}") from None
+    except (HTTPError, ConfigException, OSError) as error:
+        reason = getattr(error, "reason", None) or error  # urllib3's retries wrap the connection's own error
+        raise click.ClickException(f"cannot reach {cluster}: {str(reason)[:300]}") from None
 
 
 def _cluster(kubeconfig: str | None, namespace: str) -> Cluster:
@@ -67,8 +86,11 @@ def export_command(kubeconfig: str | None, namespace: str, from_file: Path | Non
     """Write the measured profiles as the CSV `tessera plan --measured` reads."""
     from tessera.operator import profiles_exchange as exchange
 
-    configmaps = (exchange.configmaps_in_file(from_file) if from_file
-                  else exchange.cluster_configmaps(_cluster(kubeconfig, namespace)))
+    if from_file:
+        configmaps = exchange.configmaps_in_file(from_file)
+    else:
+        with _reaching_the_cluster(kubeconfig):
+            configmaps = exchange.cluster_configmaps(_cluster(kubeconfig, namespace))
     rows = exchange.export_rows(configmaps)
     text = profile_rows_csv(rows)
     if output is None:
@@ -86,6 +108,9 @@ def import_command(file: Path, kubeconfig: str | None, namespace: str) -> None:
     """Merge the profiles of FILE (a `tessera profiles export` CSV) into the cluster's ConfigMaps."""
     from tessera.operator import profiles_exchange as exchange
 
-    rows = read_profiles_csv(file)  # refused input exits BAD_INPUT through the main group
-    exchange.import_rows(_cluster(kubeconfig, namespace), rows)
+    # every row checked before any cluster is contacted; refused input exits BAD_INPUT through the main group
+    rows = read_profiles_csv(file)
+    entries = exchange.entries_of_rows(rows)
+    with _reaching_the_cluster(kubeconfig):
+        exchange.import_entries(_cluster(kubeconfig, namespace), entries)
     Console(stderr=True).print(_summary(rows, f"{len(rows)} measured profile(s) imported into {namespace}"))
