@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from tessera.operator.settings import OperatorSettings
+from tessera.planner.input_files import InputError
 from tessera.planner.measured import ProfileRow, profile_rows_csv, read_profiles_csv
 
 if TYPE_CHECKING:  # the Kubernetes client loads only for the commands that talk to a cluster
@@ -110,7 +111,10 @@ def import_command(file: Path, kubeconfig: str | None, namespace: str) -> None:
 
     # every row checked before any cluster is contacted; refused input exits BAD_INPUT through the main group
     rows = read_profiles_csv(file)
-    entries = exchange.entries_of_rows(rows)
+    try:
+        entries = exchange.entries_of_rows(rows)
+    except InputError as error:
+        raise InputError(f"{file}: {error}") from None
     with _reaching_the_cluster(kubeconfig):
         exchange.import_entries(_cluster(kubeconfig, namespace), entries)
     Console(stderr=True).print(_summary(rows, f"{len(rows)} measured profile(s) imported into {namespace}"))

@@ -109,15 +109,16 @@ def load_previous_placement(path: str | Path) -> Placement:
     data = load_yaml(path, MAX_PREVIOUS_BYTES)  # JSON is YAML
     try:
         servers = data["placement"]["servers"]
-        for index, server in enumerate(servers):
-            if server["max_lora_rank"] not in VLLM_MAX_LORA_RANKS:
-                raise PoolFileError(f"{path}: placement.servers[{index}].max_lora_rank: {quote(server['max_lora_rank'])} "
-                                    f"is not a --max-lora-rank vLLM 0.8.5 starts with; expected one of "
-                                    f"{', '.join(map(str, VLLM_MAX_LORA_RANKS))}")
-        return Placement(strategy=data["placement"]["strategy"], model=data["model"], servers=tuple(
+        placement = Placement(strategy=data["placement"]["strategy"], model=data["model"], servers=tuple(
             ServerPlacement(index=int(s["index"]), adapters=tuple(s["adapters"]), max_loras=int(s["max_loras"]),
                             max_lora_rank=int(s["max_lora_rank"]), rate_rps=float(s["rate_rps"]), starts=True,
                             predicted=None) for s in servers))
     except (KeyError, TypeError, ValueError) as error:
         raise PoolFileError(f"{path}: not the output of `tessera place --output json|yaml`: "
                             f"{quote(str(error))}") from None
+    for index, server in enumerate(placement.servers):
+        if server.max_lora_rank not in VLLM_MAX_LORA_RANKS:
+            raise PoolFileError(f"{path}: placement.servers[{index}].max_lora_rank: {server.max_lora_rank} is not a "
+                                f"--max-lora-rank vLLM 0.8.5 starts with; expected one of "
+                                f"{', '.join(map(str, VLLM_MAX_LORA_RANKS))}")
+    return placement
