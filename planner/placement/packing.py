@@ -230,6 +230,9 @@ def maxbase_star(model: ServerModel, order: Sequence[AdapterDemand]) -> Servers:
 def dlora(model: ServerModel, adapters: Sequence[AdapterDemand], start: int, most: int) -> Servers:
     by_rate = sorted(adapters, key=lambda a: (-a.rate_rps, a.name))
     last = Servers()
+    # More servers than adapters leave some empty: the lower bound of a pool of a few very hot adapters
+    # (4e8 servers for 2000 adapters at 1e7 req/s) would otherwise be a heap of that size.
+    start, most = min(start, len(adapters)), min(most, len(adapters))
     for n_servers in range(max(1, start), max(start, most) + 1):
         heap = [(0.0, i) for i in range(n_servers)]
         groups: list[list[AdapterDemand]] = [[] for _ in range(n_servers)]

@@ -450,6 +450,15 @@ def csv_cases() -> list[Case]:
     ]
 
 
+def hot_pool(adapters: int, rate: float) -> str:
+    """An AdapterPool of many adapters at one rate (each with its own weights: no YAML aliases)."""
+    document = pool()
+    template = document["spec"]["adapters"][0]
+    document["spec"]["adapters"] = [{**template, "name": f"a{i}", "expectedRequestsPerSecond": rate,
+                                     "weights": dict(template["weights"])} for i in range(adapters)]
+    return yaml.safe_dump(document, sort_keys=False)
+
+
 def placement_cases() -> list[Case]:
     """`tessera place` past the file's schema: ranks vLLM refuses, rates the twin check cannot simulate,
     idle adapters, twin profiles, earlier placements."""
@@ -470,6 +479,10 @@ def placement_cases() -> list[Case]:
               "pool.yaml", "spec.adapters[0].expectedRequestsPerSecond", "maxbase", "--baselines", code=2,
               extra=("--baselines", "maxbase")),
         place("place-rate-top-without-twin", pool_yaml(**{rates(0): 1e7}), "tessera", code=3, extra=("--no-twin",)),
+        place("place-2000-adapters-at-top-rate-without-twin", hot_pool(2000, 1e7), "lower bound", code=3,
+              extra=("--no-twin", "--baselines", "maxbase,maxbase*,dlora,random")),
+        place("place-2000-adapters-at-top-rate", hot_pool(2000, 1e7), "spec.adapters[0].expectedRequestsPerSecond",
+              extra=("--baselines", "maxbase,maxbase*,dlora,random")),
         place("place-rates-zero", pool_yaml(**{rates(0): 0, rates(1): 0}), "pass", code=0),
         place("place-twin-profile-unknown", pool_yaml(**{"baseModel.twinProfile": "gpt-17"}),
               "pool.yaml", "spec.baseModel.twinProfile", "gpt-17"),
