@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 
 from tessera.planner.catalog import GpuProduct, MigProfile, gpu_product
 from tessera.planner.input_files import InputError, csv_records, validate
+from tessera.planner.model import Name
 from tessera.planner.profiles import Profile, ProfileSource, ProfileStore, SegmentType
 
 PARVAGPU_GPU = "A100-80GB"
@@ -130,7 +131,7 @@ class ProfileRow(BaseModel):
 
     model_config = ConfigDict(populate_by_name=True, serialize_by_alias=True, allow_inf_nan=False, frozen=True)
 
-    variant: str = Field(min_length=1, max_length=63, description="Variant name.")
+    variant: Name = Field(description="Variant name, a DNS-1035 label as in the spec (it names the ConfigMap it is imported into).")
     image: str = Field(default="", max_length=512, description="The variant's image the profile was measured with.")
     image_digest: str = Field(default="", alias="imageDigest", pattern=r"^(sha256:[0-9a-f]{64})?$",
                               description="That image's sha256 digest, which the profile is keyed by; empty if unknown.")

@@ -548,6 +548,8 @@ def profiles_cases() -> list[Case]:
                  "p.csv:2", "latencyP99Milliseconds"),
         imported("profiles-import-throughput-nan", PROFILES_HEADER + "resnet50,,H100-80GB,1g.10gb,1,1,1,2,nan\n",
                  "p.csv:2", "throughputRequestsPerSecond"),
+        imported("profiles-import-variant-not-a-label", PROFILES_HEADER + "Caf\u00e9_Net,,H100-80GB,1g.10gb,1,1,1,2,100\n",
+                 "p.csv:2", "variant"),
         imported("profiles-import-binary", bytes(range(256)) * 4, "binary"),
         imported("profiles-import-missing-column", "variant,gpuProduct\nresnet50,H100-80GB\n", "header"),
         imported("profiles-import-too-many-batches", PROFILES_HEADER + "".join(
