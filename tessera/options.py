@@ -49,3 +49,7 @@ class OutputFile(click.Path):
         if not path.parent.is_dir():
             self.fail(f"{shorten(str(path))}: its folder {shorten(str(path.parent))} does not exist", param, ctx)
         return path
+
+
+SEED = BoundedInt(0, 2**32 - 1)  # what numpy's generators take: a negative seed is their ValueError
+WORKERS = BoundedInt(1, 64)  # processes running simulations; each holds the twin and a workload

@@ -16,6 +16,8 @@ from rich.table import Table
 from rich.text import Text
 
 from tessera import exit_codes
+from tessera.options import SEED, WORKERS
+from tessera.planner.input_files import quote
 from tessera.planner.placement import (BASELINES, Placement, PlacementReport, Replacement, ServerPlacement,
                                        plan_placement)
 from tessera.planner.placement.pool_file import PoolFileError, load_previous_placement, load_problem
@@ -26,11 +28,11 @@ from tessera.planner.placement.twin_check import TwinCheckTooLarge
 @click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--output", type=click.Choice(["table", "yaml", "json"]), default="table", show_default=True)
 @click.option("--no-twin", is_flag=True, help="Skip the twin check (one simulated hour per server, ~1-5 s each).")
-@click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True,
+@click.option("--workers", type=WORKERS, default=1, show_default=True,
               help="Processes running twin checks.")
 @click.option("--baselines", default=",".join(BASELINES), show_default=True,
               help="Comma-separated baselines placed and checked beside tessera ('' for none).")
-@click.option("--seed", default=0, show_default=True, help="Seed of the twin's request streams and the random baseline.")
+@click.option("--seed", type=SEED, default=0, show_default=True, help="Seed of the twin's request streams and the random baseline.")
 @click.option("--previous", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="An earlier `tessera place --output json|yaml`: re-place against it, moving as few adapters as possible.")
 def place(file: Path, output: str, no_twin: bool, workers: int, baselines: str, seed: int,
@@ -42,7 +44,7 @@ def place(file: Path, output: str, no_twin: bool, workers: int, baselines: str, 
     chosen = tuple(b for b in baselines.split(",") if b)
     unknown = set(chosen) - set(BASELINES)
     if unknown:
-        raise click.BadParameter(f"unknown baselines {sorted(unknown)}; known: {', '.join(BASELINES)}",
+        raise click.BadParameter(f"unknown baselines {quote(sorted(unknown))}; known: {', '.join(BASELINES)}",
                                  param_hint="--baselines")
     console = Console(stderr=output != "table")
     if not console.is_terminal:

@@ -15,13 +15,11 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
-from tessera.options import BoundedInt, FiniteFloat, OutputFile
+from tessera.options import SEED, WORKERS, BoundedInt, FiniteFloat, OutputFile
 from tessera.planner.input_files import InputError
 from tessera.planner.twin.engine import KernelUnavailable
 from tessera.planner.twin.sim import OUTSTANDING_REQUEST_CAP, STARVATION_RATIO
 
-SEED = BoundedInt(0, 2**32 - 1)
-WORKERS = BoundedInt(1, 64)
 console = Console(width=None if sys.stdout.isatty() else 150)
 
 
