@@ -13,9 +13,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from tessera.planner.adapter_pool import AdapterPoolSpec
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from tessera.planner.adapter_pool import MAX_ADAPTERS, AdapterPoolSpec
 from tessera.planner.input_files import InputError, load_yaml, object_name_and_spec, quote, shorten, validate
 from tessera.planner.predictors.workload_features import MODEL_IDS
+from tessera.planner.twin.files import MAX_LORAS
 from tessera.planner.twin.profile import ALIASES, load_profile
 from tessera.planner.twin.workload import VLLM_MAX_LORA_RANKS, Workload
 
@@ -103,22 +106,58 @@ def load_problem(path: str | Path) -> PlacementProblem:
         raise PoolFileError(f"{path} ({shorten(spec.name)}): {error}") from None
 
 
+class _PreviousServer(BaseModel):
+    """What re-placement reads of one server of an earlier report (other keys are the report's own)."""
+
+    model_config = ConfigDict(extra="ignore", allow_inf_nan=False, frozen=True)
+
+    index: int = Field(ge=0)
+    adapters: list[str] = Field(max_length=MAX_ADAPTERS)
+    max_loras: int = Field(ge=1, le=MAX_LORAS)
+    max_lora_rank: int
+    rate_rps: float = Field(ge=0)
+
+    @field_validator("max_lora_rank")
+    @classmethod
+    def _vllm_rank(cls, rank: int) -> int:
+        if rank not in VLLM_MAX_LORA_RANKS:
+            raise ValueError(f"{rank} is not a --max-lora-rank vLLM 0.8.5 starts with; expected one of "
+                             f"{', '.join(map(str, VLLM_MAX_LORA_RANKS))}")
+        return rank
+
+
+class _PreviousPlacement(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    strategy: str = Field(max_length=64)
+    servers: list[_PreviousServer] = Field(max_length=MAX_ADAPTERS)
+
+    @model_validator(mode="after")
+    def _each_server_and_adapter_once(self) -> "_PreviousPlacement":
+        indices = [s.index for s in self.servers]
+        names = [n for s in self.servers for n in s.adapters]
+        if len(set(indices)) < len(indices):
+            raise ValueError("servers: an index repeats; each server of a placement has its own")
+        if len(set(names)) < len(names):
+            raise ValueError("servers: an adapter is on two servers; a placement puts each on one")
+        return self
+
+
+class _PreviousReport(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    model: str = Field(max_length=256)
+    placement: _PreviousPlacement
+
+
 def load_previous_placement(path: str | Path) -> Placement:
     """The servers of an earlier `tessera place --output json|yaml` (its tessera placement): what
     re-placement needs of them is each server's index, adapters and two flags."""
     data = load_yaml(path, MAX_PREVIOUS_BYTES)  # JSON is YAML
-    try:
-        servers = data["placement"]["servers"]
-        placement = Placement(strategy=data["placement"]["strategy"], model=data["model"], servers=tuple(
-            ServerPlacement(index=int(s["index"]), adapters=tuple(s["adapters"]), max_loras=int(s["max_loras"]),
-                            max_lora_rank=int(s["max_lora_rank"]), rate_rps=float(s["rate_rps"]), starts=True,
-                            predicted=None) for s in servers))
-    except (KeyError, TypeError, ValueError) as error:
-        raise PoolFileError(f"{path}: not the output of `tessera place --output json|yaml`: "
-                            f"{quote(str(error))}") from None
-    for index, server in enumerate(placement.servers):
-        if server.max_lora_rank not in VLLM_MAX_LORA_RANKS:
-            raise PoolFileError(f"{path}: placement.servers[{index}].max_lora_rank: {server.max_lora_rank} is not a "
-                                f"--max-lora-rank vLLM 0.8.5 starts with; expected one of "
-                                f"{', '.join(map(str, VLLM_MAX_LORA_RANKS))}")
-    return placement
+    if not isinstance(data, dict):
+        raise PoolFileError(f"{path}: not the output of `tessera place --output json|yaml` (a mapping), "
+                            f"got {type(data).__name__}")
+    report = validate(_PreviousReport, data, str(path), error_type=PoolFileError)
+    return Placement(strategy=report.placement.strategy, model=report.model, servers=tuple(
+        ServerPlacement(index=s.index, adapters=tuple(s.adapters), max_loras=s.max_loras, max_lora_rank=s.max_lora_rank,
+                        rate_rps=s.rate_rps, starts=True, predicted=None) for s in report.placement.servers))

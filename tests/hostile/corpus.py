@@ -470,6 +470,11 @@ def placement_cases() -> list[Case]:
     rates = "adapters.{}.expectedRequestsPerSecond".format
     previous = {"model": "qwen2.5-7b-instruct", "placement": {"strategy": "tessera", "servers": [
         {"index": 0, "adapters": ["sales", "support"], "max_loras": 2, "max_lora_rank": 17, "rate_rps": 1.0}]}}
+
+    def changed(report: dict, **server: object) -> dict:
+        """The report with its one server's fields changed."""
+        return {**report, "placement": {"strategy": "tessera", "servers": [{**report["placement"]["servers"][0], **server}]}}
+
     return [
         place("place-rank-between-vllm-ranks", pool_yaml(**{"adapters.0.rank": 17, "adapters.1.rank": 9}),
               '"max_lora_rank": 32', code=0, extra=("--no-twin", "--output", "json")),
@@ -498,6 +503,15 @@ def placement_cases() -> list[Case]:
         place("opt-place-workers-million", pool_yaml(), "--workers", "1<=x<=64", extra=("--workers", "1000000")),
         place("opt-place-baselines-long", pool_yaml(), "--baselines", "unknown baselines",
               extra=("--baselines", "X" * 100_000)),
+        place("place-previous-slots-zero", pool_yaml(), "previous.json", "placement.servers[0].max_loras",
+              extra=("--no-twin", "--previous", "previous.json"),
+              files={"previous.json": json.dumps(changed(previous, max_loras=0, max_lora_rank=16))}),
+        place("place-previous-adapter-twice", pool_yaml(), "previous.json", "on two servers",
+              extra=("--no-twin", "--previous", "previous.json"),
+              files={"previous.json": json.dumps({**previous, "placement": {"strategy": "tessera", "servers": [
+                  dict(server, max_lora_rank=16, index=i) for i, server in enumerate(previous["placement"]["servers"] * 2)]}})}),
+        place("place-previous-list", pool_yaml(), "previous.json", "a mapping",
+              extra=("--no-twin", "--previous", "previous.json"), files={"previous.json": "[1, 2]"}),
         Case("twin-max-rank-not-vllm", ["twin", "run", "w.yaml"],
              {"w.yaml": workload(max_rank=17, adapters={"count": 4, "ranks": [8], "rates": [1]})},
              ("w.yaml", "max_rank", "8, 16, 32, 64, 128, 256, 320, 512")),
