@@ -535,6 +535,12 @@ def trace_cases() -> list[Case]:
         trace("trace-idle", "time_s,rate\n0,0\n5,0\n10,7\n", "every rate is 0"),
         trace("trace-text-rate", "time_s,rate\n0,1\n1,lots\n", "t.csv:3", "two numbers"),
         trace("trace-one-sample", "time_s,rate\n0,1\n", "two samples"),
+        Case("trace-p95-zero", ["simulate", "spec.yaml", *FAST, "--trace", "t.csv", "--plan-for", "p95", "--png", "s.png"],
+             {"spec.yaml": spec_yaml(), "t.csv": "time_s,rate\n" + "".join(f"{i},0\n" for i in range(100)) + "100,1000\n101,0\n"},
+             ("--plan-for", "p95 rate of 0")),
+        Case("simulate-demand-zero", ["simulate", "spec.yaml", *FAST, "--trace", "constant", "--duration", "10",
+                                      "--png", "s.png"], {"spec.yaml": spec_yaml(demandRequestsPerSecond=0)},
+             ("processes busy 0.0%", "Not simulated"), code=0),
     ]
 
 
