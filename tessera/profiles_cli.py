@@ -9,20 +9,23 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 from rich.console import Console
 from rich.table import Table
 
 from tessera.operator.settings import OperatorSettings
-from tessera.planner.input_files import InputError
+from tessera.planner.input_files import InputError, load_yaml
 from tessera.planner.measured import ProfileRow, profile_rows_csv, read_profiles_csv
 
 if TYPE_CHECKING:  # the Kubernetes client loads only for the commands that talk to a cluster
     from tessera.operator.cluster import Cluster
 
 DEFAULT_NAMESPACE = OperatorSettings().state_namespace
+# Kubeconfigs embed certificates: many clusters' worth stay far below this.
+MAX_KUBECONFIG_BYTES = 1024 * 1024
+CLUSTER_TIMEOUT_S = 5.0  # seconds per attempt of one API call: a hung server is refused in about 20 s
 
 
 @contextmanager
@@ -35,9 +38,13 @@ def _reaching_the_cluster(kubeconfig: str | None) -> Iterator[None]:
     cluster = f"the cluster of {kubeconfig}" if kubeconfig else "the cluster"
     try:
         yield
+    except ConfigException as error:
+        if kubeconfig:
+            raise InputError(f"{kubeconfig}: not a usable kubeconfig: {str(error)[:300]}") from None
+        raise click.ClickException(f"no cluster configured: {str(error)[:300]}; pass --kubeconfig") from None
     except ApiException as error:
         raise click.ClickException(f"{cluster} refused: {error.status} {error.reason}") from None
-    except (HTTPError, ConfigException, OSError) as error:
+    except (HTTPError, OSError) as error:
         reason = getattr(error, "reason", None) or error  # urllib3's retries wrap the connection's own error
         raise click.ClickException(f"cannot reach {cluster}: {str(reason)[:300]}") from None
 
@@ -46,7 +53,22 @@ def _cluster(kubeconfig: str | None, namespace: str) -> Cluster:
     from tessera.operator.cluster import Cluster
     from tessera.operator.main import api_client
 
-    return Cluster(api_client(kubeconfig), OperatorSettings(state_namespace=namespace))
+    if kubeconfig:  # read within bounds first: the client's own reader gives tracebacks for a broken file
+        document = load_yaml(kubeconfig, MAX_KUBECONFIG_BYTES)
+        if not isinstance(document, dict):
+            raise InputError(f"{kubeconfig}: expected a kubeconfig (a mapping), got {type(document).__name__}")
+
+    api = api_client(kubeconfig)
+    # The client waits forever unless a call says otherwise: a server that accepts a connection and
+    # never answers would hang the command. Each attempt (urllib3 retries three times) now ends.
+    request = api.rest_client.request
+
+    def timed(method: str, url: str, *args: Any, **kwargs: Any) -> Any:
+        kwargs["_request_timeout"] = kwargs.get("_request_timeout") or CLUSTER_TIMEOUT_S
+        return request(method, url, *args, **kwargs)
+
+    api.rest_client.request = timed  # type: ignore[method-assign]
+    return Cluster(api, OperatorSettings(state_namespace=namespace))
 
 
 def _summary(rows: list[ProfileRow], title: str) -> Table:
