@@ -23,6 +23,7 @@ FOLDERS = {
     "tessera.planner": "planner",
     "tessera.operator": "operator",
     "tessera.profiler": "profiler-job",
+    "tessera.frontend": "frontend",
     "tessera.examples": "examples",
     "tessera.crds": "crds",
 }

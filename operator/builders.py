@@ -115,6 +115,8 @@ def batch_delay_ms(task: TaskPlan, config: ConfigPlan) -> float:
 
 
 def downstream_urls(system: SystemRef, spec: SystemSpec, task: str, port: int) -> dict[str, str]:
+    if spec.frontend is not None:  # the frontend carries each request through the graph: no fan-out twice
+        return {}
     return {edge.target: f"http://{service_name(system, edge.target)}.{system.namespace}.svc:{port}"
             for edge in spec.children(task)}
 
@@ -131,6 +133,7 @@ def server_env(system: SystemRef, spec: SystemSpec, task: TaskPlan, config: Conf
         "TESSERA_MAX_BATCH_DELAY_MS": f"{batch_delay_ms(task, config):g}",
         "TESSERA_PROCESSES": str(config.segment.mps),
         "TESSERA_PORT": str(port),
+        "TESSERA_GRAPH": "frontend" if spec.frontend is not None else "servers",
         "TESSERA_DOWNSTREAM_URLS": ",".join(f"{t}={url}" for t, url in sorted(downstream.items())),
     }
     for target, url in sorted(downstream.items()):

@@ -14,6 +14,11 @@ the operator adds the system's namespace matcher to every selector.
   completed successfully per model; `batch_request_queue` is a histogram of
   the adaptive-batching queue's length, whose `_sum`/`_count` rates give the
   mean queue length.
+- tessera-frontend: `tessera_frontend_requests_total` counts every request
+  the system's frontend (docs/frontend.md) received, by outcome: answered,
+  late, dropped early or refused for overload all count, so the offered rate
+  does not fall under overload and needs no backlog term; `invalid` bodies
+  are not demand.
 """
 
 from __future__ import annotations
@@ -30,6 +35,8 @@ DEFAULT_TEMPLATES: dict[str, str] = {
         f' + sum(rate(batch_request_queue_sum{{model_name="$entry"}}[{RATE_WINDOW}]))'
         f' / clamp_min(sum(rate(batch_request_queue_count{{model_name="$entry"}}[{RATE_WINDOW}])), 1e-9)'
         f' / {BACKLOG_DRAIN_S}'),
+    "tessera-frontend": (
+        f'sum(rate(tessera_frontend_requests_total{{system="$system",outcome!="invalid"}}[{RATE_WINDOW}]))'),
 }
 
 

@@ -195,16 +195,24 @@ class Task(Spec):
 Factor = Annotated[float, Field(gt=0, le=10_000)]
 
 
+OUTPUT_NAME = r"^[A-Za-z0-9_.\-]+$"
+
+
 class Edge(Spec):
     """Requests flow from `source` to `target`, multiplied by a factor.
 
     The factor may depend on the upstream variant (a better detector finds
     more objects): `factor_by_variant` overrides `factor` for the variants it
-    names.
+    names. `mode` says how the frontend (spec.frontend) makes the target's
+    requests from the source's: the source's response as the target's inputs,
+    the system's original request, or one request per item of the source's
+    output `splitOutput` (what the factor counts, in reality).
     """
 
     model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [
         cel("self.source != self.target", "an edge must join two different tasks", ".target"),
+        cel("(self.mode == 'split') == has(self.splitOutput)", "splitOutput is given exactly when mode is split",
+            ".splitOutput"),
     ]})
 
     source: Name = Field(description="The upstream task's name.")
@@ -214,6 +222,23 @@ class Edge(Spec):
         default_factory=dict, alias="factorByVariant", max_length=MAX_VARIANTS,
         description="Per upstream variant name, a factor that overrides `factor`, in (0, 10000].",
     )
+
+    mode: Literal["response", "request", "split"] = Field(
+        default="response",
+        description="How the frontend makes the target's requests: response (the source's outputs become the "
+                    "target's inputs), request (the system's original request), split (one request per item, "
+                    "along the first dimension, of the source's output splitOutput).",
+    )
+    split_output: str | None = Field(
+        default=None, alias="splitOutput", min_length=1, max_length=256, pattern=OUTPUT_NAME,
+        description="With mode split: the name of the source's output to split into one request per item.",
+    )
+
+    @model_validator(mode="after")
+    def _split_names_its_output(self) -> "Edge":
+        if (self.mode == "split") != (self.split_output is not None):
+            raise ValueError("splitOutput: give it exactly when mode is split")
+        return self
 
     def factor_for(self, upstream_variant: str) -> float:
         return self.factor_by_variant.get(upstream_variant, self.factor)
@@ -257,6 +282,28 @@ class ProfilePoint(Spec):
     )
 
 
+class Frontend(Spec):
+    """The system's frontend: one Open Inference Protocol endpoint that runs the task graph per request."""
+
+    early_dropping: bool = Field(
+        default=True, alias="earlyDropping",
+        description="Drop a request at a hop when its remaining budget is below the least time the rest of its "
+                    "path needs by the plan.",
+    )
+    drop_margin_ms: float = Field(
+        default=0.0, alias="dropMarginMilliseconds", ge=0, le=MAX_LATENCY_MS,
+        description="Budget kept in hand beyond that least time before a request is dropped, in ms.",
+    )
+    max_in_flight: int = Field(
+        default=1024, alias="maxInFlight", ge=1, le=1_000_000,
+        description="Requests a frontend process carries at once; beyond it answers 429.",
+    )
+    max_body_bytes: int = Field(
+        default=8 * 2**20, alias="maxBodyBytes", ge=1024, le=2**30,
+        description="Largest request body accepted, in bytes; larger answers 413.",
+    )
+
+
 class SystemSpec(Spec):
     """A compound inference system: a DAG of tasks with SLOs and a demand."""
 
@@ -284,6 +331,12 @@ class SystemSpec(Spec):
     demand_source: SystemDemandSource | None = Field(
         default=None, alias="demandSource",
         description="Optional Prometheus query for the requests/s entering every source task; re-planned with hysteresis.",
+    )
+    frontend: Frontend | None = Field(
+        default=None,
+        description="Serve the system through a tessera frontend that carries each request through the task "
+                    "graph (its servers then call no downstream task themselves); absent: the servers call "
+                    "their downstream tasks (TESSERA_DOWNSTREAM_URLS).",
     )
     priority: Literal["cost", "accuracy"] = Field(
         default="cost", description="cost: fewest GPUs first, then accuracy; accuracy: the reverse.",
@@ -320,6 +373,7 @@ class SystemSpec(Spec):
         cycle = _find_cycle(names, [(e.source, e.target) for e in self.edges])
         if cycle:
             raise ValueError(f"edges: the task graph has a cycle: {' -> '.join(cycle)}")
+        _reject_joins_below_splits(self.edges)
         for i, point in enumerate(self.profiles):
             if point.task not in names:
                 raise ValueError(f"profiles[{i}].task: unknown task {point.task!r}")
@@ -412,6 +466,25 @@ class Pool(Spec):
         except KeyError as error:
             raise ValueError(error.args[0]) from None
         return gpu
+
+
+def _reject_joins_below_splits(edges: list[Edge]) -> None:
+    """A task with several parents waits for one request from each; below a split a parent runs once per item."""
+    below = {e.target for e in edges if e.mode == "split"}
+    frontier = list(below)
+    while frontier:
+        task = frontier.pop()
+        for edge in edges:
+            if edge.source == task and edge.target not in below:
+                below.add(edge.target)
+                frontier.append(edge.target)
+    parents: dict[str, int] = {}
+    for edge in edges:
+        parents[edge.target] = parents.get(edge.target, 0) + 1
+    for i, edge in enumerate(edges):
+        if parents[edge.target] > 1 and edge.target in below:
+            raise ValueError(f"edges[{i}].target: {edge.target!r} joins several parents below a split edge "
+                             "(it would wait for one request per parent where a parent runs once per item)")
 
 
 def _count_paths(nodes: set[Name], edges: list[tuple[Name, Name]]) -> int:

@@ -24,6 +24,7 @@ from tessera.planner.input_files import InputError, quote
 from tessera.planner.measured import load_measured
 from tessera.planner.model import Pool, SystemSpec
 from tessera.planner.profile_sources import build_profile_store
+from tessera.frontend_cli import frontend, frontend_config_command
 from tessera.operator_cli import operator
 from tessera.place_cli import place
 from tessera.planner_options_cli import MAX_POOL_GPUS, planner_options, take_planner_options
@@ -63,6 +64,8 @@ def main(log_level: str) -> None:
 main.add_command(twin)
 main.add_command(place)
 main.add_command(operator)
+main.add_command(frontend)
+main.add_command(frontend_config_command)
 main.add_command(profiles)
 
 

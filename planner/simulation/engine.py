@@ -20,6 +20,7 @@ from typing import Callable, cast
 
 import numpy as np
 
+from tessera.planner.dropping import doomed, least_time_after, needed_s
 from tessera.planner.simulation.entities import Deployment, SystemRoutes
 from tessera.planner.simulation.policies import Batcher, Dispatch, Policies, assign_replicas
 from tessera.planner.simulation.replica_kernel import fold_latest, run_replicas, seed_kernel
@@ -82,15 +83,19 @@ def _run_system(deployment: Deployment, routes: SystemRoutes, source_arrival: np
     pending: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {s: [] for s in routes.stages}
     finish = source_arrival.copy()
     records = []
+    hop_s = policies.hop_ms * 1e-3
+    after = least_time_after(routes.stages, {s: [c for c, _ in deployment.stages[s].children] for s in routes.stages},
+                             {s: deployment.stages[s].single_s for s in routes.stages}, hop_s)
     for position in routes.stages:
         stage = deployment.stages[position]
         if stage.is_source:
             origin, arrival = everyone, source_arrival
         else:
             origin, arrival = _gather(pending.pop(position))
-        deadline = (source_arrival[origin] + routes.slo_s - stage.downstream_min_s if policies.early_dropping
+        deadline = (source_arrival[origin] + routes.slo_s if policies.early_dropping
                     else np.full(arrival.size, np.inf))
-        done = _run_stage(deployment, stage.replicas, stage.weights, arrival, deadline, policies, rng, busy_s)
+        done = _run_stage(deployment, stage.replicas, stage.weights, arrival, deadline, after[position], policies,
+                          rng, busy_s)
         fold_latest(origin, done, finish)
         records.append(StageRecord(position, origin, arrival, done))
         finished = ~np.isnan(done)
@@ -110,15 +115,25 @@ def _gather(parts: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.
 
 
 def _run_stage(deployment: Deployment, replicas: np.ndarray, weights: np.ndarray, arrival: np.ndarray,
-               deadline: np.ndarray, policies: Policies, rng: np.random.Generator, busy_s: np.ndarray) -> np.ndarray:
-    """Completion times of a stage's requests (sorted by arrival), NaN where dropped."""
+               deadline: np.ndarray, after_s: float, policies: Policies, rng: np.random.Generator,
+               busy_s: np.ndarray) -> np.ndarray:
+    """Completion times of a stage's requests (sorted by arrival), NaN where dropped.
+
+    `deadline`: the source requests' arrival + SLO (inf without early
+    dropping); `after_s`: the least time the stages after this one need.
+    """
     local = assign_replicas(arrival.size, weights, policies, rng)
+    hop_s = policies.hop_ms * 1e-3
+    # On arrival, before the hop: the frontend's rule at the frontend's point (tessera.frontend).
+    dropped = np.asarray(doomed(deadline - arrival, needed_s(deployment.latency_s[replicas[local], 1], after_s, hop_s),
+                                policies.drop_margin_ms * 1e-3))
     by_replica = np.argsort(local, kind="stable")  # keeps arrival order within a replica
     counts = np.bincount(local, minlength=len(replicas))
     offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
     grouped_done = np.empty(arrival.size)
-    at_batcher = arrival + policies.hop_ms * 1e-3
-    run_replicas(at_batcher[by_replica], deadline[by_replica], offsets, replicas.astype(np.int64),
+    at_batcher = arrival + hop_s
+    run_replicas(at_batcher[by_replica], (deadline - after_s)[by_replica], dropped[by_replica], offsets,
+                 replicas.astype(np.int64),
                  deployment.batch, deployment.processes, deployment.batching_delay_s, deployment.latency_s,
                  policies.sigma, policies.dispatch is Dispatch.ROUND_ROBIN,
                  policies.batcher is Batcher.WHEN_FREE, grouped_done, busy_s)

@@ -36,7 +36,7 @@ class Stage:
     weights: np.ndarray  # planned share of the task's load per replica (sums to 1)
     children: list[tuple[int, float]] = field(default_factory=list)  # (stage index, mean fan-out factor)
     parents: list[int] = field(default_factory=list)
-    downstream_min_s: float = 0.0  # least time any request still needs after this stage
+    single_s: float = 0.0  # a batch of one on the stage's fastest replica (early dropping's least time)
 
     @property
     def is_source(self) -> bool:
@@ -151,11 +151,8 @@ def _routes(system: SystemSpec, plan: Plan, stages: list[Stage], index: dict[tup
             stages[parent].children.append((child, edge.factor_for(stages[parent].variant)))
             stages[child].parents.append(parent)
     order = _topological(list(planned.values()), stages)
-    for position in reversed(order):
-        stage = stages[position]
-        stage.downstream_min_s = max(
-            (stages[child].downstream_min_s + latency_s[stages[child].replicas, 1].min()
-             for child, _ in stage.children), default=0.0)
+    for position in order:
+        stages[position].single_s = float(latency_s[stages[position].replicas, 1].min())
     paths = [([planned[name] for name in path.tasks], path.latency_ms * MS)
              for path in plan.paths if path.system == system.name and all(name in planned for name in path.tasks)]
     return SystemRoutes(system.name, system.slo.latency_ms * MS, system.demand_rps, order, paths)

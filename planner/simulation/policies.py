@@ -65,6 +65,8 @@ class Policies(BaseModel):
     batcher: Batcher = Batcher.WHEN_FREE
     dispatch: Dispatch = Dispatch.EARLIEST_FREE
     early_dropping: bool = False
+    drop_margin_ms: float = Field(default=0.0, ge=0, description="Early dropping keeps this much budget in "
+                                                                 "hand beyond the least time ahead.")
     p99_over_p50: float = Field(default=1.3, ge=1.0, description="Batch latency spread, lognormal.")
     hop_ms: float = Field(default=0.0, ge=0, description="Network and request handling before each stage's "
                                                          "batcher, outside the profiles.")

@@ -15,11 +15,12 @@ replica, and replicas do not interact, so the loop walks each replica's
 arrivals once: no event objects, no heap (a replica has a few
 processes, so the earliest free one is a scan).
 
-Early dropping (when enabled, `deadline` is finite): a request whose
-deadline (its source request's arrival + SLO - the least time the stages
-after this one need) cannot be met even by a batch of one is dropped on
-arrival; when a batch starts, its requests that it would finish too late are
-dropped from it. Dropped requests get NaN as completion time.
+Early dropping (when enabled, `deadline` is finite): requests marked in
+`dropped` were dropped on arrival (the engine decides that with
+`tessera.planner.dropping.doomed`, the frontend's rule); when a batch starts,
+its requests that it would finish after their deadline (the source request's
+arrival + SLO - the least time the stages after this one need) are dropped
+from it. Dropped requests get NaN as completion time.
 """
 
 from __future__ import annotations
@@ -36,12 +37,12 @@ def seed_kernel(seed: int) -> None:
 
 
 @njit(cache=True)
-def run_replicas(arrival: np.ndarray, deadline: np.ndarray, offsets: np.ndarray, replica_ids: np.ndarray,
+def run_replicas(arrival: np.ndarray, deadline: np.ndarray, dropped: np.ndarray, offsets: np.ndarray, replica_ids: np.ndarray,
                  batch: np.ndarray, processes: np.ndarray, delay: np.ndarray, latency: np.ndarray, sigma: float,
                  round_robin: bool, when_free: bool, done: np.ndarray, busy_s: np.ndarray) -> None:
     """Fill done[i] (completion time or NaN) for requests grouped by replica.
 
-    arrival/deadline: per request, grouped by replica (offsets[r]..offsets[r+1]
+    arrival/deadline/dropped: per request, grouped by replica (offsets[r]..offsets[r+1]
     belong to replica_ids[r]) and sorted by time within a group.
     latency[replica, n]: median batch latency of n requests. sigma: the
     lognormal spread of one batch's latency. round_robin: batches go to the
@@ -55,13 +56,12 @@ or size closes it. busy_s[replica] accumulates the processes' busy time.
     for group in range(len(replica_ids)):
         replica = replica_ids[group]
         size, k, wait = batch[replica], processes[replica], delay[replica]
-        single = latency[replica, 1]
         for p in range(k):
             free[p] = -np.inf
         turn = 0
         i, end = offsets[group], offsets[group + 1]
         while i < end:
-            if arrival[i] + single > deadline[i]:
+            if dropped[i]:
                 done[i] = np.nan
                 i += 1
                 continue
@@ -78,7 +78,7 @@ or size closes it. busy_s[replica] accumulates the processes' busy time.
                 close = max(close, free[chosen])
             count = 0
             while i < end and count < size and arrival[i] <= close:
-                if arrival[i] + single > deadline[i]:
+                if dropped[i]:
                     done[i] = np.nan
                 else:
                     members[count] = i

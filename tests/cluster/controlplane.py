@@ -31,6 +31,16 @@ from .binaries import bin_dir
 KWOK_NODE_ANNOTATION = ("kwok.x-k8s.io/node", "fake")
 SERVICE_CIDR = "10.96.0.0/16"
 SERVICE_IP = "10.96.0.1"
+# Node heartbeats as a kubelet sends them: KWOK renews each node's Lease in kube-node-lease (every quarter
+# of its duration), and the node controller marks a node NotReady only when neither the Lease nor the
+# Ready condition was renewed for the grace period. Without Leases, KWOK only refreshes the Ready
+# condition from its node-heartbeat stage (every 20-45 s, later under load), which is no kubelet
+# heartbeat: nodes went NotReady and back about every minute, and the model servers' pods with them
+# (tests/e2e/test_cluster_smoke.py asserts they no longer do). Short values keep that test's window
+# short; the kubelet stand-in beats every 5 s.
+NODE_LEASE_DURATION_S = 20
+NODE_MONITOR_GRACE_S = 20
+NODE_MONITOR_PERIOD_S = 2
 # Every write, with its user agent, in logs/audit.log: tests count what a component wrote from the
 # API server's own record, not from the component's counters.
 AUDIT_POLICY = """apiVersion: audit.k8s.io/v1
@@ -146,6 +156,8 @@ class ControlPlane:
                 f"--root-ca-file={self.pki / 'ca.crt'}",
                 f"--service-cluster-ip-range={SERVICE_CIDR}",
                 "--concurrent-deployment-syncs=10", "--concurrent-replicaset-syncs=10",
+                f"--node-monitor-grace-period={NODE_MONITOR_GRACE_S}s",
+                f"--node-monitor-period={NODE_MONITOR_PERIOD_S}s",
             ])
             self._spawn("kube-scheduler", [*delegated, f"--secure-port={free_port()}"])
             self._start_kwok()
@@ -212,6 +224,7 @@ class ControlPlane:
             f"--server-address=127.0.0.1:{free_port()}",
             "--node-ip=127.0.0.1",
             "--cidr=10.244.0.1/16",
+            f"--node-lease-duration-seconds={NODE_LEASE_DURATION_S}",
         ], env={**os.environ, "HOME": str(self.workdir)})  # no ~/.kwok/kwok.yaml leaks in
 
     def _ssl_context(self) -> ssl.SSLContext:

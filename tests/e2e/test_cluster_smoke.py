@@ -6,13 +6,16 @@ from __future__ import annotations
 
 import json
 import textwrap
+import time
 import uuid
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
 import yaml
 from kubernetes import client
 
+from cluster.controlplane import KWOK_NODE_ANNOTATION, NODE_MONITOR_GRACE_S, NODE_MONITOR_PERIOD_S
 from cluster.gpu_nodes import MIG_CONFIG, MIG_STATE, create_gpu_nodes
 from cluster.gpu_operator import set_mig_configmap
 from cluster.kube import pods, wait_for, wait_node_ready, wait_pods_phase
@@ -69,6 +72,36 @@ def test_a_job_pod_completes_on_a_kwok_node(api_client, core, cpu_node, namespac
     wait_for(lambda: (batch.read_namespaced_job("profile", namespace).status.succeeded or 0) == 1,
              90, "job profile to succeed")
     assert pods(core, namespace, "job-name=profile")[0].status.phase == "Succeeded"
+
+
+def kwok_nodes_not_ready(core) -> set[str]:
+    key, value = KWOK_NODE_ANNOTATION
+    return {node.metadata.name for node in core.list_node().items
+            if (node.metadata.annotations or {}).get(key) == value
+            and not any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or [])}
+
+
+def test_kwok_nodes_stay_ready_over_a_window_longer_than_the_node_grace_period(core, cpu_node):
+    """No NodeNotReady flapping: KWOK renews node Leases, so the node controller, which marks a node
+    NotReady once neither its Lease nor its Ready condition was renewed for the grace period, never
+    does; pods on the nodes (the model servers) keep their Ready condition."""
+    start = datetime.now(timezone.utc)
+    # Past the grace period and two of the node controller's checks after it.
+    deadline = time.monotonic() + NODE_MONITOR_GRACE_S + 2 * NODE_MONITOR_PERIOD_S
+    seen_not_ready: set[str] = set()
+    while time.monotonic() < deadline:
+        seen_not_ready |= kwok_nodes_not_ready(core)
+        time.sleep(1)
+    assert seen_not_ready == set()
+
+    def after_start(event) -> bool:
+        when = event.last_timestamp or event.event_time or event.metadata.creation_timestamp
+        return when >= start
+    flaps = [(e.involved_object.kind, e.involved_object.name, e.message)
+             for e in core.list_event_for_all_namespaces(field_selector="reason=NodeNotReady").items if after_start(e)]
+    assert flaps == []
+    lease = client.CoordinationV1Api(core.api_client).read_namespaced_lease(cpu_node, "kube-node-lease")
+    assert lease.spec.renew_time > start, "KWOK renews the node's Lease, as a kubelet does"
 
 
 def test_gpu_node_helper_makes_ready_nodes_labelled_like_gpu_feature_discovery(core):

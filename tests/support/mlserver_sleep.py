@@ -51,12 +51,15 @@ class SleepServerConfig:
     fail_message: str = "failed at this batch size"
     load_delay_s: float = 0.0
     model_name: str = MODEL_NAME
+    item_outputs: tuple[tuple[str, int], ...] = ()  # (output name, rows per request): a detector's lists
 
     def model_settings(self) -> dict:
         extra = {"a_ms": self.a_ms, "b_ms": self.b_ms, "fail_message": self.fail_message,
                  "load_delay_s": self.load_delay_s}
         if self.fail_at_batch is not None:
             extra["fail_at_batch"] = self.fail_at_batch
+        if self.item_outputs:
+            extra["item_outputs"] = dict(self.item_outputs)
         return {"name": self.model_name, "implementation": "sleep_runtime.SleepModel",
                 "parameters": {"extra": extra}}
 

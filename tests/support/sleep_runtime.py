@@ -11,6 +11,9 @@ Settings (model-settings.json, `parameters.extra`):
   this message (an error at one batch size, such as out of memory).
 - `load_delay_s`: the model takes this long to load (a server that does not
   become ready in time).
+- `item_outputs`: {name: k}: answer, instead of `batch_size`, an output per
+  name with k rows [0..k-1] for each request, as a detector lists what it
+  found (serve it without adaptive batching: the rows are not the input's).
 
 Every response carries, beside the input's rows echoed as `output`, an output
 `batch_size` whose every row is the n the model ran at, so that a client can
@@ -33,6 +36,7 @@ class SleepModel(MLModel):
         self.b_ms = float(extra.get("b_ms", 0.0))
         self.fail_at_batch = extra.get("fail_at_batch")
         self.fail_message = str(extra.get("fail_message", "failed at this batch size"))
+        self.item_outputs = {str(k): int(v) for k, v in (extra.get("item_outputs") or {}).items()}
         await asyncio.sleep(float(extra.get("load_delay_s", 0.0)))
         self.ready = True
         return self.ready
@@ -42,6 +46,10 @@ class SleepModel(MLModel):
         if self.fail_at_batch is not None and rows == int(self.fail_at_batch):
             raise RuntimeError(self.fail_message)
         time.sleep((self.a_ms + self.b_ms * rows) / 1000.0)
+        if self.item_outputs:
+            return InferenceResponse(model_name=self.name, outputs=[
+                ResponseOutput(name=name, shape=[k, 1], datatype="INT64", data=list(range(k)))
+                for name, k in self.item_outputs.items()])
         return InferenceResponse(
             model_name=self.name,
             outputs=[ResponseOutput(name="batch_size", shape=[rows, 1], datatype="INT64", data=[rows] * rows)],
