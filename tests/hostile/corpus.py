@@ -602,6 +602,28 @@ def profiles_cases() -> list[Case]:
     ]
 
 
+def frontend_config_cases() -> list[Case]:
+    """`tessera frontend-config SYSTEM PLAN --url`: the plan file and the URL template."""
+    url = "http://{system}-{task}:8000/v2/models/{variant}/infer"
+
+    def config(id: str, plan: FileContent, *says: str, template: str = url) -> Case:
+        return Case(id, ["frontend-config", "spec.yaml", "plan.yaml", "--url", template],
+                    {"spec.yaml": spec_yaml(), "plan.yaml": plan}, says)
+
+    return [
+        config("frontend-plan-alias-bomb", alias_bomb(), "plan.yaml", "aliases"),
+        config("frontend-plan-binary", bytes(range(256)) * 4, "plan.yaml", "binary"),
+        config("frontend-plan-huge", sparse(40 * 1024 * 1024), "plan.yaml", "over the limit"),
+        config("frontend-plan-list", "- 1\n", "plan.yaml", "valid dictionary"),
+        config("frontend-plan-not-a-plan", "gpu: H100-80GB\n", "plan.yaml", "pool_gpus", "Field required"),
+        config("frontend-url-attribute", "{}", "--url", "{system.__class__}", template="http://{system.__class__}/"),
+        config("frontend-url-padding", "{}", "--url", "{task:>99999999}", template="http://{task:>99999999}/"),
+        config("frontend-url-unknown", "{}", "--url", "{host}", template="http://{host}/"),
+        Case("frontend-hop-nan", ["frontend-config", "spec.yaml", "plan.yaml", "--url", url, "--hop-ms", "nan"],
+             {"spec.yaml": spec_yaml(), "plan.yaml": "{}"}, ("--hop-ms", "finite")),
+    ]
+
+
 def corpus() -> list[Case]:
     return (spec_cases() + pool_cases() + option_cases() + twin_cases() + csv_cases() + placement_cases()
-            + trace_cases() + profiles_cases())
+            + trace_cases() + profiles_cases() + frontend_config_cases())
