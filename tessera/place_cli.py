@@ -75,8 +75,24 @@ def place(file: Path, output: str, no_twin: bool, workers: int, baselines: str, 
     else:
         data = report_dict(report)
         click.echo(json.dumps(data, indent=2) if output == "json" else yaml.safe_dump(data, sort_keys=False))
-    if report.placement.unplaced or not report.placement.predicted_ok:
+    failure = placement_failure(report.placement)
+    if failure:
+        click.echo(f"infeasible: {failure}", err=True)
         sys.exit(exit_codes.INFEASIBLE)
+
+
+def placement_failure(placement: Placement) -> str:
+    """Why the placement is no success ('' when it is one). When the twin checked it, the twin decides:
+    a server it fails is a failure whatever the predictors say, and one it passes is a success even
+    where the predictors call it unhealthy (the split and merge passes keep only such servers)."""
+    if placement.unplaced:
+        return f"{len(placement.unplaced)} adapters beyond the pool's server limit are not placed"
+    if placement.twin_checked:
+        failing = [str(s.index) for s in placement.servers if not (s.twin and s.twin.passed)]
+        return (f"server(s) {', '.join(failing)} fail the twin check (an adapter under the service bound, "
+                f"a starved server or one that cannot start), even split") if failing else ""
+    unhealthy = [str(s.index) for s in placement.servers if not s.predicted_ok]
+    return f"server(s) {', '.join(unhealthy)} are predicted unhealthy" if unhealthy else ""
 
 
 def _adapters_cell(server: ServerPlacement, shown: int = 2) -> str:

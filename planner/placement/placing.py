@@ -12,6 +12,7 @@ from .packing import STRATEGIES, run_strategy
 from .replace import replace_adapters
 from .server import ServerModel
 from .twin_check import check_placement, require_checkable
+from .twin_gate import twin_gate
 
 BASELINES = tuple(s for s in STRATEGIES if s != "tessera")
 
@@ -36,12 +37,13 @@ def place(problem: PlacementProblem, strategy: str = "tessera", model: ServerMod
 
 def plan_placement(problem: PlacementProblem, twin_check: bool = True, baselines: Sequence[str] = BASELINES,
                    workers: int = 1, seed: int = 0, previous: Placement | None = None,
-                   progress: Callable[[str, int, int], None] | None = None) -> PlacementReport:
+                   progress: Callable[[str, int, int], None] | None = None, gate: bool = True) -> PlacementReport:
     """tessera's placement (a re-placement of ``previous`` when given), each baseline's in the same
     code path, the lower bound, and (unless ``twin_check`` is off) one simulated hour of every server
-    of every placement. ``progress(strategy, servers_done, servers_total)`` is called as twin checks
-    finish."""
+    of every placement, then tessera's split and merged by the twin (``twin_gate``).
+    ``progress(strategy, servers_done, servers_total)`` is called as twin checks finish."""
     model = ServerModel(problem)
+    gate_note = ""
     replacement = replace_adapters(problem, previous, model) if previous is not None else None
     tessera = replacement.placement if replacement else place(problem, "tessera", model, seed)
     placements = [tessera, *(place(problem, strategy, model, seed) for strategy in baselines)]
@@ -61,10 +63,24 @@ def plan_placement(problem: PlacementProblem, twin_check: bool = True, baselines
 
         placements = [check_placement(p, problem.adapters, model.profile, problem.bound, seed, workers,
                                       advance(p.strategy)) for p in placements]
+        if gate and replacement is None:  # a re-placement keeps its running servers; the gate would renumber them
+
+            def one_more(k: int) -> None:
+                nonlocal total
+                total += k
+                advance("tessera, split and merge")(k)
+
+            packed = placements[0].servers_used
+            placements[0] = twin_gate(placements[0], problem, model, seed, one_more)
+            if placements[0].servers_used != packed:
+                gate_note = (f"the twin gate changed the predictors' {packed} servers to "
+                             f"{placements[0].servers_used}: every server kept passes the twin, whatever the "
+                             f"predictors say of it")
     return PlacementReport(
         problem_name=problem.name, model=model.profile.model, adapters=len(problem.adapters),
         rate_rps=sum(a.rate_rps for a in problem.adapters), placement=placements[0],
-        baselines=tuple(placements[1:]), lower_bound=lower_bound(problem, model), notes=_notes(problem, model),
+        baselines=tuple(placements[1:]), lower_bound=lower_bound(problem, model),
+        notes=_notes(problem, model) + ((gate_note,) if gate_note else ()),
         replacement=dataclasses.replace(replacement, placement=placements[0]) if replacement else None)
 
 

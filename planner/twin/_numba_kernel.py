@@ -331,7 +331,19 @@ def simulate_kernel(
                 stats[S_LOADS] += 1
                 step_ms += load_ms[a]
             last_used[a] = step
-        step_ms += params[P_OVH_C0] + params[P_OVH_RUN] * nrunning + params[P_OVH_WAIT] * nwait
+        # vLLM's LoRA kernels launch thread blocks for every slot (the grid's MAX_LORAS axis), busy or not
+        step_ms += params[P_SLOT_MS] * (max_loras + 1)
+        # the scheduler's cost per waiting request: every one, or (vLLM V1 Scheduler.schedule) only those its
+        # waiting loop visits and skips, which it does once the step's adapters fill max_loras
+        counted = nwait
+        if params[P_WAIT_SKIPPED] > 0:
+            counted = 0
+            if preempted == 0 and nset >= max_loras and nwait > 0:
+                in_set = 0
+                for q in range(nset):
+                    in_set += nwait_ad[setlist[q]]
+                counted = nwait - in_set
+        step_ms += params[P_OVH_C0] + params[P_OVH_RUN] * nrunning + params[P_OVH_WAIT] * counted
         dt = step_ms / 1000.0
         t_new = t + dt
 

@@ -43,7 +43,9 @@ P_OVH_C0 = 13  # ms scheduler overhead per step
 P_OVH_RUN = 14  # ms per running request
 P_OVH_WAIT = 15  # ms per waiting request
 P_SAMPLE_DT = 16  # s between time-series samples
-N_PARAMS = 17
+P_SLOT_MS = 17  # ms per adapter slot (--max-loras + 1) per step: the LoRA kernels' grid
+P_WAIT_SKIPPED = 18  # 1: the per-waiting cost counts only the requests the LoRA rule skips (0: every one)
+N_PARAMS = 19
 
 # indices into the statistics vector
 S_STEPS = 0

@@ -10,7 +10,7 @@ file makes the twin run for hours or hold gigabytes.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Union
+from typing import Annotated, Literal, Union
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
@@ -136,6 +136,10 @@ class StepCoefficients(_File):
     c_ms: float = Field(default=0.0, ge=0, le=1e3, description="Per prefill token, 0..1000 ms.")
     lora_c0: float = Field(ge=0.01, le=100, description="LoRA multiplier at no adapter, 0.01..100.")
     lora_c1: float = Field(ge=0, le=100, description="LoRA multiplier per adapter in the batch, 0..100.")
+    slot_ms: float = Field(default=0.0, ge=0, le=100,
+                           description="Per adapter slot (--max-loras + 1) per step at max rank <= 16, 0..100 ms.")
+    slot_rank_share: float = Field(default=0.0, ge=0, le=1,
+                                   description="Share of the per-slot cost that grows with each 16 of max rank, 0..1.")
 
 
 class Overhead(_File):
@@ -144,6 +148,8 @@ class Overhead(_File):
     c0_ms: float = Field(default=0.0, ge=0, le=1e3, description="Scheduler overhead per step, 0..1000 ms.")
     run_ms: float = Field(default=0.0, ge=0, le=1e3, description="Per running request, 0..1000 ms.")
     wait_ms: float = Field(default=0.0, ge=0, le=1e3, description="Per waiting request, 0..1000 ms.")
+    wait_counts: Literal["all", "skipped"] = Field(
+        default="all", description="Which waiting requests cost wait_ms: all, or those the adapter rule skips.")
 
 
 class MemoryModel(_File):

@@ -74,7 +74,8 @@ class TwinResult:
         return {k: getattr(self, k) for k in keys}
 
 
-def engine_params(profile: ServerProfile, cfg: ServerConfig, duration: float, kv_blocks: int) -> np.ndarray:
+def engine_params(profile: ServerProfile, cfg: ServerConfig, duration: float, kv_blocks: int,
+                  max_rank: int) -> np.ndarray:
     p = np.zeros(engine.N_PARAMS)
     s, o = profile.step, profile.overhead
     p[engine.P_DURATION] = duration
@@ -94,6 +95,9 @@ def engine_params(profile: ServerProfile, cfg: ServerConfig, duration: float, kv
     p[engine.P_OVH_RUN] = o.run_ms
     p[engine.P_OVH_WAIT] = o.wait_ms
     p[engine.P_SAMPLE_DT] = cfg.sample_dt
+    # the shrink kernel's blocks per slot grow with each 16 of --max-lora-rank (its grid's rank axis)
+    p[engine.P_SLOT_MS] = s.slot_ms * (1 + s.slot_rank_share * (-(-max_rank // 16) - 1))
+    p[engine.P_WAIT_SKIPPED] = 1.0 if o.wait_counts == "skipped" else 0.0
     return p
 
 
@@ -151,7 +155,7 @@ def simulate(workload: Workload, profile: ServerProfile, cfg: ServerConfig, seed
     offered = float(p.sum(dtype=np.int64) + requests.max_tokens.sum(dtype=np.int64)) / T
     del requests  # frees max_tokens (when early stops made output a copy) before the kernel's arrays exist
     load_ms = np.array([profile.load_time_ms(int(r)) for r in workload.ranks], np.float64)
-    params = engine_params(profile, cfg, T, kv_blocks)
+    params = engine_params(profile, cfg, T, kv_blocks, max_rank)
     n_s = int(T // cfg.sample_dt) + 1
     state = np.zeros(n, np.int8)
     gen = np.zeros(n, np.int32)

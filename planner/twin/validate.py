@@ -77,6 +77,7 @@ class RealRun:
     rate_label: str
     kv_usage: float  # mean share of the KV cache in use
     kv_cache_tokens: float  # the engine's KV capacity, estimated from its log
+    ttft_ms: float  # mean time to first token of the completed requests
 
     @property
     def low_rate(self) -> bool:
@@ -154,7 +155,7 @@ def _run_from_record(i: int, r: dict[str, str]) -> RealRun:
         finished=int(_f(r.get("finished_requests"), 0)), out_tokens=_f(r.get("total_output_tokens")),
         dt_throughput=_f(r.get("dt_throughput_tok_s")), dt_starved=r.get("dt_starvation") == "1",
         rate_label=r.get("adapter_rates", ""), kv_usage=_f(r.get("mean_kv_usage")),
-        kv_cache_tokens=_f(r.get("kv_cache_tokens_est")))
+        kv_cache_tokens=_f(r.get("kv_cache_tokens_est")), ttft_ms=_f(r.get("mean_ttft_ms_completed")))
 
 
 def workload_for(run: RealRun, seed: int) -> Workload:
@@ -176,6 +177,7 @@ class SeedReplay:
     throughput: float  # tokens/s
     offered: float  # tokens/s
     itl_ms: float
+    ttft_ms: float  # mean over finished requests
     running: float  # mean running requests
     memory_error: bool
     min_served: float
@@ -188,9 +190,13 @@ class Replay:
     throughput: float  # tokens/s
     offered: float  # tokens/s
     itl_ms: float  # NaN when no seed measured an inter-token latency
+    ttft_ms: float
     running: float
     memory_error: bool  # the server refused to start under any seed
     min_served: float
+    # the twin's own spread: mean |seed - mean| / mean of the throughput. The real
+    # runs were each run once, so an error below this is noise, not fidelity.
+    seed_spread: float
 
     @property
     def ratio(self) -> float:
@@ -202,15 +208,21 @@ def _replay_one(job: tuple[RealRun, ServerProfile, int]) -> SeedReplay:
     res = simulate(workload_for(run, seed), profile,
                    ServerConfig(max_loras=run.max_loras, max_rank=run.max_rank,
                                 outstanding_cap=OUTSTANDING_REQUEST_CAP), seed=seed)
-    return SeedReplay(run.idx, res.throughput_tok_s, res.offered_tok_s, res.itl_mean_ms, res.mean_running,
-                      res.memory_error, res.min_served_fraction)
+    return SeedReplay(run.idx, res.throughput_tok_s, res.offered_tok_s, res.itl_mean_ms, res.ttft_mean_ms,
+                      res.mean_running, res.memory_error, res.min_served_fraction)
+
+
+def _nanmean(values: list[float]) -> float:
+    a = np.array(values, float)
+    return float(np.nanmean(a)) if np.isfinite(a).any() else float("nan")
 
 
 def _mean_over_seeds(seeds: list[SeedReplay]) -> Replay:
-    itl = np.array([s.itl_ms for s in seeds], float)
-    return Replay(throughput=float(np.mean([s.throughput for s in seeds])),
-                  offered=float(np.mean([s.offered for s in seeds])),
-                  itl_ms=float(np.nanmean(itl)) if np.isfinite(itl).any() else float("nan"),
+    thr = np.array([s.throughput for s in seeds], float)
+    mean = float(thr.mean())
+    return Replay(throughput=mean, offered=float(np.mean([s.offered for s in seeds])),
+                  itl_ms=_nanmean([s.itl_ms for s in seeds]), ttft_ms=_nanmean([s.ttft_ms for s in seeds]),
+                  seed_spread=float(np.mean(np.abs(thr - mean)) / mean) if mean > 0 else 0.0,
                   running=float(np.mean([s.running for s in seeds])),
                   memory_error=any(s.memory_error for s in seeds),
                   min_served=float(np.mean([s.min_served for s in seeds])))
@@ -255,29 +267,34 @@ def calibrate(runs: list[RealRun], base: ServerProfile) -> ServerProfile:
     itl = np.array([r.itl_ms for r in runs])
     pt = np.array([r.prompt_tok_s for r in runs])
     n = np.array([expected_distinct(r, r.mean_running) for r in runs])
+    share = base.step.slot_rank_share  # from the kernels' grid, not fitted (one half holds one max rank)
+    slots = np.array([(r.max_loras + 1.0) * (1 + share * (-(-r.max_rank // 16) - 1)) for r in runs])
+    # the waiting requests the adapter rule skips (wait_counts: skipped): only a server with more
+    # adapters than slots fills max_loras with waiting requests left for other adapters
+    skipping = np.array([r.n_adapters > r.max_loras for r in runs], float)
     ok = np.isfinite(R) & np.isfinite(itl) & np.isfinite(W) & np.isfinite(pt)
-    R, W, itl, pt, n = R[ok], W[ok], itl[ok], pt[ok], n[ok]
+    R, W, itl, pt, n, slots, skipping = R[ok], W[ok], itl[ok], pt[ok], n[ok], slots[ok], skipping[ok]
     s0 = base.step
 
     def model(x: FloatArray) -> FloatArray:
-        a, b, c, l1, w = x
+        a, b, c, l1, w, g = x
         # prompt tokens per step = prompt tokens/s * step length; solve the fixed point once
         step: FloatArray = itl.copy()
         for _ in range(3):
             P = pt * step / 1000
-            step = (a + b * R + c * P) * (s0.lora_c0 + l1 * n) + w * W
+            step = (a + b * R + c * P) * (s0.lora_c0 + l1 * n) + w * W * skipping + g * slots
         return step
 
-    x0 = [s0.a_ms, s0.b_ms, 0.01, s0.lora_c1, 0.0005]
+    x0 = [s0.a_ms, s0.b_ms, 0.01, s0.lora_c1, 0.0005, 0.1]
     # absolute residuals (ms): the saturated runs, whose long steps set the
     # starved throughput, weigh more than the nearly idle ones
     fit = least_squares(lambda x: model(x) - itl, x0,
-                        bounds=([1, 0.0, 0.0, 0.0, 0.0], [40, 1.0, 1.0, 0.2, 0.01]))
-    a, b, c, l1, w = (float(v) for v in fit.x)
+                        bounds=([1, 0.0, 0.0, 0.0, 0.0, 0.0], [40, 1.0, 1.0, 0.2, 0.01, 5.0]))
+    a, b, c, l1, w, g = (float(v) for v in fit.x)
     sigma = fit_length_sigma(runs, base)
     return base.with_updates(step={"a_ms": round(a, 4), "b_ms": round(b, 5), "c_ms": round(c, 5),
-                                   "lora_c1": round(l1, 5)},
-                             overhead={"wait_ms": round(w, 6)},
+                                   "lora_c1": round(l1, 5), "slot_ms": round(g, 5)},
+                             overhead={"wait_ms": round(w, 6), "wait_counts": "skipped"},
                              lengths={"eos_fraction": round(eos, 4), "sigma": round(sigma, 3)})
 
 
@@ -329,6 +346,9 @@ class ScoredRun(BaseModel):
     low_rate: bool
     real_itl: float
     twin_itl: float
+    real_ttft: float = float("nan")  # ms, completed requests
+    twin_ttft: float = float("nan")
+    seed_spread: float = float("nan")  # the twin's mean |seed - mean| / mean throughput
     twin_ratio: float  # throughput / the run's ideal (offered) throughput
     real_ratio: float
     calibrated_on: int  # the max rank of the half the twin was fitted on
@@ -345,7 +365,8 @@ def score(runs: list[RealRun], table: dict[int, Replay], calibrated_on: int) -> 
             err=abs(t.throughput - r.throughput) / r.throughput,
             dt_err=abs(r.dt_throughput - r.throughput) / r.throughput if np.isfinite(r.dt_throughput) else float("nan"),
             real_starved=r.starved, twin_starved=bool(ratio < STARVATION_RATIO), dt_starved=r.dt_starved,
-            low_rate=r.low_rate, real_itl=r.itl_ms, twin_itl=t.itl_ms, twin_ratio=ratio,
+            low_rate=r.low_rate, real_itl=r.itl_ms, twin_itl=t.itl_ms, real_ttft=r.ttft_ms, twin_ttft=t.ttft_ms,
+            seed_spread=t.seed_spread, twin_ratio=ratio,
             real_ratio=r.throughput / r.ideal, calibrated_on=calibrated_on))
     return rows
 

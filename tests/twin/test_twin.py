@@ -112,6 +112,34 @@ def test_fcfs_skip_rule_admits_later_request_of_scheduled_adapter():
     assert res.ttft_s[2] < 0.5 < 3.0 < res.ttft_s[1]
 
 
+def test_every_adapter_slot_lengthens_every_step_busy_or_not():
+    # vLLM's LoRA kernels launch thread blocks for each of the max_loras + 1 slots every step
+    one = trace(np.array([100]), np.array([50]))
+    prof = QWEN.with_updates(lengths={"eos_fraction": 0.0}, step={"slot_ms": 0.2})
+    few, many = (simulate(one, prof, ServerConfig(max_loras=a), seed=0) for a in (8, 128))
+    assert many.itl_mean_ms - few.itl_mean_ms == pytest.approx(0.2 * 120, rel=1e-6)
+
+
+def test_the_slot_cost_grows_with_each_16_of_max_rank_by_the_rank_share():
+    one = trace(np.array([100]), np.array([50]))
+    prof = QWEN.with_updates(lengths={"eos_fraction": 0.0}, step={"slot_ms": 0.2, "slot_rank_share": 0.5})
+    r16, r32 = (simulate(one, prof, ServerConfig(max_loras=63, max_rank=r), seed=0) for r in (16, 32))
+    assert r32.itl_mean_ms - r16.itl_mean_ms == pytest.approx(0.2 * 0.5 * 64, rel=1e-6)
+
+
+def test_waiting_requests_cost_scheduler_time_only_where_the_adapter_rule_skips_them():
+    # a queue builds on a small KV cache; with a slot per adapter the rule never skips a request,
+    # so "skipped" costs what no per-waiting cost does, and with fewer slots than adapters it costs more
+    prof = _kv_tight_profile().with_updates(overhead={"wait_ms": 0.05, "wait_counts": "skipped"})
+    free = prof.with_updates(overhead={"wait_ms": 0.0})
+    w = wl(16, [2.0], duration=120)
+    cfg = ServerConfig(max_loras=16)
+    assert simulate(w, prof, cfg, seed=1).summary() == simulate(w, free, cfg, seed=1).summary()
+    few = ServerConfig(max_loras=4)
+    skipped, none = simulate(w, prof, few, seed=1), simulate(w, free, few, seed=1)
+    assert skipped.mean_waiting > 0 and skipped.itl_mean_ms > none.itl_mean_ms
+
+
 def test_memory_refusal_and_model():
     assert QWEN.refuses_to_start(256, 32) and not QWEN.refuses_to_start(224, 32)
     llama = load_profile("llama")
@@ -156,12 +184,15 @@ def test_outputs_present():
     assert res.served_fraction.shape == (16,)
 
 
-def test_c_and_numba_builds_give_identical_results(monkeypatch):
+@pytest.mark.parametrize("vllm_rules", [False, True], ids=["published", "slots-and-skipped-waiting"])
+def test_c_and_numba_builds_give_identical_results(monkeypatch, vllm_rules):
     from tessera.planner.twin import ckernel
 
     if ckernel.load() is None:
         pytest.skip("no C compiler")
     prof = _kv_tight_profile()
+    if vllm_rules:
+        prof = prof.with_updates(step={"slot_ms": 0.2}, overhead={"wait_ms": 0.01, "wait_counts": "skipped"})
     w = wl(48, [2.0, 0.5, 0.1], duration=120)
     cfg = ServerConfig(max_loras=8, outstanding_cap=2000)
     monkeypatch.setenv("TESSERA_TWIN_ENGINE", "c")

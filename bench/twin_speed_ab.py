@@ -1,0 +1,82 @@
+"""The twin's kernel against an earlier version of itself, on the heaviest real configuration, in one run.
+
+Timings on a shared machine drift with its load, so both kernels run in the
+same process, alternating, and the figure is the ratio of their medians. The
+earlier kernel is ``git show REF:planner/twin/_kernel.c`` compiled here, run with
+the shipped profile (what it could model); the current one runs with the
+profile ``tessera twin validate`` calibrates (the slot cost and the skipped-
+waiting rule on), so the ratio includes the new rules' work. Writes
+bench/results/twin_speed_ab.json.
+
+    nice -n 10 .venv/bin/python -P bench/twin_speed_ab.py [--ref main] [--repeats 5]
+"""
+
+import argparse
+import ctypes
+import json
+import os
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from tessera.planner.twin import ckernel
+from tessera.planner.twin.profile import load_profile
+from tessera.planner.twin.sim import ServerConfig, simulate
+from tessera.planner.twin.validate import calibrate, load_runs
+from tessera.planner.twin.workload import Workload
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _library(source: str, directory: Path) -> ctypes.CDLL:
+    directory.mkdir()  # one folder per build: dlopen returns the loaded library for a path it has seen
+    src = directory / "kernel.c"
+    src.write_text(source)
+    so = directory / "kernel.so"
+    subprocess.run(["cc", "-O2", "-shared", "-fPIC", "-o", str(so), str(src), "-lm"], check=True)
+    lib = ctypes.CDLL(str(so))
+    P = ctypes.c_void_p
+    lib.simulate_kernel.restype = ctypes.c_int64
+    lib.simulate_kernel.argtypes = [ctypes.c_int64, P, P, P, P, ctypes.c_int64, P, P, P, P, P,
+                                    ctypes.c_int64, P, P, P, P, P, P]
+    return lib
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ref", default="main")
+    ap.add_argument("--repeats", type=int, default=5)
+    args = ap.parse_args()
+    shipped = load_profile("qwen")
+    calibrated = calibrate(load_runs(), shipped)
+    k = np.arange(384)
+    w = Workload(ranks=np.array([8, 16, 32])[k % 3], rates=np.array([1.6, 0.8, 0.4])[k % 3],
+                 duration_s=3600.0, n_arrivals=960_714)
+    cfg = ServerConfig(max_loras=16, max_rank=32, outstanding_cap=26_000)
+    with tempfile.TemporaryDirectory() as tmp:
+        old_source = subprocess.run(["git", "show", f"{args.ref}:planner/twin/_kernel.c"], cwd=ROOT, check=True,
+                                    capture_output=True, text=True).stdout
+        kernels = {"before": (_library(old_source, Path(tmp) / "before"), shipped),
+                   "after": (_library((ROOT / "planner/twin/_kernel.c").read_text(), Path(tmp) / "after"), calibrated)}
+        walls: dict[str, list[float]] = {name: [] for name in kernels}
+        steps: dict[str, int] = {}
+        for _ in range(args.repeats):
+            for name, (lib, profile) in kernels.items():
+                ckernel._lib = lib  # the loaded kernel simulate() calls
+                t0 = time.process_time()
+                res = simulate(w, profile, cfg, seed=0)
+                walls[name].append(time.process_time() - t0)
+                steps[name] = res.steps
+    before, after = (float(np.median(walls[n])) for n in ("before", "after"))
+    out = {"config": "384 adapters, 1.6/0.8/0.4 req/s, A_max=16, max rank 32, 3600 s, 960714 arrivals, cap 26000",
+           "ref": args.ref, "cpu_s": walls, "median_cpu_s": {"before": before, "after": after},
+           "after_over_before": after / before, "steps": steps, "load_avg_1min": os.getloadavg()[0]}
+    (ROOT / "bench" / "results" / "twin_speed_ab.json").write_text(json.dumps(out, indent=2))
+    print(json.dumps(out, indent=2))
+
+
+if __name__ == "__main__":
+    main()
