@@ -79,8 +79,12 @@ def load_config(path: Path) -> FrontendConfig:
 
 
 def frontend_config(system: SystemSpec, plan: Plan, url_for: Callable[[TaskPlan, int, ConfigPlan], str],
-                    store: ProfileStore | None = None, hop_ms: float = 1.0) -> FrontendConfig:
+                    store: ProfileStore | None = None, hop_ms: float = 1.0, name: str | None = None
+                    ) -> FrontendConfig:
     """The frontend of `system` under `plan`: each configuration weighted by its planned capacity.
+
+    `name` is the model name clients use, default the system's (the operator
+    plans systems under their namespace/name key and serves them by name).
 
     `url_for(task plan, config index, config)` names the configuration's
     Service. A batch of one's latency comes from the same curves the
@@ -89,6 +93,8 @@ def frontend_config(system: SystemSpec, plan: Plan, url_for: Callable[[TaskPlan,
     deployment = build_deployment(plan, [system], store)
     routes = []
     for stage in deployment.stages:
+        if stage.system != system.name:
+            continue  # a pool's plan holds every system planned with it
         task_plan = next(t for t in plan.tasks if (t.system, t.task) == (stage.system, stage.task))
         row = int(stage.replicas[0])
         configurations = []
@@ -101,5 +107,5 @@ def frontend_config(system: SystemSpec, plan: Plan, url_for: Callable[[TaskPlan,
                 single_ms=float(deployment.latency_s[row, 1]) * 1e3))
             row += config.replicas
         routes.append(TaskRoute(name=stage.task, configurations=configurations))
-    return FrontendConfig(system=system.name, slo_ms=system.slo.latency_ms, hop_ms=hop_ms,
+    return FrontendConfig(system=name or system.name, slo_ms=system.slo.latency_ms, hop_ms=hop_ms,
                           settings=system.frontend or Frontend(), tasks=routes, edges=system.edges)

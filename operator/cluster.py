@@ -12,16 +12,17 @@ from __future__ import annotations
 
 import json
 from datetime import datetime, timezone
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 from pydantic import ValidationError
 
-from tessera.operator import mig_configmap, naming
+from tessera.operator import naming
+from tessera.operator.gpus import mig_configmap
 from tessera.operator.settings import OperatorSettings
-from tessera.operator.systems import PLURAL
+from tessera.operator.api.systems import PLURAL
 
 GROUP, VERSION = "tessera.ai", "v1alpha1"
 CLUSTER_POLICY = ("nvidia.com", "v1", "clusterpolicies")
@@ -33,7 +34,7 @@ CLIENT_CALLS: dict[type, tuple[str, ...]] = {
     client.CoreV1Api: (
         "list_node", "patch_node", "read_namespace", "create_namespace", "list_pod_for_all_namespaces",
         "list_namespaced_pod", "list_service_for_all_namespaces", "list_namespaced_service",
-        "patch_namespaced_service", "delete_namespaced_service", "list_namespaced_config_map",
+        "list_config_map_for_all_namespaces", "patch_namespaced_service", "delete_namespaced_service", "list_namespaced_config_map",
         "read_namespaced_config_map", "create_namespaced_config_map", "patch_namespaced_config_map",
         "delete_namespaced_config_map", "create_namespaced_event"),
     client.AppsV1Api: ("list_deployment_for_all_namespaces", "list_namespaced_deployment",
@@ -102,7 +103,10 @@ class Cluster:
         return namespaces or [None]
 
     def list_children(self) -> list[dict]:
-        """tessera's Deployments and Services in the watched namespaces."""
+        """tessera's Deployments, Services and ConfigMaps (frontend configs) in the watched namespaces.
+
+        Pool plans and measured profiles are ConfigMaps with the same label but no system owns them:
+        `decide.live_children` leaves them out."""
         selector = f"{naming.MANAGED_BY}={naming.MANAGED_BY_VALUE}"
         found = []
         for namespace in self._watched():
@@ -110,11 +114,14 @@ class Cluster:
             if namespace is None:
                 deployments = self.apps.list_deployment_for_all_namespaces(**raw)
                 services = self.core.list_service_for_all_namespaces(**raw)
+                configmaps = self.core.list_config_map_for_all_namespaces(**raw)
             else:
                 deployments = self.apps.list_namespaced_deployment(namespace, **raw)
                 services = self.core.list_namespaced_service(namespace, **raw)
+                configmaps = self.core.list_namespaced_config_map(namespace, **raw)
             found += [{**d, "kind": "Deployment", "apiVersion": "apps/v1"} for d in self._json(deployments)["items"]]
             found += [{**s, "kind": "Service", "apiVersion": "v1"} for s in self._json(services)["items"]]
+            found += [{**c, "kind": "ConfigMap", "apiVersion": "v1"} for c in self._json(configmaps)["items"]]
         return found
 
     def mig_configs_in_use(self) -> set[str]:
@@ -195,7 +202,7 @@ class Cluster:
                                                                _preload_content=False))["items"]
 
     # -- writes ----------------------------------------------------------------
-    def write_configmap(self, namespace: str, name: str, data: dict[str, str], annotations: dict[str, str],
+    def write_configmap(self, namespace: str, name: str, data: dict[str, str], annotations: Mapping[str, str | None],
                         exists: bool) -> None:
         """Creates the ConfigMap or merge-patches the given keys (others, and other managers', stay)."""
         self.writes += 1
@@ -243,6 +250,8 @@ class Cluster:
         try:
             if obj["kind"] == "Deployment":
                 self.apps.delete_namespaced_deployment(metadata["name"], metadata["namespace"], body=options)
+            elif obj["kind"] == "ConfigMap":
+                self.core.delete_namespaced_config_map(metadata["name"], metadata["namespace"], body=options)
             else:
                 self.core.delete_namespaced_service(metadata["name"], metadata["namespace"], body=options)
         except ApiException as error:

@@ -1,4 +1,4 @@
-"""The operator's own Prometheus metrics (prometheus-client), served by main."""
+"""The operator's own Prometheus metrics (prometheus-client), all of them, served by entry/process.py."""
 
 from __future__ import annotations
 
@@ -24,6 +24,21 @@ WRITES = Counter("tessera_api_writes_total", "Writes to the Kubernetes API (the 
 LOOP_LAG = Histogram("tessera_event_loop_lag_seconds", "How late the event loop woke a 50 ms timer.",
                      buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5))
 LOOP_LAG_MAX = Gauge("tessera_event_loop_lag_max_seconds", "Largest event-loop stall seen since start.")
+
+# demand read from Prometheus (demand/planning.py)
+DEMAND_OBSERVED = Gauge("tessera_demand_observed_requests_per_second",
+                        "Last demand read from Prometheus (absent: Unknown).", ["system"])
+DEMAND_RECOMMENDED = Gauge("tessera_demand_recommended_requests_per_second",
+                           "Demand the hysteresis would plan for (applied unless dry run).", ["system"])
+DEMAND_PLANNED = Gauge("tessera_demand_planned_requests_per_second", "Demand the plan in force is made for.", ["system"])
+DEMAND_DRY_RUN = Gauge("tessera_demand_dry_run", "1 while the system's recommendations are reported, not applied.",
+                       ["system"])
+DEMAND_RESOLVES = Counter("tessera_demand_resolves_total",
+                          "Demand-only re-plans, by kind: replicas-only (variants and layouts fixed) or full.", ["kind"])
+DEMAND_UNKNOWN_READINGS = Counter("tessera_demand_unknown_total", "Readings that gave no number, by reason.",
+                                  ["system", "reason"])
+MIG_CONFIGMAP_MISMATCH = Gauge("tessera_mig_configmap_mismatch",
+                               "1 while the ClusterPolicy names another mig-parted ConfigMap than the one tessera is set to write.")
 
 
 def record_pool(pool: str, plan: Plan | None, pool_gpus: int, applied_layouts: list) -> None:

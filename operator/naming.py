@@ -1,6 +1,6 @@
 """Labels, annotations and MIG config names of everything tessera writes, stated once.
 
-Children's names are the API's `child_name` (operator/api.py,
+Children's names are the API's `child_name` (operator/api/v1alpha1.py,
 docs/api-conventions.md). Label values are at most 63 characters; where a
 value would be longer, it keeps a readable prefix and ends in a hash of the
 whole, so values stay deterministic and distinct. Labels, annotations and

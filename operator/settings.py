@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from tessera.operator.demand_settings import DemandSettings
+from tessera.operator.demand.settings import DemandSettings
 from tessera.planner.solve import PlannerOptions
 
 
@@ -32,6 +32,10 @@ class OperatorSettings(BaseModel):
                     "ConfigMap reaches mig-manager only after a delay.")
     resync_s: float = Field(default=60.0, gt=0, description="Period of the level-triggered resync.")
     debounce_s: float = Field(default=1.0, ge=0, description="Quiet time collecting events into one re-plan.")
+    max_backoff_s: float = Field(
+        default=60.0, ge=1, le=3600, description="Longest wait before retrying a failed reconcile (it doubles from 2 s).")
+    mig_poll_s: float = Field(
+        default=2.0, gt=0, le=300, description="Seconds between looks at a node that mig-manager is re-partitioning.")
     planner: PlannerOptions = Field(
         default_factory=PlannerOptions,
         description="The planner's options for every pool plan: the solver's time limit, grids, and each "
@@ -41,6 +45,14 @@ class OperatorSettings(BaseModel):
         default="registry.invalid/tessera/model-server:unset",
         description="Image of variants that name none (the planner still plans them).")
     server_port: int = Field(default=8000, ge=1, le=65535, description="Port of the model servers (KServe V2 HTTP).")
+    frontend_image: str = Field(
+        default="registry.invalid/tessera/tessera:unset", max_length=512,
+        description="tessera's own image, which runs `tessera frontend` for systems with spec.frontend.")
+    frontend_port: int = Field(default=8080, ge=1, le=65535, description="Port of each system's frontend Service.")
+    frontend_rps_per_replica: float = Field(
+        default=2000.0, gt=0, le=1e6,
+        description="Requests/s one frontend process carries (a core; bench/README.md measured 2,400-6,300 per "
+                    "CPU-second for 1-3 hops): its Deployment has demand / this replicas, at least one.")
     health_port: int = Field(default=8080, ge=0, le=65535, description="Liveness/readiness port; 0: off.")
     metrics_port: int = Field(default=9090, ge=0, le=65535, description="Prometheus metrics port; 0: off.")
     demand: DemandSettings = Field(default_factory=DemandSettings, description="Demand read from Prometheus.")

@@ -26,6 +26,7 @@ from typing import Any
 
 from tessera.planner.catalog import COMPUTE_SLICES, MEMORY_SLICES, GpuProduct, MigProfile, gpu_product
 from tessera.planner.features import Features
+from tessera.planner.latency import Routing
 from tessera.planner.model import Pool, SystemSpec
 from tessera.planner.nodes import NodePool
 from tessera.planner.plan import ConfigPlan, PathPlan, Plan, SystemSummary, TaskPlan
@@ -113,6 +114,44 @@ def recomputed_stage_latency_ms(config: ConfigPlan, dispersion: float) -> float:
     return lat + waiting_ms
 
 
+def replica_bulk_share(share: float, routing: Routing, connections: int) -> float:
+    """The part of a bulk one replica with this share of the task's load sees: all of it without a split,
+    its share under per-request routing, and behind a Service the p99 of how many of the `connections`
+    land on it (Binomial(connections, share), at least one) over `connections`."""
+    if routing is Routing.ONE_REPLICA:
+        return 1.0
+    share = min(1.0, max(0.0, share))
+    if routing is Routing.PER_REQUEST:
+        return share
+    held, below = 0, (1 - share) ** connections
+    while below < 0.99 and held < connections:
+        held += 1
+        below += math.comb(connections, held) * share ** held * (1 - share) ** (connections - held)
+    return min(1.0, max(held, 1) / connections)
+
+
+def config_dispersion(task_plan: TaskPlan, config: ConfigPlan, routing: Routing, connections: int) -> float:
+    """One replica's arrivals' index of dispersion: 1 + its part of the task's largest bulk (the task's
+    dispersion less 1), taken of the plan's share base; the task's own without a base."""
+    dispersion, base = task_plan.arrival_dispersion, task_plan.share_base_rps
+    if dispersion <= 1 or base <= 0 or config.replicas <= 0:
+        return dispersion
+    return 1 + (dispersion - 1) * replica_bulk_share(config.load_rps / config.replicas / base, routing, connections)
+
+
+def least_task_demand(system: SystemSpec, task: str, features: Features) -> float:
+    """The source demand times, edge by edge, the smallest factor over the parent's allowed variants,
+    summed over parents: the least demand any variant choice puts on the task."""
+    def allowed(name: str) -> list[str]:
+        t = system.task(name)
+        return [v.name for v in t.variants if features.accuracy_scaling or v.accuracy == t.best_accuracy]
+    parents = system.parents(task)
+    if not parents:
+        return system.demand_rps
+    return sum(least_task_demand(system, e.source, features) * min(e.factor_for(v) for v in allowed(e.source))
+               for e in parents)
+
+
 def least_dispersion(system: SystemSpec, task: str, task_plans: dict[tuple[str, str], TaskPlan],
                      queueing: bool) -> float:
     """0 without queueing; else 1 + the largest factor x batch a parent's configurations hand over at once."""
@@ -166,6 +205,8 @@ class _Checker:
         self.headroom: float = getattr(options, "headroom", plan.headroom)
         self.queueing: bool = getattr(options, "queueing", plan.queueing)
         self.latency_spread: float = getattr(options, "latency_spread", plan.latency_spread)
+        self.routing: Routing = getattr(options, "routing", plan.routing)
+        self.connections: int = getattr(options, "connections", plan.connections)
         self.levels: int = getattr(options, "budget_levels", DEFAULT_BUDGET_LEVELS)
         self.batches = getattr(options, "batches", None)
         self.max_batch = getattr(options, "max_batch", None)
@@ -215,6 +256,9 @@ class _Checker:
             self.fail(f"plan headroom {plan.headroom} differs from the options' headroom {self.headroom}")
         if plan.queueing != self.queueing:
             self.fail(f"plan queueing {plan.queueing} differs from the options' queueing {self.queueing}")
+        if plan.routing != self.routing or plan.connections != self.connections:
+            self.fail(f"plan routing {plan.routing.value} over {plan.connections} connections differs from the "
+                      f"options' {self.routing.value} over {self.connections}")
         if not close(plan.latency_spread, self.latency_spread):
             self.fail(f"plan latency spread {plan.latency_spread} differs from the options' {self.latency_spread}")
         if plan.features != self.features.label:
@@ -329,13 +373,20 @@ class _Checker:
         elif not at_least(dispersion, least):
             self.fail(f"{where}: arrival dispersion {dispersion} is below {least}, 1 + the largest bulk (factor x "
                       "batch) its parents hand over at once")
+        splits = self.queueing and self.routing is not Routing.ONE_REPLICA and self.plan.fully_served
+        most_base = least_task_demand(system, tp.task, self.features) if splits else 0.0
+        if not at_least(tp.share_base_rps, 0) or not at_most(tp.share_base_rps, most_base):
+            self.fail(f"{where}: bulk shares are taken of {tp.share_base_rps} rps, outside [0, {most_base}] rps "
+                      "(its least demand while the plan serves all demand under a routing that splits bulks, "
+                      "else 0)")
 
         # Configurations
         total_load = 0.0
         stage = 0.0
         for index, config in enumerate(tp.configs):
             total_load += config.load_rps
-            stage = max(stage, self.check_config(system, tp, index, config, variant.memory_gb, dispersion))
+            stage = max(stage, self.check_config(system, tp, index, config, variant.memory_gb,
+                                                 config_dispersion(tp, config, self.routing, self.connections)))
         if not close(total_load, demand):
             self.fail(f"{where}: loads of its configurations add up to {total_load} rps, not its demand "
                       f"{demand} rps (routing)")
@@ -435,7 +486,7 @@ class _Checker:
         for path in system.paths:
             label = f"system {name} path {' -> '.join(path)}"
             budget = sum(task_plans[(name, t)].budget_ms for t in path)
-            latency = sum(_task_stage(task_plans[(name, t)]) for t in path)
+            latency = sum(_task_stage(task_plans[(name, t)], self.routing, self.connections) for t in path)
             accuracy = system.path_accuracy(path, variants)
             worst_latency = max(worst_latency, latency)
             worst_accuracy = min(worst_accuracy, accuracy)
@@ -573,6 +624,6 @@ class _Checker:
                               f"{held}, but its GPUs have {total[profile]}")
 
 
-def _task_stage(task_plan: TaskPlan) -> float:
-    return max((recomputed_stage_latency_ms(c, task_plan.arrival_dispersion) for c in task_plan.configs),
-               default=0.0)
+def _task_stage(task_plan: TaskPlan, routing: Routing, connections: int) -> float:
+    return max((recomputed_stage_latency_ms(c, config_dispersion(task_plan, c, routing, connections))
+                for c in task_plan.configs), default=0.0)

@@ -35,6 +35,21 @@ with A = B - 2 x batch latency, the mirror of the least load; the two hold
 apart, so together they keep the stage within B. D = 0 turns the wait off
 (the model before the simulation found it optimistic).
 
+5. Bulks split over replicas (`Routing`). A parent's bulk reaches the
+   child's replicas, not one of them: a replica carrying the share s of the
+   task's load sees bulks of about bulk x g(s), with g(s) = min(1, s) when
+   each request is routed in proportion to planned capacity (per request,
+   the frontend), and g(s) = min(1, max(1, q99(Binomial(k, s))) / k) behind
+   a plain Service, whose k client connections are pinned to replicas at
+   random (per connection: a replica holds at most k of them, a busy one up
+   to the p99 of its count). The share is taken of a lower bound on the
+   task's load (its least demand over the allowed variants, valid while the
+   plan serves all demand), so a replica's most load is still a constant of
+   its budget and bulk: the largest lam with
+   lam (ln(100) / 2 x (1 + bulk x g(lam / base)) + A mu) <= A mu^2, found
+   interval by interval of g. `ONE_REPLICA` lets a whole bulk land on every
+   replica (safe for any routing; the model before the split).
+
 Segments are also never loaded above 1 / (1 + headroom) of their profiled
 throughput.
 """
@@ -42,10 +57,23 @@ throughput.
 from __future__ import annotations
 
 import math
+from enum import Enum
+from functools import cache
 
 from tessera.planner.profiles import ProfileSource
 
 MS_PER_S = 1000.0
+
+
+DEFAULT_CONNECTIONS = 16  # client connections to a task's Service (a gRPC channel pool, an HTTP keep-alive pool)
+
+
+class Routing(str, Enum):
+    """How a task's requests reach its replicas, which sets the share of a parent's bulk each replica sees."""
+
+    ONE_REPLICA = "one-replica"  # no split: every replica may get a whole bulk (safe for any routing)
+    PER_REQUEST = "per-request"  # each request to a replica in proportion to its planned load (the frontend)
+    PER_CONNECTION = "per-connection"  # a Service: k connections pinned to replicas at random, round-robin over them
 
 
 # p99 of an exponential tail whose mean is the diffusion's mean wait: ln(100) x mean, mean = lam D / (2 mu (mu - lam)).
@@ -88,6 +116,95 @@ def max_segment_load_rps(batch_latency_ms: float, throughput_rps: float, dispers
     if allowance_s <= 0:
         return 0.0
     return allowance_s * throughput_rps ** 2 / (P99_WAIT_FACTOR * dispersion + allowance_s * throughput_rps)
+
+
+def bulk_share(share: float, routing: Routing, connections: int = DEFAULT_CONNECTIONS) -> float:
+    """The most of a bulk one replica sees, given its share of the task's load (g(s) above)."""
+    if routing is Routing.ONE_REPLICA:
+        return 1.0
+    share = min(max(share, 0.0), 1.0)
+    if routing is Routing.PER_REQUEST:
+        return share
+    return min(1.0, max(1, _connections_p99(connections, share)) / connections)
+
+
+def replica_dispersion(bulk: float, load_per_replica_rps: float, base_rps: float, routing: Routing,
+                       connections: int = DEFAULT_CONNECTIONS) -> float:
+    """Index of dispersion of one replica's arrivals: 1 + its part of the bulk (a whole bulk without a base)."""
+    share = 1.0 if base_rps <= 0 else bulk_share(load_per_replica_rps / base_rps, routing, connections)
+    return arrival_dispersion(bulk * share)
+
+
+def max_replica_load_rps(batch_latency_ms: float, throughput_rps: float, budget_ms: float, bulk: float,
+                         base_rps: float, routing: Routing, connections: int = DEFAULT_CONNECTIONS) -> float:
+    """The most load per replica whose p99 queueing wait fits the budget when its bulk share follows its load.
+
+    The wait rises with the load and so does the share, so the loads that fit
+    are an interval from 0; on each interval of shares where g is one
+    expression its end is closed form (the quadratic of min(1, s), or the
+    constant dispersion of a connection count).
+    """
+    whole = max_segment_load_rps(batch_latency_ms, throughput_rps, arrival_dispersion(bulk), budget_ms)
+    if routing is Routing.ONE_REPLICA or base_rps <= 0 or bulk <= 0:
+        return whole
+    allowance_s = (budget_ms - 2 * batch_latency_ms) / MS_PER_S
+    if allowance_s <= 0:
+        return 0.0
+    a, mu = allowance_s, throughput_rps
+    if routing is Routing.PER_REQUEST:
+        # lam (c (1 + bulk lam / base) + A mu) = A mu^2, the positive root
+        quadratic = P99_WAIT_FACTOR * bulk / base_rps
+        linear = P99_WAIT_FACTOR + a * mu
+        root = 2 * a * mu ** 2 / (linear + math.sqrt(linear ** 2 + 4 * quadratic * a * mu ** 2))
+        return root if root <= base_rps else whole
+    for low, high, count in _connection_intervals(connections):
+        at_count = max_segment_load_rps(batch_latency_ms, throughput_rps,
+                                        arrival_dispersion(bulk * max(1, count) / connections), budget_ms)
+        if at_count < low * base_rps:
+            return low * base_rps * (1 - 1e-9)  # the shares below this interval's start fitted, none in it does
+        if at_count < high * base_rps:
+            return at_count
+    # past the task's least load a replica may take all of it, so a whole bulk
+    return whole if whole >= base_rps else base_rps * (1 - 1e-9)
+
+
+@cache
+def _connection_intervals(connections: int) -> tuple[tuple[float, float, int], ...]:
+    """(from share, to share, the p99 connection count there) for shares in [0, 1]: where g is one constant."""
+    intervals = []
+    low = 0.0
+    for count in range(connections + 1):
+        high = _share_where_p99_exceeds(connections, count)
+        if high > low:
+            intervals.append((low, high, count))
+            low = high
+        if low >= 1.0:
+            break
+    return tuple(intervals)
+
+
+def _share_where_p99_exceeds(connections: int, count: int) -> float:
+    """The least share whose p99 connection count is above `count` (1 where none is)."""
+    if count >= connections:
+        return 1.0
+    low, high = 0.0, 1.0
+    for _ in range(60):
+        middle = (low + high) / 2
+        if _connections_p99(connections, middle) > count:
+            high = middle
+        else:
+            low = middle
+    return high
+
+
+def _connections_p99(connections: int, share: float) -> int:
+    """The p99 of how many of `connections` land on a replica that each picks with probability `share`."""
+    total = 0.0
+    for count in range(connections + 1):
+        total += math.comb(connections, count) * share ** count * (1 - share) ** (connections - count)
+        if total >= 0.99:
+            return count
+    return connections
 
 
 def p99_batch_latency_ms(profile_latency_ms: float, source: ProfileSource, spread: float) -> float:

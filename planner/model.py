@@ -211,7 +211,7 @@ class Edge(Spec):
 
     model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [
         cel("self.source != self.target", "an edge must join two different tasks", ".target"),
-        cel("(self.mode == 'split') == has(self.splitOutput)", "splitOutput is given exactly when mode is split",
+        cel("(has(self.mode) && self.mode == 'split') == has(self.splitOutput)", "splitOutput is given exactly when mode is split",
             ".splitOutput"),
     ]})
 

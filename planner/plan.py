@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from tessera.planner.latency import DEFAULT_CONNECTIONS, Routing
 from tessera.planner.profiles import ProfileSource, SegmentType
 
 
@@ -32,6 +33,9 @@ class TaskPlan(BaseModel):
     arrival_dispersion: float = Field(
         default=0.0, description="Index of dispersion of the task's arrivals in its queueing wait: 1 + the largest "
                                  "bulk a parent hands it at once (1 at a source); 0 when the plan counts no wait.")
+    share_base_rps: float = Field(
+        default=0.0, description="The load its replicas' shares of a bulk are taken of (its least demand, while "
+                                 "the plan serves all demand); 0: every replica may see a whole bulk.")
 
     @property
     def capacity_rps(self) -> float:
@@ -122,6 +126,13 @@ class Plan(BaseModel):
     headroom: float
     queueing: bool = Field(default=False, description="Whether stage latencies count the p99 queueing wait.")
     latency_spread: float = Field(default=1.0, description="p99/p50 of an estimated profile's batch latency.")
+    routing: Routing = Field(
+        default=Routing.ONE_REPLICA,
+        description="How requests reach a task's replicas, as the queueing wait assumes: one-replica (any replica "
+                    "may see a whole bulk), per-request (in proportion to planned load) or per-connection (a "
+                    "Service's connections, pinned at random).")
+    connections: int = Field(default=DEFAULT_CONNECTIONS, description="Client connections to a task's Service "
+                                                                      "(per-connection routing).")
     tasks: list[TaskPlan]
     gpus: list[GpuPlan]
     paths: list[PathPlan]

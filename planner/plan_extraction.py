@@ -10,7 +10,7 @@ import pyomo.environ as pyo
 
 from tessera.planner.catalog import layout_compute_slices
 from tessera.planner.features import Features
-from tessera.planner.latency import arrival_dispersion, stage_latency_ms
+from tessera.planner.latency import arrival_dispersion, replica_dispersion, stage_latency_ms
 from tessera.planner.milp import CompoundMilp, largest_factor
 from tessera.planner.model import SystemSpec
 from tessera.planner.plan import ConfigPlan, GpuPlan, PathPlan, Plan, SolverReport, SystemSummary, TaskPlan
@@ -32,7 +32,8 @@ class ExtractedPlan:
         sources = Counter(c.source.value for t in self.tasks for c in t.configs)
         return Plan(
             gpu=data.gpu.name, pool_gpus=data.pool_gpus, features=self.features.label, headroom=self.headroom,
-            queueing=data.queueing, latency_spread=self.latency_spread,
+            queueing=data.queueing, latency_spread=self.latency_spread, routing=data.routing,
+            connections=data.connections,
             tasks=self.tasks, gpus=gpus, paths=self.paths, systems=self.systems,
             gpus_used=sum(count for _, count in counts),
             slices_used=sum(layout_compute_slices(data.gpu, layout) * count for layout, count in counts),
@@ -47,9 +48,11 @@ def _value(var: Any) -> float:
 
 def extract_plan(milp: CompoundMilp, features: Features, headroom: float, latency_spread: float) -> ExtractedPlan:
     by_key: dict[tuple[str, str], TaskPlan] = {}
+    # Bulk shares of a least demand hold only where all of it is served (otherwise the whole-bulk rows held).
+    split = milp.data.splits_bulks and all(_value(milp.m.phi[s.name]) >= 1 - 1e-6 for s in milp.data.systems)
     for system in milp.data.systems:
         for task in system.topological_order:
-            by_key[(system.name, task)] = _task_plan(milp, system, task, by_key)
+            by_key[(system.name, task)] = _task_plan(milp, system, task, by_key, split)
     tasks = [by_key[(system.name, task.name)] for system in milp.data.systems for task in system.tasks]
     paths = [
         PathPlan(
@@ -73,11 +76,13 @@ def task_dispersion(milp: CompoundMilp, system: SystemSpec, task: str,
     return arrival_dispersion(max(bulks, default=0.0))
 
 
-def _task_plan(milp: CompoundMilp, system: SystemSpec, task: str, parents: dict[tuple[str, str], TaskPlan]) -> TaskPlan:
+def _task_plan(milp: CompoundMilp, system: SystemSpec, task: str, parents: dict[tuple[str, str], TaskPlan],
+               split: bool) -> TaskPlan:
     m, data = milp.m, milp.data
     key = (system.name, task)
     variant = max(data.variants[key], key=lambda v: _value(m.y[system.name, task, v]))
     dispersion = task_dispersion(milp, system, task, parents) if data.queueing else 0.0
+    base = milp.share_base.get(key, 0.0) if split else 0.0
     levels = data.levels[system.name]
     level = max(range(len(levels)), key=lambda k: _value(m.z[system.name, task, k]))
     configs = []
@@ -91,7 +96,8 @@ def _task_plan(milp: CompoundMilp, system: SystemSpec, task: str, parents: dict[
             segment=c.segment, batch=c.batch, replicas=replicas, batch_latency_ms=c.latency_ms,
             segment_throughput_rps=c.throughput_rps, load_rps=load,
             stage_latency_ms=stage_latency_ms(c.latency_ms, c.batch, c.segment.mps, load / replicas,
-                                              c.throughput_rps, dispersion),
+                                              c.throughput_rps,
+                                              _replica_dispersion(dispersion, load / replicas, base, data)),
             source=c.source,
         ))
     return TaskPlan(
@@ -99,8 +105,15 @@ def _task_plan(milp: CompoundMilp, system: SystemSpec, task: str, parents: dict[
         normalised_accuracy=system.task(task).normalised_accuracy(variant),
         demand_rps=_value(m.D[system.name, task]), budget_ms=levels[level],
         stage_latency_ms=max((c.stage_latency_ms for c in configs), default=0.0),
-        configs=configs, arrival_dispersion=dispersion,
+        configs=configs, arrival_dispersion=dispersion, share_base_rps=base,
     )
+
+
+def _replica_dispersion(dispersion: float, load_per_replica_rps: float, base_rps: float, data: Any) -> float:
+    """One replica's index of dispersion: its share of the bulk (1 + bulk = the task's; 0 stays no wait)."""
+    if dispersion <= 1:
+        return dispersion
+    return replica_dispersion(dispersion - 1, load_per_replica_rps, base_rps, data.routing, data.connections)
 
 
 def _summary(milp: CompoundMilp, system: SystemSpec, paths: list[PathPlan]) -> SystemSummary:

@@ -30,7 +30,8 @@ from tessera.planner.assignment import config_key, layout_of
 from tessera.planner.catalog import COMPUTE_SLICES, gpu_product, layout_compute_slices
 from tessera.planner.checker import check_plan
 from tessera.planner.features import Features
-from tessera.planner.latency import min_segment_load_rps, stage_latency_ms, usable_load_rps
+from tessera.planner.latency import (Routing, max_replica_load_rps, min_segment_load_rps, replica_dispersion,
+                                     stage_latency_ms, usable_load_rps)
 from tessera.planner.model import Pool, SystemSpec
 from tessera.planner.nodes import NodePool, pool_gpus
 from tessera.planner.plan import ConfigPlan, GpuPlan, InstancePlan, Plan, SolverReport, SystemSummary, TaskPlan
@@ -55,6 +56,7 @@ def resize_replicas(current: Plan, systems: list[SystemSpec], pool: Pool | NodeP
         if set(variants) != {t.name for t in system.tasks}:
             return None
         demands.update({(system.name, task): rps for task, rps in system.demand(variants).items()})
+    current = current.model_copy(update={"tasks": _rebased(current, systems)})
     spare = _spare_gpus(current, pool)
     counts = _replica_counts(current, spare, demands)
     if counts is None:
@@ -62,7 +64,7 @@ def resize_replicas(current: Plan, systems: list[SystemSpec], pool: Pool | NodeP
     tasks = []
     for task in current.tasks:
         resized = _resize_task(task, counts[(task.system, task.task)], demands[(task.system, task.task)],
-                               current.headroom)
+                               current.headroom, current.routing, current.connections)
         if resized is None:
             return None
         tasks.append(resized)
@@ -112,7 +114,7 @@ def _replica_counts(current: Plan, spare: list[GpuPlan], demands: dict[tuple[str
         by_task.setdefault((task.system, task.task), []).append(j)
     for key, js in by_task.items():
         task = columns[js[0]][0]
-        usable = [_most_load(task, columns[j][2], current.headroom) for j in js]
+        usable = [_most_load(task, columns[j][2], current.headroom, current.routing, current.connections) for j in js]
         least = [_least_load(task, columns[j][2]) for j in js]
         index = np.array(js, dtype=np.int32)
         h.addRow(demands[key], highspy.kHighsInf, len(js), index, np.array(usable))
@@ -135,7 +137,18 @@ def _replica_counts(current: Plan, spare: list[GpuPlan], demands: dict[tuple[str
     return counts
 
 
-def _resize_task(task: TaskPlan, replicas: list[int], demand_rps: float, headroom: float) -> TaskPlan | None:
+def _rebased(current: Plan, systems: list[SystemSpec]) -> list[TaskPlan]:
+    """The plan's tasks with their bulk shares taken of the new least demands: a least demand is the source
+    demand times factors, so it moves with the system's demand (a re-size serves all of it)."""
+    ratio = {}
+    for system in systems:
+        old = next(s for s in current.systems if s.system == system.name)
+        ratio[system.name] = system.demand_rps / old.demand_rps if old.demand_rps > 0 else 0.0
+    return [t.model_copy(update={"share_base_rps": t.share_base_rps * ratio[t.system]}) for t in current.tasks]
+
+
+def _resize_task(task: TaskPlan, replicas: list[int], demand_rps: float, headroom: float, routing: Routing,
+                 connections: int) -> TaskPlan | None:
     """The task with these replicas and its demand split so that every configuration's batches fill within
     the budget (at least its least load per replica) and none runs past its usable throughput."""
     kept = [(n, c) for n, c in zip(replicas, task.configs) if n > 0]
@@ -143,7 +156,7 @@ def _resize_task(task: TaskPlan, replicas: list[int], demand_rps: float, headroo
         return None
     replicas, configs_kept = [n for n, _ in kept], [c for _, c in kept]
     least = [n * _least_load(task, c) for n, c in kept]
-    most = [n * _most_load(task, c, headroom) for n, c in kept]
+    most = [n * _most_load(task, c, headroom, routing, connections) for n, c in kept]
     spare = demand_rps - sum(least)
     room = sum(m - low for m, low in zip(most, least))
     if spare < 0 or spare > room * (1 + 1e-9):
@@ -155,17 +168,31 @@ def _resize_task(task: TaskPlan, replicas: list[int], demand_rps: float, headroo
         configs.append(config.model_copy(update={
             "replicas": n, "load_rps": load,
             "stage_latency_ms": stage_latency_ms(config.batch_latency_ms, config.batch, config.segment.mps, load / n,
-                                                 config.segment_throughput_rps, task.arrival_dispersion)}))
+                                                 config.segment_throughput_rps,
+                                                 _replica_dispersion(task, load / n, routing, connections))}))
     if any(c.stage_latency_ms > task.budget_ms * (1 + 1e-9) for c in configs if c.load_rps > 0):
         return None
     return task.model_copy(update={"demand_rps": demand_rps, "configs": configs,
                                    "stage_latency_ms": max(c.stage_latency_ms for c in configs)})
 
 
-def _most_load(task: TaskPlan, config: ConfigPlan, headroom: float) -> float:
-    """Per replica: the usable throughput, or less where the p99 queueing wait must fit the task's budget."""
-    return usable_load_rps(config.batch_latency_ms, config.segment_throughput_rps, 1 / (1 + headroom),
-                           task.arrival_dispersion, task.budget_ms)
+def _most_load(task: TaskPlan, config: ConfigPlan, headroom: float, routing: Routing, connections: int) -> float:
+    """Per replica: the usable throughput, or less where the p99 queueing wait must fit the task's budget
+    (with the replica's share of the bulk where the plan splits bulks)."""
+    usable = usable_load_rps(config.batch_latency_ms, config.segment_throughput_rps, 1 / (1 + headroom),
+                             task.arrival_dispersion, task.budget_ms)
+    if task.share_base_rps <= 0 or task.arrival_dispersion <= 1:
+        return usable
+    return min(config.segment_throughput_rps / (1 + headroom),
+               max_replica_load_rps(config.batch_latency_ms, config.segment_throughput_rps, task.budget_ms,
+                                    task.arrival_dispersion - 1, task.share_base_rps, routing, connections))
+
+
+def _replica_dispersion(task: TaskPlan, load_per_replica_rps: float, routing: Routing, connections: int) -> float:
+    if task.arrival_dispersion <= 1:
+        return task.arrival_dispersion
+    return replica_dispersion(task.arrival_dispersion - 1, load_per_replica_rps, task.share_base_rps, routing,
+                              connections)
 
 
 def _least_load(task: TaskPlan, config: ConfigPlan) -> float:

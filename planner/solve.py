@@ -33,6 +33,7 @@ from tessera.planner.diagnosis import diagnose
 from tessera.planner.errors import InfeasibleError, NoPlanError, PlannerBug, TimeLimitError
 from tessera.planner.features import Features
 from tessera.planner.highs_driver import HighsModel
+from tessera.planner.latency import DEFAULT_CONNECTIONS, Routing
 from tessera.planner.milp import CompoundMilp, MilpInput
 from tessera.planner.model import Pool, SystemSpec
 from tessera.planner.nodes import NodePool, PoolGpus, pool_gpus
@@ -91,6 +92,14 @@ class PlannerOptions(BaseModel):
                     "(latency.py). Off by default for now: it takes a parent's whole bulk to land on one "
                     "replica, so at scale it over-provisions; off, the model the serving simulation found "
                     "optimistic under load and fan-out.")
+
+    routing: Routing = Field(
+        default=Routing.ONE_REPLICA,
+        description="How requests reach a task's replicas, for the queueing wait's bulks: one-replica (a whole "
+                    "bulk may land on any replica: safe under any routing), per-request (in proportion to "
+                    "planned load, as tessera's frontend routes) or per-connection (a plain Service).")
+    connections: int = Field(default=DEFAULT_CONNECTIONS, ge=1, le=1024,
+                             description="Client connections to each task's Service (per-connection routing).")
 
     @field_validator("batches")
     @classmethod
@@ -235,6 +244,10 @@ class _StagedSolver:
         else:
             self.highs.restore_bounds(phis)
             self.highs.relax_rows(self.milp.m.full_demand_cuts.values())
+            # A replica's bulk share of its task's least demand holds only while all demand is served.
+            self.highs.relax_rows(self.milp.m.split_bulk_rows.values())
+            for excess in self.milp.whole_bulk_rows:
+                self.highs.add_row(excess(), -math.inf, 0.0)
 
 
 def plan(
@@ -360,7 +373,8 @@ def _milp_input(systems: list[SystemSpec], pool: PoolGpus, store: ProfileStore, 
     data = MilpInput(
         systems=systems, gpu=gpu, pool_gpus=len(pool.gpus), candidates=candidates,
         levels={s.name: budget_levels(s, features, options.budget_levels) for s in systems},
-        layouts=layouts, utilisation=options.utilisation, queueing=options.queueing,
+        layouts=layouts, utilisation=options.utilisation, queueing=options.queueing, routing=options.routing,
+        connections=options.connections,
         tier_ratio=1.0 if exact else options.tier_ratio, busy_instances=0 if exact else options.busy_instances,
         variants={(s.name, t.name): allowed_variants(t, features) for s in systems for t in s.tasks},
         # A pool of nodes knows every GPU's layout; a plain pool only what the last plan chose.

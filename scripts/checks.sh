@@ -22,5 +22,5 @@ stage() {
 timed ruff "$bin/ruff" check --quiet .
 timed stage stage
 # from inside the staged tree: lint-imports puts its working directory first on sys.path
-timed import-linter env -C "$staged" PYTHONPATH="$PWD/scripts" "$PWD/$bin/lint-imports" --no-cache "$PWD/pyproject.toml"
+timed import-linter env -C "$staged" "$PWD/$bin/lint-imports" --no-cache "$PWD/pyproject.toml"
 timed mypy env MYPYPATH="$staged" "$bin/mypy" --cache-dir .cache/checks/mypy -p tessera

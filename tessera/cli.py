@@ -4,42 +4,28 @@ from __future__ import annotations
 
 import json
 import sys
-from contextlib import contextmanager
-from pathlib import Path
 
 import click
 import yaml
-from rich.console import Console
 from rich.progress import Progress
 
 from tessera import __version__
 from tessera.exit_codes import BAD_INPUT, INFEASIBLE, OK, PLANNER_FAILED, TIME_LIMIT
 from tessera.logs import configure_logging
-from tessera.options import BoundedInt
 from tessera.planner.capacity import capacity
-from tessera.planner.catalog import CATALOG
 from tessera.planner.contract import Infeasible, InvalidInput, TimeLimit, plan_outcome
 from tessera.planner.features import Features, all_feature_sets
-from tessera.planner.input_files import InputError, quote
-from tessera.planner.measured import load_measured
-from tessera.planner.model import Pool, SystemSpec
-from tessera.planner.profile_sources import build_profile_store
+from tessera.planner.input_files import InputError
+from tessera.planner.model import Pool
 from tessera.frontend_cli import frontend, frontend_config_command
 from tessera.operator_cli import operator
 from tessera.place_cli import place
-from tessera.planner_options_cli import MAX_POOL_GPUS, planner_options, take_planner_options
+from tessera.planner_options_cli import take_planner_options
 from tessera.profiles_cli import profiles
-from tessera.planner.solve import PlannerOptions
-from tessera.planner.spec_file import load_systems
 from tessera.render import capacity_markdown, capacity_rich, render_plan
-from tessera.shipped import default_example_systems
+from tessera.cli_inputs import BadInput, _console, _load, _measured, _naming_files, _pool_options, _store
+from tessera.simulate_cli import simulate
 from tessera.twin_cli import twin
-
-MAX_SPEC_FILES = 64
-
-
-class BadInput(click.ClickException):
-    exit_code = BAD_INPUT
 
 
 class _Main(click.Group):
@@ -67,64 +53,6 @@ main.add_command(operator)
 main.add_command(frontend)
 main.add_command(frontend_config_command)
 main.add_command(profiles)
-
-
-def _pool_options(command):
-    options = [
-        click.option("--gpu", type=click.Choice(sorted(CATALOG)), default="H100-80GB", show_default=True,
-                     help="GPU product of the pool."),
-        click.option("--gpus", type=BoundedInt(1, MAX_POOL_GPUS), default=8, show_default=True,
-                     help="GPUs in the pool."),
-        click.option("--measured", type=click.Path(exists=True, path_type=Path),
-                     help="Measured profiles: a `tessera profiles export` CSV, or a folder of ParvaGPU CSVs "
-                          "(A100-80GB)."),
-        planner_options(),
-        click.argument("files", nargs=-1, type=click.Path(exists=True, dir_okay=False, path_type=Path)),
-    ]
-    for option in reversed(options):
-        command = option(command)
-    return command
-
-
-def _console(to_stderr: bool) -> Console:
-    """Wide enough for the plan table when the output is a file or a pipe, not a terminal."""
-    console = Console(stderr=to_stderr)
-    return console if console.is_terminal else Console(stderr=to_stderr, width=160)
-
-
-def _load(files: tuple[Path, ...]) -> tuple[list[SystemSpec], dict[str, Path]]:
-    """The systems of every file, and the file each came from."""
-    paths = files or default_example_systems()
-    if len(paths) > MAX_SPEC_FILES:
-        raise BadInput(f"FILES: {len(paths)} files, over the limit of {MAX_SPEC_FILES}")
-    systems: list[SystemSpec] = []
-    origins: dict[str, Path] = {}
-    for path in paths:
-        loaded = load_systems(path)
-        systems += loaded
-        origins.update((s.name, path) for s in loaded)
-    names = [s.name for s in systems]
-    repeated = sorted({n for n in names if names.count(n) > 1})
-    if repeated:
-        raise BadInput(f"FILES: system names repeat across files: {quote(repeated)}")
-    return systems, origins
-
-
-@contextmanager
-def _naming_files(origins: dict[str, Path]):
-    """An input error the planner finds names the system; say which file it came from."""
-    try:
-        yield
-    except InputError as error:
-        origin = origins.get(error.system) if error.system else None
-        raise BadInput(f"{origin}: {error}" if origin else str(error)) from None
-
-
-def _store(systems, gpu: str, measured: Path | None, options: PlannerOptions):
-    try:
-        return build_profile_store(systems, gpu, _measured(measured), options.batches, max_mps=options.max_mps)
-    except ValueError as error:
-        raise BadInput(str(error)) from None
 
 
 @main.command("plan")
@@ -180,12 +108,6 @@ def _no_plan(outcome, output: str) -> None:
         click.echo(f"  {line}", err=True)
 
 
-def _measured(measured: Path | None):
-    try:
-        return load_measured(measured) if measured else None
-    except ValueError as error:
-        raise BadInput(str(error)) from None
-
 
 @main.command("capacity")
 @_pool_options
@@ -220,8 +142,8 @@ def capacity_command(files, gpu, gpus, measured, feature_list, output, **planner
               help="Write them into crds/ (and the Helm chart's crds/), and their field reference into docs/api-reference.md, instead of printing.")
 def crds_command(write: bool) -> None:
     """The CustomResourceDefinitions, generated from the data models."""
-    from tessera.operator.api_reference import reference_file
-    from tessera.operator.crds import CHART_CRDS_DIR, rendered
+    from tessera.operator.api.reference import reference_file
+    from tessera.operator.api.crds import CHART_CRDS_DIR, rendered
 
     for path, text in rendered().items():
         if write:
@@ -236,8 +158,5 @@ def crds_command(write: bool) -> None:
         path, text = reference_file()
         path.write_text(text)
         click.echo(f"wrote {path}")
-
-
-from tessera.simulate_cli import simulate  # noqa: E402  (it reuses the options defined above)
 
 main.add_command(simulate)

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import click
 
-from tessera.operator.demand_settings import DemandSettings
+from tessera.operator.demand.settings import DemandSettings
 from tessera.operator.settings import OperatorSettings
+from tessera.options import field_range
 from tessera.planner_options_cli import planner_options, take_planner_options
 
 DEFAULTS = OperatorSettings()
@@ -38,29 +39,44 @@ def _selector(_ctx, _param, values: tuple[str, ...]) -> dict[str, str]:
                    "naming another is reported. Default: whichever the ClusterPolicy names.")
 @click.option("--leader-election-namespace", default=None,
               help="Namespace of the leader-election Lease. Default: the pod's, else --state-namespace.")
-@click.option("--lease-duration", "lease_duration_s", type=click.FloatRange(min=3),
+@click.option("--lease-duration", "lease_duration_s", type=field_range(OperatorSettings, "lease_duration_s"),
               default=DEFAULTS.lease_duration_s, show_default=True,
               help="Seconds after which another operator may take over a Lease that was not renewed.")
-@click.option("--mig-config-propagation", "mig_config_propagation_s", type=click.FloatRange(min=0),
+@click.option("--mig-config-propagation", "mig_config_propagation_s",
+              type=field_range(OperatorSettings, "mig_config_propagation_s"),
               default=DEFAULTS.mig_config_propagation_s, show_default=True,
               help="Seconds between writing a MIG config and relabelling nodes for it.")
-@click.option("--resync", "resync_s", type=click.FloatRange(min=1), default=DEFAULTS.resync_s, show_default=True,
+@click.option("--resync", "resync_s", type=field_range(OperatorSettings, "resync_s"), default=DEFAULTS.resync_s, show_default=True,
               help="Seconds between level-triggered resyncs.")
-@click.option("--debounce", "debounce_s", type=click.FloatRange(min=0), default=DEFAULTS.debounce_s,
+@click.option("--debounce", "debounce_s", type=field_range(OperatorSettings, "debounce_s"), default=DEFAULTS.debounce_s,
               show_default=True, help="Quiet seconds that collect events into one re-plan.")
+@click.option("--max-backoff", "max_backoff_s", type=field_range(OperatorSettings, "max_backoff_s"),
+              default=DEFAULTS.max_backoff_s, show_default=True,
+              help="Longest wait in seconds before retrying a failed reconcile (the wait doubles from 2 s).")
+@click.option("--mig-poll", "mig_poll_s", type=field_range(OperatorSettings, "mig_poll_s"),
+              default=DEFAULTS.mig_poll_s, show_default=True,
+              help="Seconds between looks at a node that mig-manager is re-partitioning.")
 @planner_options("--solve-time-limit")
-@click.option("--solve-memory", "solve_memory_mb", type=click.IntRange(min=256), default=DEFAULTS.solve_memory_mb,
+@click.option("--solve-memory", "solve_memory_mb", type=field_range(OperatorSettings, "solve_memory_mb"), default=DEFAULTS.solve_memory_mb,
               show_default=True, help="Memory cap of the solver process, MB.")
 @click.option("--default-image", default=DEFAULTS.default_image, show_default=True,
               help="Model-server image for variants that name none.")
-@click.option("--health-port", type=click.IntRange(0, 65535), default=DEFAULTS.health_port, show_default=True,
+@click.option("--frontend-image", default=DEFAULTS.frontend_image, show_default=True,
+              help="tessera's own image, for the frontend of each system with spec.frontend.")
+@click.option("--frontend-port", type=field_range(OperatorSettings, "frontend_port"), default=DEFAULTS.frontend_port,
+              show_default=True, help="Port of each system's frontend Service.")
+@click.option("--frontend-requests-per-replica", "frontend_rps_per_replica",
+              type=field_range(OperatorSettings, "frontend_rps_per_replica"),
+              default=DEFAULTS.frontend_rps_per_replica, show_default=True,
+              help="Requests/s one frontend process carries: each system's frontend runs demand / this replicas.")
+@click.option("--health-port", type=field_range(OperatorSettings, "health_port"), default=DEFAULTS.health_port, show_default=True,
               help="Port of /healthz and /readyz; 0: off.")
-@click.option("--metrics-port", type=click.IntRange(0, 65535), default=DEFAULTS.metrics_port, show_default=True,
+@click.option("--metrics-port", type=field_range(OperatorSettings, "metrics_port"), default=DEFAULTS.metrics_port, show_default=True,
               help="Port of the Prometheus metrics; 0: off.")
 @click.option("--profiler-image", default=DEFAULTS.profiler_image,
               help="tessera's image, for profiler Jobs that measure variants on the pool's MIG segments; "
                    "unset: no profiling, plans rest on estimates and given profiles.")
-@click.option("--profiling-jobs-per-pool", type=click.IntRange(1, 64), default=DEFAULTS.profiling_jobs_per_pool,
+@click.option("--profiling-jobs-per-pool", type=field_range(OperatorSettings, "profiling_jobs_per_pool"), default=DEFAULTS.profiling_jobs_per_pool,
               show_default=True, help="Profiler Jobs running at once per GPU pool.")
 @click.option("--profiling-repartition/--no-profiling-repartition", default=DEFAULTS.profiling_repartition,
               show_default=True,
@@ -71,17 +87,17 @@ def _selector(_ctx, _param, values: tuple[str, ...]) -> dict[str, str]:
               help="File with a bearer token for Prometheus (a mounted Secret); read at every query, never logged.")
 @click.option("--prometheus-ca-file", type=click.Path(exists=True, dir_okay=False),
               help="CA bundle for Prometheus' TLS certificate.")
-@click.option("--prometheus-timeout", "prometheus_timeout_s", type=click.FloatRange(min=0.1, max=120),
+@click.option("--prometheus-timeout", "prometheus_timeout_s", type=field_range(DemandSettings, "timeout_s"),
               default=DEFAULTS.demand.timeout_s, show_default=True, help="Seconds per query; then demand is Unknown.")
-@click.option("--demand-poll", "demand_poll_s", type=click.FloatRange(min=1), default=DEFAULTS.demand.poll_s,
+@click.option("--demand-poll", "demand_poll_s", type=field_range(DemandSettings, "poll_s"), default=DEFAULTS.demand.poll_s,
               show_default=True, help="Seconds between demand readings.")
-@click.option("--scale-down-stabilization", "stabilization_s", type=click.FloatRange(min=0),
+@click.option("--scale-down-stabilization", "stabilization_s", type=field_range(DemandSettings, "stabilization_s"),
               default=DEFAULTS.demand.stabilization_s, show_default=True,
               help="Seconds demand stays below the plan before a scale-down.")
-@click.option("--repartition-window", "repartition_window_s", type=click.FloatRange(min=0),
+@click.option("--repartition-window", "repartition_window_s", type=field_range(DemandSettings, "repartition_window_s"),
               default=DEFAULTS.demand.repartition_window_s, show_default=True,
               help="Seconds after a re-partition without another (nor a scale-down).")
-@click.option("--scale-down-step", type=click.FloatRange(min=0, max=1, min_open=True),
+@click.option("--scale-down-step", type=field_range(DemandSettings, "scale_down_step"),
               default=DEFAULTS.demand.scale_down_step, show_default=True,
               help="Largest share of the planned demand one scale-down removes.")
 @click.option("--demand-dry-run", is_flag=True, help="Report demand recommendations (status, metrics), apply none.")
@@ -89,7 +105,7 @@ def _selector(_ctx, _param, values: tuple[str, ...]) -> dict[str, str]:
               help="A named demand query systems may choose (repeatable; adds to the Triton and MLServer ones).")
 def operator(kubeconfig, **options) -> None:
     """Run the tessera operator (kopf): plan every GPU pool, partition MIG, run the model servers."""
-    from tessera.operator.main import run
+    from tessera.operator.entry.main import run
 
     run(operator_settings(options), kubeconfig)
 

@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
+import annotated_types
 import click
+from pydantic import BaseModel
 
 from tessera.planner.input_files import shorten
 
@@ -53,3 +56,23 @@ class OutputFile(click.Path):
 
 SEED = BoundedInt(0, 2**32 - 1)  # what numpy's generators take: a negative seed is their ValueError
 WORKERS = BoundedInt(1, 64)  # processes running simulations; each holds the twin and a workload
+
+
+def field_range(model: type[BaseModel], name: str) -> click.ParamType:
+    """The option type of a settings field: its bounds are the field's (ge/gt/le/lt), so flag and model agree."""
+    field = model.model_fields[name]
+    bounds: dict[str, Any] = {}
+    for rule in field.metadata:
+        if isinstance(rule, annotated_types.Ge):
+            bounds["min"] = rule.ge
+        elif isinstance(rule, annotated_types.Gt):
+            bounds.update(min=rule.gt, min_open=True)
+        elif isinstance(rule, annotated_types.Le):
+            bounds["max"] = rule.le
+        elif isinstance(rule, annotated_types.Lt):
+            bounds.update(max=rule.lt, max_open=True)
+    if field.annotation is int:
+        return BoundedInt(**bounds)
+    if field.annotation is float:
+        return FiniteFloat(**bounds)
+    raise TypeError(f"{model.__name__}.{name} is not a number")

@@ -11,6 +11,7 @@ import click
 from tessera.options import BoundedInt, FiniteFloat
 from tessera.planner.catalog import COMPUTE_SLICES
 from tessera.planner.input_files import shorten
+from tessera.planner.latency import Routing
 from tessera.planner.solve import PlannerOptions
 
 MAX_POOL_GPUS = 10_000
@@ -21,6 +22,7 @@ MAX_BATCH_SIZE = 4096
 MAX_BATCH_SIZES = 32
 MAX_TIER_RATIO = 100.0
 MAX_LATENCY_SPREAD = 10.0
+MAX_CONNECTIONS = 1024
 DEFAULTS = PlannerOptions()
 
 
@@ -73,6 +75,14 @@ def planner_options(time_limit_flag: str = "--time-limit") -> Callable[[Any], An
         click.option("--queueing/--no-queueing", default=DEFAULTS.queueing, show_default=True,
                      help="Count each segment's p99 queueing wait, with fan-out bulks, in stage latency "
                           "(a p99 bound under load; over-provisions at scale, see docs/planner.md)."),
+        click.option("--routing", type=click.Choice([r.value for r in Routing]), default=DEFAULTS.routing.value,
+                     show_default=True, callback=lambda _ctx, _param, value: Routing(value),
+                     help="How requests reach a task's replicas, for --queueing's bulks: one-replica (a whole "
+                          "bulk may land on any replica), per-request (in proportion to planned load: "
+                          "tessera's frontend) or per-connection (a plain Service, --connections pinned)."),
+        click.option("--connections", type=BoundedInt(1, MAX_CONNECTIONS), default=DEFAULTS.connections,
+                     show_default=True, help="Client connections to each task's Service (--routing "
+                                             "per-connection)."),
         click.option("--slice-tolerance", type=FiniteFloat(0, COMPUTE_SLICES * MAX_POOL_GPUS, min_open=True),
                      default=DEFAULTS.slice_tolerance, show_default=True,
                      help="Slices the cost may stay above its proven bound (1: the fewest)."),
@@ -86,7 +96,8 @@ def planner_options(time_limit_flag: str = "--time-limit") -> Callable[[Any], An
 
 
 PLANNER_PARAMETERS = ("levels", "headroom", "time_limit", "batches", "max_batch", "max_mps", "tier_ratio",
-                      "busy_instances", "exact_up_to_gpus", "latency_spread", "queueing", "slice_tolerance")
+                      "busy_instances", "exact_up_to_gpus", "latency_spread", "queueing", "routing", "connections",
+                      "slice_tolerance")
 
 
 def take_planner_options(parameters: dict[str, Any]) -> PlannerOptions:

@@ -51,7 +51,7 @@ def _reaching_the_cluster(kubeconfig: str | None) -> Iterator[None]:
 
 def _cluster(kubeconfig: str | None, namespace: str) -> Cluster:
     from tessera.operator.cluster import Cluster
-    from tessera.operator.main import api_client
+    from tessera.operator.entry.process import api_client
 
     if kubeconfig:  # read within bounds first: the client's own reader gives tracebacks for a broken file
         document = load_yaml(kubeconfig, MAX_KUBECONFIG_BYTES)
@@ -107,7 +107,7 @@ _namespace = click.option("--namespace", default=DEFAULT_NAMESPACE, show_default
               help="Write the CSV here (default: standard output).")
 def export_command(kubeconfig: str | None, namespace: str, from_file: Path | None, output: Path | None) -> None:
     """Write the measured profiles as the CSV `tessera plan --measured` reads."""
-    from tessera.operator import profiles_exchange as exchange
+    from tessera.operator.profiling import exchange
 
     if from_file:
         configmaps = exchange.configmaps_in_file(from_file)
@@ -129,7 +129,7 @@ def export_command(kubeconfig: str | None, namespace: str, from_file: Path | Non
 @_namespace
 def import_command(file: Path, kubeconfig: str | None, namespace: str) -> None:
     """Merge the profiles of FILE (a `tessera profiles export` CSV) into the cluster's ConfigMaps."""
-    from tessera.operator import profiles_exchange as exchange
+    from tessera.operator.profiling import exchange
 
     # every row checked before any cluster is contacted; refused input exits BAD_INPUT through the main group
     rows = read_profiles_csv(file)

@@ -67,6 +67,22 @@ def _ranges(indices: list[int]) -> str:
     return ",".join(parts)
 
 
+def latency_model(plan: Plan) -> str:
+    """Which latency model the plan's latencies come from, in words (docs/planner.md)."""
+    spread = f"estimates x {plan.latency_spread:g} as p99"
+    if not plan.queueing:
+        return f"batching only, no queueing wait (optimistic under load); {spread}"
+    if plan.routing.value == "one-replica":
+        routing = "whole fan-out bulks on any replica"
+    elif plan.routing.value == "per-request":
+        routing = "bulks split per request in proportion to planned load"
+    else:
+        routing = f"bulks split over a Service's {plan.connections} pinned connections (p99 share)"
+    split = any(t.share_base_rps > 0 for t in plan.tasks)
+    note = "" if split or plan.routing.value == "one-replica" else " (not all demand served: whole bulks)"
+    return f"p99 queueing wait, {routing}{note}; {spread}"
+
+
 def summary_table(plan: Plan) -> Table:
     table = Table(title="Summary", title_justify="left", show_header=False)
     table.add_column("what")
@@ -85,6 +101,7 @@ def summary_table(plan: Plan) -> Table:
                                            f"(planned >= {100 * plan.headroom:.0f}%)")
     sources = ", ".join(f"{count} {source}" for source, count in sorted(plan.profile_sources.items()))
     table.add_row("profile sources", sources or "-")
+    table.add_row("latency model", latency_model(plan))
     solver = plan.solver
     table.add_row("solver", f"HiGHS {solver.status}, gap {100 * solver.mip_gap:.2f}%, "
                             f"build {solver.build_s:.2f} s, solve {solver.solve_s:.2f} s, "

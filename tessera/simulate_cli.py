@@ -11,7 +11,7 @@ from rich.progress import Progress
 from rich.table import Table
 
 from tessera import exit_codes
-from tessera.cli import _console, _load, _naming_files, _pool_options, _store
+from tessera.cli_inputs import _console, _load, _naming_files, _pool_options, _store
 from tessera.planner_options_cli import take_planner_options
 from tessera.options import BoundedInt, FiniteFloat, OutputFile
 from tessera.planner.input_files import InputError

@@ -17,7 +17,7 @@ from rich.table import Table
 
 from tessera.options import SEED, WORKERS, BoundedInt, FiniteFloat, OutputFile
 from tessera.planner.input_files import InputError
-from tessera.planner.twin.engine import KernelUnavailable
+from tessera.planner.twin.kernel import KernelUnavailable
 from tessera.planner.twin.sim import OUTSTANDING_REQUEST_CAP, STARVATION_RATIO
 
 console = Console(width=None if sys.stdout.isatty() else 150)

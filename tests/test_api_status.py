@@ -6,7 +6,7 @@ from datetime import datetime, timezone
 import pytest
 from pydantic import ValidationError
 
-from tessera.operator.api import (
+from tessera.operator.api.v1alpha1 import (
     AdapterPoolStatus,
     ConditionType,
     Phase,

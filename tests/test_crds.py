@@ -4,9 +4,9 @@ import re
 
 import pytest
 
-from tessera.operator.api import CONDITION_TYPES, ConditionType
-from tessera.operator.api_reference import reference_file, render_reference
-from tessera.operator.crds import KINDS, crd, rendered
+from tessera.operator.api.v1alpha1 import CONDITION_TYPES, ConditionType
+from tessera.operator.api.reference import reference_file, render_reference
+from tessera.operator.api.crds import KINDS, crd, rendered
 
 KIND_NAMES = sorted(KINDS)
 SNAKE_CASE = re.compile(r"^[a-z0-9]+(_[a-z0-9]+)+$")
@@ -108,9 +108,9 @@ def test_condition_types_are_the_designs_ten():
     assert ConditionType.READY == "Ready"
 
 
-def test_a_system_lists_print_ready_gpus_slices_accuracy_latency_and_age():
+def test_a_system_lists_print_ready_gpus_slices_accuracy_latency_frontend_and_age():
     columns = [c["name"] for c in crd("CompoundInferenceSystem")["spec"]["versions"][0]["additionalPrinterColumns"]]
-    assert columns == ["Ready", "Phase", "GPUs", "Slices", "Accuracy", "Latency-ms", "Age"]
+    assert columns == ["Ready", "Phase", "GPUs", "Slices", "Accuracy", "Latency-ms", "Frontend", "Age"]
 
 
 def test_names_are_list_map_keys_so_the_api_server_rejects_duplicates():

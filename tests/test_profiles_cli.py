@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from tessera.cli import main
 from tessera.exit_codes import BAD_INPUT
-from tessera.operator import profiling as pf
+from tessera.operator.profiling import jobs as pf
 from tessera.planner.measured import load_measured, read_profiles_csv
 from tessera.planner.profiles import ProfileSource, SegmentType
 from tessera.profiler.results import Failure, FailureKind, Point, SweepResult, Target
@@ -79,7 +79,7 @@ def test_a_csv_naming_an_unknown_mig_profile_is_bad_input(tmp_path):
 
 
 def test_export_and_import_carry_the_image_digest_results_are_keyed_by(tmp_path):
-    from tessera.operator.profiles_exchange import entries_of_rows, rows_of
+    from tessera.operator.profiling.exchange import entries_of_rows, rows_of
 
     digest = "sha256:" + "c" * 64
     target = Target(variant="resnet50", image="example.org/resnet50:1", image_digest=digest, gpu="H100-80GB",

@@ -6,7 +6,7 @@ installed (setup.py; the library lies beside this module), else on first use wit
 the system C compiler into a per-user cache. Why both kernels: numba alone costs
 ~120 MB of resident memory (LLVM) per process, which breaks the 200 MB budget of
 the twin on the heaviest configuration; the C build needs none of it. Where
-neither build works, ``engine.get_kernel`` falls back to numba (the ``numba``
+neither build works, ``kernel.get_kernel`` falls back to numba (the ``numba``
 extra) and logs why (set TESSERA_TWIN_ENGINE=numba to force it).
 """
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import engine
+from . import engine, kernel
 from .profile import ServerProfile
 from .workload import VLLM_MAX_LORA_RANKS, Workload, generate_requests, server_max_lora_rank
 
@@ -167,9 +167,9 @@ def simulate(workload: Workload, profile: ServerProfile, cfg: ServerConfig, seed
     stats = np.zeros(engine.N_STATS)
     kargs = (t, ad, p, o, load_ms, params, state, gen, ttft, ts_run, ts_wait, ts_kv, hist, stats)
     if progress is None:
-        nrun, nwait = engine.get_kernel()(*kargs)
+        nrun, nwait = kernel.get_kernel()(*kargs)
     else:
-        nrun, nwait = _run_with_progress(engine.get_kernel(), kargs, stats, progress, poll_s)
+        nrun, nwait = _run_with_progress(kernel.get_kernel(), kargs, stats, progress, poll_s)
     fin = state == engine.FINISHED
     tokens = float(p[fin].sum(dtype=np.int64) + o[fin].sum(dtype=np.int64))
     thr = tokens / T

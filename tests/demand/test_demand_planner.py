@@ -1,4 +1,4 @@
-"""The reconciler's demand hook: what the planner is handed, what status says (operator/demand.py).
+"""The reconciler's demand hook: what the planner is handed, what status says (operator/demand/planning.py).
 
 Prometheus is a local HTTP server answering the value a test sets (conftest.py).
 """
@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tessera.operator import status as st
-from tessera.operator.demand import DemandPlanner
-from tessera.operator.demand_settings import DemandSettings
-from tessera.operator.systems import read_system
+from tessera.operator.api import status as st
+from tessera.operator.demand.planning import DemandPlanner
+from tessera.operator.demand.settings import DemandSettings
+from tessera.operator.api.systems import read_system
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "single-model.yaml"
 T0 = datetime(2026, 12, 1, 8, 0, tzinfo=timezone.utc)

@@ -1,8 +1,8 @@
-"""Hysteresis on a simulated clock with scripted demand series (operator/hysteresis.py)."""
+"""Hysteresis on a simulated clock with scripted demand series (operator/demand/hysteresis.py)."""
 
 from datetime import datetime, timedelta, timezone
 
-from tessera.operator.hysteresis import DemandState, Move, Windows, decide, record_repartition, repartition_allowed
+from tessera.operator.demand.hysteresis import DemandState, Move, Windows, decide, record_repartition, repartition_allowed
 
 T0 = datetime(2026, 12, 1, 8, 0, tzinfo=timezone.utc)
 WINDOWS = Windows(stabilization_s=300, repartition_s=600, step=0.25)

@@ -1,4 +1,4 @@
-"""The Prometheus client's readings: one number or Unknown with why (operator/prometheus.py).
+"""The Prometheus client's readings: one number or Unknown with why (operator/demand/prometheus.py).
 
 Answers come from a local HTTP server that records the requests it gets
 (conftest.py), to check the bearer token travels only in the Authorization header.
@@ -6,7 +6,7 @@ Answers come from a local HTTP server that records the requests it gets
 
 import pytest
 
-from tessera.operator.prometheus import PrometheusClient, Reason, one_number
+from tessera.operator.demand.prometheus import PrometheusClient, Reason, one_number
 
 from .conftest import vector
 

@@ -1,4 +1,4 @@
-"""A tenant's PromQL reads only its namespace: the matcher in every selector (operator/promql.py).
+"""A tenant's PromQL reads only its namespace: the matcher in every selector (operator/demand/promql.py).
 
 The parse tree is checked, not the text: every vector selector of the
 confined query must carry namespace="tenant-a" and no other namespace matcher.
@@ -7,7 +7,7 @@ confined query must carry namespace="tenant-a" and no other namespace matcher.
 import promql_parser as pp
 import pytest
 
-from tessera.operator.promql import QueryRejected, confine, selectors
+from tessera.operator.demand.promql import QueryRejected, confine, selectors
 
 HOSTILE = [
     'sum(rate(requests_total[1m]))',

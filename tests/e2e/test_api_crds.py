@@ -22,8 +22,8 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from cluster.kube import ensure_namespace, wait_for
-from tessera.operator.api import ConditionType, Phase, SystemStatus
-from tessera.operator.crds import GROUP, KINDS, VERSION
+from tessera.operator.api.v1alpha1 import ConditionType, Phase, SystemStatus
+from tessera.operator.api.crds import GROUP, KINDS, VERSION
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 PLURALS = {name: kind.plural for name, kind in KINDS.items()}

@@ -98,6 +98,7 @@ def test_planner_demand_and_profiling_values_reach_the_operators_command_line(he
     documents = render(
         helm, "--set", "planner.tierRatio=1", "--set", "planner.busyInstances=0", "--set", "planner.exactUpToGpus=64",
         "--set", "planner.queueing=true", "--set-json", "planner.latencySpread=1.3",
+        "--set", "planner.routing=per-request", "--set", "planner.connections=32",
         "--set", "planner.batches={1,8,64,128}", "--set", "demand.prometheus.url=https://prometheus.monitoring:9090",
         "--set", "demand.prometheus.tokenSecret.name=prometheus-reader",
         "--set", "demand.prometheus.caConfigMap.name=prometheus-ca", "--set", "demand.dryRun=true",
@@ -105,7 +106,7 @@ def test_planner_demand_and_profiling_values_reach_the_operators_command_line(he
         "--set", "profiling.enabled=true", "--set", "profiling.repartition=true", "--set", "image.tag=1.2.3")
     args = operator_args(documents)
     for expected in ("--tier-ratio=1", "--busy-instances=0", "--exact-up-to=64", "--batches=1,8,64,128",
-                     "--queueing", "--latency-spread=1.3",
+                     "--queueing", "--latency-spread=1.3", "--routing=per-request", "--connections=32",
                      "--prometheus-url=https://prometheus.monitoring:9090", "--demand-dry-run",
                      "--prometheus-token-file=/var/run/secrets/tessera/prometheus-token/token",
                      "--prometheus-ca-file=/etc/tessera/prometheus-ca/ca.crt",
@@ -151,6 +152,7 @@ def test_a_namespace_scoped_install_grants_workload_rights_only_in_its_namespace
     (["--set", "planner.tierRatio=0.5"], "tierRatio"),
     (["--set-json", "planner.latencySpread=0.5"], "latencySpread"),
     (["--set", "planner.queueing=maybe"], "queueing"),
+    (["--set", "planner.routing=round-robin"], "routing"),
     (["--set", "planner.batches={0,8}"], "batches"),
     (["--set", "demand.prometheus.url=prometheus:9090"], "url"),
     (["--set", "demand.prometheus.tokenSecret.name=Bad_Secret"], "name"),
@@ -159,7 +161,7 @@ def test_a_namespace_scoped_install_grants_workload_rights_only_in_its_namespace
     (["--set", "profiling.jobsPerPool=0"], "jobsPerPool"),
     (["--set", "profiling.repartition=yes"], "repartition"),
 ], ids=["no-replica", "gpu-operators-own-configmap", "short-lease", "bad-namespace", "tiny-solver", "unknown-key",
-        "tier-below-exact", "spread-below-one", "queueing-not-a-boolean", "batch-zero", "url-without-scheme", "bad-secret-name", "no-scale-down-step",
+        "tier-below-exact", "spread-below-one", "queueing-not-a-boolean", "unknown-routing", "batch-zero", "url-without-scheme", "bad-secret-name", "no-scale-down-step",
         "bad-template-name", "no-profiler-job", "repartition-not-a-boolean"])
 def test_the_values_schema_refuses_bad_values_naming_the_field(helm, values, field):
     refused = helm("template", "tessera", str(CHART), *values, check=False)

@@ -1,4 +1,4 @@
-"""Leader election (operator/leader.py) on the real API server's Lease: one writer at a time.
+"""Leader election (operator/entry/leader.py) on the real API server's Lease: one writer at a time.
 
 Two electors stand for the two operators of a rolling update. Time is the
 real monotonic clock with a short lease (3 s), so the take-over waits are real.
@@ -12,7 +12,7 @@ import pytest
 from kubernetes import client, config
 
 from cluster.kube import wait_for
-from tessera.operator.leader import LeaderElector, LeaseTiming, NotLeader, guard_writes
+from tessera.operator.entry.leader import LeaderElector, LeaseTiming, NotLeader, guard_writes
 
 TIMING = LeaseTiming(lease_duration_s=3.0, renew_deadline_s=2.0, retry_s=0.4)
 

@@ -17,7 +17,7 @@ import yaml
 from cluster.gpu_nodes import gpu_states
 from cluster.kube import wait_for
 
-from tessera.operator.api import child_name
+from tessera.operator.api.v1alpha1 import child_name
 
 from .operator_fixtures import crds, custom, run_operator  # noqa: F401  (fixtures)
 from .operator_harness import (

@@ -20,6 +20,12 @@ Semantics
   load whose p99 queueing wait fits the budget, with D = 1 + the largest
   bulk a parent hands over at once (the edge's largest factor over the
   parent's allowed variants x the parent's largest batch), 1 at a source;
+  under a routing that splits bulks over replicas, and only for plans that
+  serve all demand, a replica of load lam sees 1 + bulk x g(lam / L) with L
+  the task's least demand (source demand x the smallest factor of each
+  edge over the parent's allowed variants, summed over parents) and g the
+  checker's bulk share, and Q is the largest lam whose wait fits (found here
+  by bisection); plans serving less count whole bulks;
 - budgets: levels slo x i / levels (T on), or slo / (tasks on the longest
   path) (T off); every path's budgets add up to at most the SLO;
 - accuracy: every path's product of normalised accuracies >= the SLO;
@@ -56,6 +62,9 @@ Search, and why each shortcut is safe
    held to batches up to its entry and its children's D computed from it; a
    plan whose parents run smaller batches is also feasible where the vector
    is its own largest batches (D there is its own).
+7. Split bulks: the search runs once with split bulks keeping only plans that
+   serve all demand, and once with whole bulks; a plan of the first wins
+   whenever one exists (it serves all, and whole bulks only load less).
 """
 
 from __future__ import annotations
@@ -67,9 +76,10 @@ from dataclasses import dataclass
 from functools import cache
 
 from tessera.planner.catalog import COMPUTE_SLICES, MEMORY_SLICES, GpuProduct, gpu_product
+from tessera.planner.checker import replica_bulk_share
 from tessera.planner.features import Features
-from tessera.planner.latency import (arrival_dispersion, max_segment_load_rps, p99_batch_latency_ms,
-                                     stage_latency_ms)
+from tessera.planner.latency import (DEFAULT_CONNECTIONS, Routing, arrival_dispersion, max_segment_load_rps,
+                                     p99_batch_latency_ms, replica_dispersion, stage_latency_ms)
 from tessera.planner.model import Pool, SystemSpec
 from tessera.planner.plan import (ConfigPlan, GpuPlan, InstancePlan, PathPlan, Plan, SolverReport, SystemSummary,
                                   TaskPlan)
@@ -181,6 +191,44 @@ class SystemChoice:
 class _Queueing:
     on: bool
     latency_spread: float
+    routing: Routing = Routing.ONE_REPLICA
+    connections: int = DEFAULT_CONNECTIONS
+    split: bool = False  # this pass takes bulk shares of least demands (plans that serve all demand only)
+
+    @property
+    def splits(self) -> bool:
+        return self.on and self.routing is not Routing.ONE_REPLICA
+
+
+def least_demand(system: SystemSpec, task: str, allowed: dict[str, list[str]]) -> float:
+    """The least demand any allowed variant choice puts on the task (phi = 1), edge by edge."""
+    parents = system.parents(task)
+    if not parents:
+        return system.demand_rps
+    return sum(least_demand(system, e.source, allowed) * min(e.factor_for(v) for v in allowed[e.source])
+               for e in parents)
+
+
+def split_most_load(lat: float, thr: float, budget: float, bulk: float, base: float, queueing: _Queueing) -> float:
+    """The largest load per replica whose p99 wait, with its share of the bulk, fits beside two batches
+    (the wait only grows with the load, so bisection finds the end of the loads that fit)."""
+    allowance_s = (budget - 2 * lat) / 1000.0
+
+    def fits(load: float) -> bool:
+        share = replica_bulk_share(load / base, queueing.routing, queueing.connections)
+        dispersion = 1 + bulk * share
+        return math.log(100) / 2 * load * dispersion / (thr * (thr - load)) <= allowance_s
+
+    if allowance_s <= 0:
+        return 0.0
+    low, high = 0.0, thr
+    for _ in range(200):
+        middle = (low + high) / 2
+        if fits(middle):
+            low = middle
+        else:
+            high = middle
+    return low
 
 
 def allowed_variants(system: SystemSpec, features: Features) -> dict[str, list[str]]:
@@ -216,23 +264,39 @@ def exhaustive_optimum(
     batches: tuple[int, ...] = (1, 2, 4, 8, 16, 32),
     queueing: bool = True,
     latency_spread: float = 1.0,
+    routing: Routing = Routing.ONE_REPLICA,
+    connections: int = DEFAULT_CONNECTIONS,
 ) -> Objective | None:
     """The optimal objective, or None when no plan exists (no variants meet the accuracy SLO)."""
     found = exhaustive_search(systems, pool, store, features, headroom, budget_levels, batches, queueing,
-                              latency_spread)
+                              latency_spread, routing, connections)
     return None if found is None else found[0]
 
 
 def exhaustive_search(systems, pool, store, features=Features(), headroom=0.1, budget_levels=20,
-                      batches=(1, 2, 4, 8, 16, 32), queueing=True,
-                      latency_spread=1.0) -> tuple[Objective, list[SystemChoice]] | None:
+                      batches=(1, 2, 4, 8, 16, 32), queueing=True, latency_spread=1.0,
+                      routing=Routing.ONE_REPLICA,
+                      connections=DEFAULT_CONNECTIONS) -> tuple[Objective, list[SystemChoice]] | None:
     """The optimal objective and the choices that reach it, or None when no plan exists."""
+    whole = _Queueing(queueing, latency_spread, routing, connections)
+    if whole.splits:
+        split = _search(systems, pool, store, features, headroom, budget_levels, batches,
+                        _Queueing(queueing, latency_spread, routing, connections, split=True))
+        if split is not None and all(c.served_fraction >= 1 - TOL or s.demand_rps <= 0
+                                     for s, c in zip(systems, split[1])):
+            return split
+    return _search(systems, pool, store, features, headroom, budget_levels, batches, whole)
+
+
+def _search(systems, pool, store, features, headroom, budget_levels, batches,
+            queueing: _Queueing) -> tuple[Objective, list[SystemChoice]] | None:
     gpu = gpu_product(pool.gpu)
     fits = min_gpus(gpu.name, pool.gpus)
     per_system = []
     for system in systems:
-        table = _system_table(system, gpu, fits, store, features, headroom, budget_levels, batches,
-                              _Queueing(queueing, latency_spread))
+        table = _system_table(system, gpu, fits, store, features, headroom, budget_levels, batches, queueing)
+        if queueing.split:  # this pass plans only what serves all of it
+            table = {v: entry for v, entry in table.items() if entry[0] >= 1 - TOL or system.demand_rps <= 0}
         if not table:
             return None
         per_system.append(table)
@@ -322,11 +386,11 @@ def _system_table(system, gpu, fits, store, features, headroom, levels, batches,
             for task_name, budget in zip(tasks, budgets):
                 own = tuple(b for b in batches if b <= largest.get(task_name, b))
                 dispersion = dispersion_of(system, task_name, largest, allowed, queueing.on)
-                key = (task_name, variants[task_name], budget, own, dispersion)
+                share_base = least_demand(system, task_name, allowed) if queueing.split else 0.0
+                key = (task_name, variants[task_name], budget, own, dispersion, share_base)
                 if key not in task_cache:
                     task_cache[key] = _task_table(system, task_name, variants[task_name], budget, gpu, fits,
-                                                  store, features, headroom, own, dispersion,
-                                                  queueing.latency_spread)
+                                                  store, features, headroom, own, dispersion, share_base, queueing)
                 per_task = task_cache[key]
                 per_task_tables.append(per_task)
                 demand = base[task_name]
@@ -366,7 +430,8 @@ def _keep_pareto(pairs: list[tuple], pair: tuple) -> None:
 
 
 def _task_table(system, task_name, variant_name, budget, gpu: GpuProduct, fits, store: ProfileStore,
-                features: Features, headroom: float, batches, dispersion: float, spread: float) -> _TaskTable:
+                features: Features, headroom: float, batches, dispersion: float, base: float,
+                queueing: _Queueing) -> _TaskTable:
     """Per instance vector of this task alone, the undominated (sum of lower, sum of upper) load bounds."""
     variant = system.task(task_name).variant(variant_name)
     options: list[_Option] = []
@@ -382,10 +447,13 @@ def _task_table(system, task_name, variant_name, budget, gpu: GpuProduct, fits, 
                 found = store.get(variant_name, segment, b)
                 if found is None:
                     continue
-                lat, thr = p99_batch_latency_ms(found.latency_ms, found.source, spread), found.throughput_rps
+                lat = p99_batch_latency_ms(found.latency_ms, found.source, queueing.latency_spread)
+                thr = found.throughput_rps
                 if 2 * lat > budget:
                     continue
-                high = min(thr / (1 + headroom), max_segment_load_rps(lat, thr, dispersion, budget))
+                wait_bound = (split_most_load(lat, thr, budget, dispersion - 1, base, queueing)
+                              if base > 0 and dispersion > 1 else max_segment_load_rps(lat, thr, dispersion, budget))
+                high = min(thr / (1 + headroom), wait_bound)
                 low = k * (b - 1) * 1000.0 / (budget - lat) if b > 1 else 0.0
                 if low > high:
                     continue  # no load fills its batches in time without overloading it
@@ -436,13 +504,16 @@ def _maximal_budgets(system: SystemSpec, tasks: list[str], features: Features, l
 # ---------------------------------------------------------------------------
 
 def witness_plan(systems: list[SystemSpec], pool: Pool, features: Features, headroom: float,
-                 choices: list[SystemChoice], queueing: bool = True, latency_spread: float = 1.0) -> Plan:
+                 choices: list[SystemChoice], queueing: bool = True, latency_spread: float = 1.0,
+                 routing: Routing = Routing.ONE_REPLICA, connections: int = DEFAULT_CONNECTIONS) -> Plan:
     """A plan that reaches the search's optimum: loads routed within bounds, instances placed on GPUs."""
     gpu = gpu_product(pool.gpu)
     task_plans: list[TaskPlan] = []
     path_plans: list[PathPlan] = []
     summaries: list[SystemSummary] = []
     needed: list[tuple[str, str, int, str]] = []  # (system, task, config index, MIG profile) per replica
+    split = (queueing and routing is not Routing.ONE_REPLICA
+             and all(c.served_fraction >= 1 - TOL or s.demand_rps <= 0 for s, c in zip(systems, choices)))
     for system, choice in zip(systems, choices):
         base = system.demand(choice.variants)
         stage_of: dict[str, float] = {}
@@ -456,6 +527,7 @@ def witness_plan(systems: list[SystemSpec], pool: Pool, features: Features, head
             spare = max(demand - low, 0.0)
             configs = []
             dispersion = dispersion_of(system, task.name, largest_used, allowed, queueing)
+            share_base = least_demand(system, task.name, allowed) if split else 0.0
             for index, (option, replicas) in enumerate(picked):
                 share = (replicas * (option.high - option.low) / (high - low)) if high > low else 0.0
                 load = replicas * option.low + spare * share
@@ -464,8 +536,10 @@ def witness_plan(systems: list[SystemSpec], pool: Pool, features: Features, head
                     segment=option.segment, batch=option.batch, replicas=replicas,
                     batch_latency_ms=option.latency_ms, segment_throughput_rps=figures.throughput_rps,
                     load_rps=load,
-                    stage_latency_ms=stage_latency_ms(option.latency_ms, option.batch, option.segment.mps,
-                                                      load / replicas, figures.throughput_rps, dispersion),
+                    stage_latency_ms=stage_latency_ms(
+                        option.latency_ms, option.batch, option.segment.mps, load / replicas, figures.throughput_rps,
+                        replica_dispersion(dispersion - 1, load / replicas, share_base, routing, connections)
+                        if dispersion > 1 else dispersion),
                     source=figures.source,
                 ))
                 needed += [(system.name, task.name, index, option.segment.mig_profile)] * replicas
@@ -474,7 +548,7 @@ def witness_plan(systems: list[SystemSpec], pool: Pool, features: Features, head
                 system=system.name, task=task.name, variant=choice.variants[task.name],
                 normalised_accuracy=task.normalised_accuracy(choice.variants[task.name]), demand_rps=demand,
                 budget_ms=choice.budgets[task.name], stage_latency_ms=stage_of[task.name], configs=configs,
-                arrival_dispersion=dispersion,
+                arrival_dispersion=dispersion, share_base_rps=share_base,
             ))
         paths = []
         for path in system.paths:
@@ -507,7 +581,7 @@ def witness_plan(systems: list[SystemSpec], pool: Pool, features: Features, head
                                  instances=instances))
     return Plan(
         gpu=gpu.name, pool_gpus=pool.gpus, features=features.label, headroom=headroom, queueing=queueing,
-        latency_spread=latency_spread, tasks=task_plans,
+        latency_spread=latency_spread, routing=routing, connections=connections, tasks=task_plans,
         gpus=gpu_plans, paths=path_plans, systems=summaries, gpus_used=len(per_gpu),
         slices_used=sum(n * p.compute_slices for n, p in zip(total, gpu.profiles)),
         profile_sources=dict(Counter(c.source.value for t in task_plans for c in t.configs)), solver=SolverReport(status="exhaustive", stages=[], objective={}, mip_gap=0.0,

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from tessera.planner.catalog import CATALOG
 from tessera.planner.features import Features, all_feature_sets
+from tessera.planner.latency import Routing
 from tessera.planner.model import Edge, Pool, Slo, SystemSpec, Task, Variant
 from tessera.planner.profiles import Profile, ProfileSource, ProfileStore, SegmentType
 
@@ -41,6 +42,8 @@ class Instance:
     batches: tuple[int, ...]
     notes: list[str] = field(default_factory=list)
     queueing: bool = True  # the planner's default; hand-worked throughput-only instances turn it off
+    routing: Routing = Routing.ONE_REPLICA  # how bulks reach replicas (split over them unless one-replica)
+    exact_up_to_gpus: int | None = None  # None: the planner's default line
 
     def describe(self) -> str:
         lines = [f"seed {self.seed}: pool {self.pool.gpus} x {self.pool.gpu}, features {self.features.label}, "

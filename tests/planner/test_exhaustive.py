@@ -9,6 +9,7 @@ import pytest
 from tessera.planner.catalog import CATALOG, valid_layouts
 from tessera.planner.checker import layout_is_valid
 from tessera.planner.features import Features
+from tessera.planner.latency import Routing
 from tessera.planner.model import Edge, Pool, Slo, SystemSpec, Task, Variant
 from tessera.planner.profiles import Profile, ProfileSource, ProfileStore, SegmentType
 
@@ -36,10 +37,10 @@ def same(result: Objective | None, served: float, gpus: int, slices: int, accura
 
 
 def solve(systems, points, gpus=1, features=Features(), levels=10, headroom=0.1, batches=(1, 2, 4, 8),
-          queueing=False):
+          queueing=False, routing=Routing.ONE_REPLICA):
     """The hand-worked optima count throughput and headroom; the queueing tests turn the wait on."""
     return exhaustive_optimum(systems, Pool(gpu=GPU, gpus=gpus), store(*points), features, headroom, levels,
-                              batches, queueing)
+                              batches, queueing, routing=routing)
 
 
 @pytest.mark.parametrize("gpu_name", sorted(CATALOG))
@@ -198,3 +199,40 @@ def test_a_parents_batch_is_a_bulk_that_caps_its_childs_load():
     assert same(solve([chain], [a_batch_1, a_batch_2, b], queueing=True), 1.0, 1, 3)
     # Without the wait b's instances carry 500 / 1.1 = 454.5 rps either way.
     assert same(solve([chain], [a_batch_2, b], queueing=False), 1.0, 1, 3)
+
+
+def _bulk_chain(demand: float = 50) -> SystemSpec:
+    """a hands b 10 requests per request (50 -> 500 rps): b's least demand, of which its replicas take shares."""
+    return SystemSpec(
+        name="s", tasks=[Task(name="a", variants=[Variant(name="av", accuracy=0.9, memory_gb=4)]),
+                         Task(name="b", variants=[Variant(name="bv", accuracy=0.9, memory_gb=4)])],
+        edges=[Edge(source="a", target="b", factor=10.0)], slo=Slo(latency_ms=100.0), demand_rps=demand)
+
+
+BULK_A = ("av", "1g.10gb", 1, 2, 5.0, 400.0)  # batch 2: bulks of 20 crops, and a 30 ms budget for a
+BULK_B = ("bv", "1g.10gb", 1, 1, 2.0, 500.0)
+
+
+def test_a_bulk_split_per_request_takes_each_replicas_share():
+    # b under 70 ms: A = 0.066 s. A replica of load lam sees 1 + 20 lam / 500: the most load solves
+    # 0.0921 lam^2 + 35.30 lam = 16500, lam = 273 rps, so two instances carry b's 500 rps (the whole
+    # bulk needed three: D = 21, 203 rps each).
+    assert same(solve([_bulk_chain()], [BULK_A, BULK_B], queueing=True, routing=Routing.PER_REQUEST), 1.0, 1, 3)
+    assert same(solve([_bulk_chain()], [BULK_A, BULK_B], queueing=True), 1.0, 1, 4)
+
+
+def test_a_bulk_split_per_connection_takes_a_busy_replicas_p99_of_connections():
+    # Two replicas of half the load each: Binomial(16, 1/2) has its p99 at 13 connections, so a replica
+    # may see 13/16 of a bulk: D = 17.25, and 250 rps waits 2.303 x 250 x 17.25 / (500 x 250) = 79 ms
+    # > 66 ms. Three replicas (p99 of Binomial(16, 1/3): 10 connections, D = 13.5) wait 31 ms.
+    assert same(solve([_bulk_chain()], [BULK_A, BULK_B], queueing=True, routing=Routing.PER_CONNECTION),
+                1.0, 1, 4)
+
+
+def test_a_pool_too_small_for_all_demand_counts_whole_bulks():
+    # 500 rps into a: b's 5,000 rps is more than the 7 instances of one GPU carry (454.5 rps each with
+    # headroom). Shares of b's least demand hold only when all of it is served, so a plan serving less
+    # counts whole bulks whatever the routing.
+    split = solve([_bulk_chain(500)], [BULK_A, BULK_B], queueing=True, routing=Routing.PER_REQUEST)
+    whole = solve([_bulk_chain(500)], [BULK_A, BULK_B], queueing=True)
+    assert split is not None and split.served < 1 and split == whole

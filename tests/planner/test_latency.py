@@ -4,8 +4,9 @@ import math
 
 import pytest
 
-from tessera.planner.latency import (arrival_dispersion, fits_budget, max_segment_load_rps, min_segment_load_rps,
-                                     p99_batch_latency_ms, queueing_wait_p99_ms, stage_latency_ms)
+from tessera.planner.latency import (Routing, arrival_dispersion, bulk_share, fits_budget, max_replica_load_rps,
+                                     max_segment_load_rps, min_segment_load_rps, p99_batch_latency_ms,
+                                     queueing_wait_p99_ms, replica_dispersion, stage_latency_ms)
 from tessera.planner.profiles import ProfileSource
 
 
@@ -106,3 +107,36 @@ def test_only_estimates_are_scaled_to_their_p99():
     assert p99_batch_latency_ms(10, ProfileSource.ESTIMATED, 1.3) == pytest.approx(13)
     assert p99_batch_latency_ms(10, ProfileSource.MEASURED, 1.3) == 10
     assert p99_batch_latency_ms(10, ProfileSource.GIVEN, 1.3) == 10
+
+
+def test_per_request_routing_hands_a_replica_its_share_of_each_bulk():
+    assert bulk_share(0.25, Routing.PER_REQUEST) == 0.25
+    assert bulk_share(3.0, Routing.PER_REQUEST) == 1.0  # past the least demand it may take all of it
+    assert replica_dispersion(20, 125, 500, Routing.PER_REQUEST) == pytest.approx(1 + 20 * 0.25)
+
+
+def test_behind_a_service_a_replica_sees_the_p99_of_its_pinned_connections():
+    # Binomial(16, 1/2): P(X <= 12) = 0.989, P(X <= 13) = 0.998, so 13 of 16 connections.
+    assert bulk_share(0.5, Routing.PER_CONNECTION) == pytest.approx(13 / 16)
+    # However small its share, a replica that gets requests holds one connection.
+    assert bulk_share(1e-6, Routing.PER_CONNECTION) == pytest.approx(1 / 16)
+    assert bulk_share(1e-6, Routing.PER_CONNECTION, connections=4) == pytest.approx(1 / 4)
+
+
+def test_one_replica_routing_and_no_share_base_keep_the_whole_bulk():
+    assert bulk_share(0.1, Routing.ONE_REPLICA) == 1.0
+    assert replica_dispersion(20, 125, 0.0, Routing.PER_REQUEST) == 21
+
+
+@pytest.mark.parametrize("routing", list(Routing))
+@pytest.mark.parametrize("base", [50.0, 500.0, 5000.0])
+def test_at_the_most_replica_load_the_wait_with_its_bulk_share_fills_the_budget(routing, base):
+    most = max_replica_load_rps(2.0, 500.0, 70.0, bulk=20.0, base_rps=base, routing=routing)
+    def stage(load):
+        return stage_latency_ms(2.0, 1, 1, load, 500.0, replica_dispersion(20.0, load, base, routing))
+    assert stage(most) <= 70.0 * (1 + 1e-9)
+    assert stage(most * (1 + 1e-6)) > 70.0
+    # a split never carries less than the whole bulk, nor per request less than per connection
+    assert most >= max_segment_load_rps(2.0, 500.0, 21.0, 70.0) * (1 - 1e-12)
+    if routing is Routing.PER_REQUEST:
+        assert most >= max_replica_load_rps(2.0, 500.0, 70.0, 20.0, base, Routing.PER_CONNECTION) * (1 - 1e-12)

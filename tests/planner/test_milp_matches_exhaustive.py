@@ -19,6 +19,7 @@ or `python -P -m pytest ... -k ...` from the repository root.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 
@@ -27,6 +28,7 @@ import pytest
 from tessera.planner import solve
 from tessera.planner.checker import check_plan
 from tessera.planner.features import Features
+from tessera.planner.latency import Routing
 from tessera.planner.measured import read_parvagpu_dir
 from tessera.planner.model import Edge, Pool, Slo, SystemSpec, Task, Variant
 from tessera.planner.plan import Plan
@@ -44,8 +46,10 @@ ACCURACY_TOL = 1e-6
 
 def options_for(instance: Instance):
     """The planner's default options, but for what the instance itself sets (headroom, levels, batches)."""
+    line = {} if instance.exact_up_to_gpus is None else {"exact_up_to_gpus": instance.exact_up_to_gpus}
     return solve.PlannerOptions(headroom=instance.headroom, budget_levels=instance.budget_levels,
-                                batches=instance.batches, time_limit_s=60, queueing=instance.queueing)
+                                batches=instance.batches, time_limit_s=60, queueing=instance.queueing,
+                                routing=instance.routing, **line)
 
 
 def plan_objective(plan: Plan, systems: list[SystemSpec]) -> Objective:
@@ -67,12 +71,13 @@ def plan_objective(plan: Plan, systems: list[SystemSpec]) -> Objective:
 def exhaustive(instance: Instance) -> Objective | None:
     """The exhaustive optimum, after checking that the plan it stands for is valid and reaches it."""
     found = exhaustive_search(instance.systems, instance.pool, instance.store, instance.features,
-                              instance.headroom, instance.budget_levels, instance.batches, instance.queueing)
+                              instance.headroom, instance.budget_levels, instance.batches, instance.queueing,
+                              routing=instance.routing)
     if found is None:
         return None
     objective, choices = found
     witness = witness_plan(instance.systems, instance.pool, instance.features, instance.headroom, choices,
-                           instance.queueing)
+                           instance.queueing, routing=instance.routing)
     errors = check_plan(witness, instance.systems, instance.pool, instance.store, instance.features,
                         options_for(instance))
     assert not errors, "the exhaustive search's own plan breaks constraints:\n  " + "\n  ".join(errors)
@@ -153,9 +158,9 @@ def _store(points) -> ProfileStore:
 
 
 def _instance(systems, store, gpus=1, features=Features(), levels=4, batches=(1, 2, 4), headroom=0.1,
-              queueing=True) -> Instance:
+              queueing=True, routing=Routing.ONE_REPLICA) -> Instance:
     return Instance(seed=-1, systems=systems, pool=Pool(gpu=GPU, gpus=gpus), store=store, features=features,
-                    headroom=headroom, budget_levels=levels, batches=batches, queueing=queueing)
+                    headroom=headroom, budget_levels=levels, batches=batches, queueing=queueing, routing=routing)
 
 
 def _chain(demand, latency_slo=100.0, accuracy_slo=0.9) -> SystemSpec:
@@ -421,3 +426,110 @@ def test_a_parents_batch_caps_its_childs_load_as_the_search_finds():
     points = [("av", "1g.10gb", 1, 1, 5.0, 200.0), ("av", "1g.10gb", 1, 2, 5.0, 400.0),
               ("bv", "1g.10gb", 1, 1, 2.0, 500.0), ("bv", "2g.20gb", 1, 1, 2.0, 1000.0)]
     compare(_instance([chain], _store(points), levels=10))
+
+
+# Bulks split over replicas: the same instances under the two routings that split them.
+SPLIT_SEEDS = int(os.environ.get("TESSERA_EXHAUSTIVE_SPLIT_SEEDS", "12"))
+SLOW_LINE_AND_SPLIT_SEEDS = 48
+
+
+@pytest.mark.parametrize("routing", [Routing.PER_REQUEST, Routing.PER_CONNECTION])
+@pytest.mark.parametrize("seed", range(SPLIT_SEEDS))
+def test_random_instance_with_bulks_split_over_replicas(seed, routing):
+    compare(dataclasses.replace(random_instance(seed), routing=routing))
+
+
+@pytest.mark.parametrize("routing", [Routing.PER_REQUEST, Routing.PER_CONNECTION])
+@pytest.mark.parametrize("seed", range(SPLIT_SEEDS // 2))
+def test_random_instance_with_measured_a100_profiles_and_bulks_split_over_replicas(seed, routing, measured_rows):
+    compare(dataclasses.replace(random_measured_instance(seed, measured_rows), routing=routing))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("routing", [Routing.PER_REQUEST, Routing.PER_CONNECTION])
+@pytest.mark.parametrize("seed", range(SPLIT_SEEDS, SPLIT_SEEDS + SLOW_LINE_AND_SPLIT_SEEDS))
+def test_random_instance_with_bulks_split_over_replicas_slow(seed, routing, measured_rows):
+    compare(dataclasses.replace(random_instance(seed), routing=routing))
+    compare(dataclasses.replace(random_measured_instance(seed, measured_rows), routing=routing))
+
+
+def _bulk_chain(demand: float) -> SystemSpec:
+    return SystemSpec(
+        name="s", tasks=[Task(name="a", variants=[Variant(name="av", accuracy=0.9, memory_gb=4)]),
+                         Task(name="b", variants=[Variant(name="bv", accuracy=0.9, memory_gb=4)])],
+        edges=[Edge(source="a", target="b", factor=10.0)], slo=Slo(latency_ms=100.0), demand_rps=demand)
+
+
+BULK_POINTS = [("av", "1g.10gb", 1, 2, 5.0, 400.0), ("bv", "1g.10gb", 1, 1, 2.0, 500.0)]
+
+
+@pytest.mark.parametrize("routing", list(Routing))
+def test_a_fan_out_bulk_split_over_replicas_by_routing(routing):
+    # tests/planner/test_exhaustive.py works these out: 3 slices per request, 4 per connection or whole.
+    compare(_instance([_bulk_chain(50)], _store(BULK_POINTS), levels=10, batches=(1, 2), routing=routing))
+
+
+@pytest.mark.parametrize("routing", [Routing.PER_REQUEST, Routing.PER_CONNECTION])
+def test_a_pool_too_small_plans_whole_bulks_and_says_so(routing):
+    instance = _instance([_bulk_chain(500)], _store(BULK_POINTS), levels=10, batches=(1, 2), routing=routing)
+    compare(instance)
+    plan = solve.plan(instance.systems, instance.pool, instance.store, instance.features, options_for(instance))
+    assert not plan.fully_served and plan.routing is routing
+    assert all(t.share_base_rps == 0 for t in plan.tasks)
+
+
+def test_a_plan_serving_all_takes_bulk_shares_of_the_least_demand():
+    instance = _instance([_bulk_chain(50)], _store(BULK_POINTS), levels=10, batches=(1, 2),
+                         routing=Routing.PER_REQUEST)
+    plan = solve.plan(instance.systems, instance.pool, instance.store, instance.features, options_for(instance))
+    assert plan.fully_served and plan.task("s", "b").share_base_rps == pytest.approx(500.0)
+    assert plan.task("s", "b").arrival_dispersion == pytest.approx(21.0)
+
+
+# Pools of 1-4 GPUs under the default options (above 2 GPUs they tier options and prune busy tasks), and
+# the same instances with the tiering on everywhere (--exact-up-to 0), so the inexact reductions are
+# exercised wherever the line sits; without the queueing wait (the default) and with it.
+LINE_SEEDS = int(os.environ.get("TESSERA_EXHAUSTIVE_LINE_SEEDS", "8"))
+
+
+def _on_gpus(instance: Instance, gpus: int, exact_up_to: int | None, queueing: bool) -> Instance:
+    return dataclasses.replace(instance, pool=Pool(gpu=instance.pool.gpu, gpus=gpus), exact_up_to_gpus=exact_up_to,
+                               queueing=queueing)
+
+
+LINES = [pytest.param(None, False, id="defaults"), pytest.param(0, False, id="tiers-everywhere"),
+         pytest.param(None, True, id="queueing"), pytest.param(0, True, id="queueing-tiers-everywhere")]
+
+
+@pytest.mark.parametrize("exact_up_to, queueing", LINES)
+@pytest.mark.parametrize("seed", range(LINE_SEEDS))
+def test_random_instance_on_one_to_four_gpus(seed, exact_up_to, queueing):
+    compare(_on_gpus(random_instance(seed), 1 + seed % 4, exact_up_to, queueing))
+
+
+@pytest.mark.parametrize("exact_up_to, queueing", LINES)
+@pytest.mark.parametrize("seed", range(LINE_SEEDS))
+def test_random_instance_with_measured_a100_profiles_on_one_to_four_gpus(seed, exact_up_to, queueing, measured_rows):
+    compare(_on_gpus(random_measured_instance(seed, measured_rows), 1 + seed % 4, exact_up_to, queueing))
+
+
+TIERS_LOSE = {18, 23}  # the measured seeds below, where the option tiers lose
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("exact_up_to, queueing", LINES)
+@pytest.mark.parametrize("seed", range(LINE_SEEDS, LINE_SEEDS + SLOW_LINE_AND_SPLIT_SEEDS))
+def test_random_instance_on_one_to_four_gpus_slow(seed, exact_up_to, queueing, measured_rows):
+    compare(_on_gpus(random_instance(seed), 1 + seed % 4, exact_up_to, queueing))
+    if queueing or seed not in TIERS_LOSE:
+        compare(_on_gpus(random_measured_instance(seed, measured_rows), 1 + seed % 4, exact_up_to, queueing))
+
+
+# Known losses of the option tiers (least-load tier ratio 2) above the exact line: the exact model
+# finds these but takes 17.5 CPU s on the benchmark's 4 GPUs (target 10), so the line stays at 2
+# (docs/planner.md). Strict: a tiering that loses nothing here makes them pass, and then fail as xpass.
+@pytest.mark.xfail(strict=True, reason="option tiers: 2 GPUs / 8 slices where 1 / 6 serve (3 GPUs), "
+                                       "4 slices where 3 serve (4 GPUs)")
+@pytest.mark.parametrize("seed", [18, 23])
+def test_option_tiers_above_the_exact_line_lose_on_these_measured_instances(seed, measured_rows):
+    compare(_on_gpus(random_measured_instance(seed, measured_rows), 1 + seed % 4, None, False))

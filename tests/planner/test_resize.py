@@ -70,6 +70,14 @@ def test_more_than_the_layouts_hold_needs_a_full_replan(base, systems, store, po
     assert resize_replicas(base, scaled(systems, 3.0), pool, store) is None
 
 
+def test_a_scale_up_past_the_headroom_of_a_plan_without_idle_instances_needs_a_full_replan(base, systems, store,
+                                                                                          pool):
+    # The MILP counts slices, so its layouts hold only the instances it runs: 2% more demand than the
+    # replicas carry at the headroom needs one more instance, and no current layout has one idle.
+    assert all(i.config is not None for g in base.gpus for i in g.instances)
+    assert resize_replicas(base, scaled(systems, 1.02), pool, store) is None
+
+
 def test_a_scale_up_uses_idle_instances_of_gpus_partitioned_earlier(systems, store):
     spare = {"2g.20gb": 3}
     nodes = NodePool(gpu="H100-80GB", nodes=[NodeState(name="n0", gpus=[spare] * 8)])

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tessera.operator.pools import Pool, group_pools, node_facts
-from tessera.operator.systems import SystemRef
+from tessera.operator.gpus.discovery import Pool, group_pools, node_facts
+from tessera.operator.api.systems import SystemRef
 from tessera.planner.model import SystemSpec
 from tessera.planner.plan import ConfigPlan, GpuPlan, InstancePlan, Plan, SolverReport, SystemSummary, TaskPlan
 from tessera.planner.profiles import ProfileSource, SegmentType

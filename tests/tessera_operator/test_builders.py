@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from tessera.operator import builders, naming
-from tessera.operator.placement import NodePlan, place, placed_gpus, share_of
+from tessera.operator import naming
+from tessera.operator.reconcile import builders
+from tessera.operator.gpus.node_plans import NodePlan, place, placed_gpus, share_of
 from tessera.operator.settings import OperatorSettings
 
 SETTINGS = OperatorSettings(default_image="example.org/default:1")

@@ -1,8 +1,8 @@
 """A system served through its frontend: its servers are told so and call no downstream task (no fan-out twice)."""
 
-from tessera.operator import builders
+from tessera.operator.reconcile import builders
 from tessera.operator.settings import OperatorSettings
-from tessera.operator.placement import place, placed_gpus
+from tessera.operator.gpus.node_plans import place, placed_gpus
 from tessera.planner.model import Frontend
 
 SETTINGS = OperatorSettings(default_image="example.org/default:1")

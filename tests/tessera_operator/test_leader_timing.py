@@ -1,11 +1,11 @@
-"""The leader election's timing rules (operator/leader.py); the election itself is tested on the real API
+"""The leader election's timing rules (operator/entry/leader.py); the election itself is tested on the real API
 server in tests/e2e/test_leader_election.py."""
 
 from __future__ import annotations
 
 import pytest
 
-from tessera.operator.leader import LeaseTiming
+from tessera.operator.entry.leader import LeaseTiming
 
 
 def test_client_gos_proportions_scale_with_the_lease():

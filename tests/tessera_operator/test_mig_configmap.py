@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from tessera.operator.mig_configmap import MISMATCH, MismatchReporter, resolve
+from tessera.operator.gpus.mig_configmap import MismatchReporter, resolve
+from tessera.operator.metrics import MIG_CONFIGMAP_MISMATCH as MISMATCH
 
 
 def test_unset_tessera_follows_the_cluster_policy():

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import re
 
-from tessera.operator import builders, naming
-from tessera.operator.api import child_name
-from tessera.operator.placement import ServerKey
-from tessera.operator.systems import SystemRef
-from tessera.operator.pools import catalog_product, group_pools, node_facts, node_profile_name
+from tessera.operator import naming
+from tessera.operator.reconcile import builders
+from tessera.operator.api.v1alpha1 import child_name
+from tessera.operator.gpus.node_plans import ServerKey
+from tessera.operator.api.systems import SystemRef
+from tessera.operator.gpus.discovery import catalog_product, group_pools, node_facts, node_profile_name
 from tessera.planner.catalog import gpu_product
 
 from .conftest import H100_LABEL, gpu_node, pool_of

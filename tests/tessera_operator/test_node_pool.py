@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import yaml
 
-from tessera.operator import builders
-from tessera.operator.node_pool import mig_configs, planner_pool
+from tessera.operator.reconcile import builders
+from tessera.operator.gpus.planner_input import mig_configs, planner_pool
 
 from .conftest import gpu_node, pool_of
 

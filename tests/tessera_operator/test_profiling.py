@@ -7,12 +7,12 @@ import json
 import pytest
 
 from tessera.operator import naming
-from tessera.operator import profiling as pf
+from tessera.operator.profiling import jobs as pf
 from tessera.profiler.results import ExitCode, Failure, FailureKind, Point, SweepResult
 
-from tessera.operator.profiler_jobs import Profiling
+from tessera.operator.profiling.in_cluster import Profiling
 from tessera.operator.settings import OperatorSettings
-from tessera.operator.systems import SystemObject
+from tessera.operator.api.systems import SystemObject
 
 from .conftest import gpu_node, pool_of
 
@@ -386,7 +386,7 @@ class FreeNodes(FakeCluster):
 
 
 def _launch(plan, spec, system_ref, nodes, repartition=True, planned=None, busy=None):
-    from tessera.operator.profiler_jobs import PlannedNode  # noqa: F401  (the type of `planned`)
+    from tessera.operator.profiling.jobs import PlannedNode  # noqa: F401  (the type of `planned`)
 
     cluster = FreeNodes(busy)
     profiling = Profiling(cluster, OperatorSettings(profiler_image="example.org/tessera:1", profiling_jobs_per_pool=8,
@@ -400,7 +400,7 @@ def _launch(plan, spec, system_ref, nodes, repartition=True, planned=None, busy=
 
 
 def test_with_repartitioning_a_profile_no_node_offers_gets_a_free_node_and_without_it_none(plan, spec, system_ref):
-    from tessera.operator.profiler_jobs import PlannedNode
+    from tessera.operator.profiling.jobs import PlannedNode
 
     nodes = [_mig_node("gpu-a", {"3g.40gb": 2}), gpu_node("gpu-b"), gpu_node("gpu-c"), gpu_node("gpu-d")]
     # gpu-a serves (both its 3g.40gb taken), gpu-b holds someone's pod, gpu-c is free.
@@ -419,7 +419,7 @@ def test_with_repartitioning_a_profile_no_node_offers_gets_a_free_node_and_witho
 
 
 def test_a_node_mig_manager_has_not_answered_yet_is_the_only_one_and_a_planned_node_never(plan, spec, system_ref):
-    from tessera.operator.profiler_jobs import PlannedNode
+    from tessera.operator.profiling.jobs import PlannedNode
 
     asked = gpu_node("gpu-c")
     asked["metadata"]["labels"]["nvidia.com/mig.config"] = "tessera-abc"
@@ -437,7 +437,7 @@ def test_a_node_mig_manager_has_not_answered_yet_is_the_only_one_and_a_planned_n
 
 def test_once_the_free_node_advertises_the_profile_the_job_goes_there_and_nothing_is_re_partitioned(
         plan, spec, system_ref):
-    from tessera.operator.profiler_jobs import PlannedNode
+    from tessera.operator.profiling.jobs import PlannedNode
 
     nodes = [_mig_node("gpu-a", {"3g.40gb": 2}), _mig_node("gpu-c", {"3g.40gb": 2, "1g.10gb": 7})]
     planned = {"gpu-a": PlannedNode(applied=True, used={"3g.40gb": 2})}

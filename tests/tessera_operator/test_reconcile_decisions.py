@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 
-from tessera.operator import main
-from tessera.operator.reconcile import POOL_ANNOTATION, assign_to_pools, stored_plan_stands
-from tessera.operator.systems import read_system
+from tessera.operator.entry import fingerprints
+from tessera.operator.reconcile.decide import POOL_ANNOTATION, assign_to_pools, stored_plan_stands
+from tessera.operator.api.systems import read_system
 
 from .conftest import gpu_node, pool_of
 
@@ -55,18 +55,18 @@ def test_a_stored_plan_stands_while_its_systems_and_pool_are_unchanged():
 
 def test_node_heartbeats_do_not_wake_the_reconciler_but_mig_labels_do():
     node = gpu_node("h1")
-    key, first = main.node_fingerprint(node, "MODIFIED")
+    key, first = fingerprints.node_fingerprint(node, "MODIFIED")
     heartbeat = {**node, "status": {**node["status"], "conditions": [
         {"type": "Ready", "status": "True", "lastHeartbeatTime": "later"}]}}
-    assert main.node_fingerprint(heartbeat, "MODIFIED") == (key, first)
+    assert fingerprints.node_fingerprint(heartbeat, "MODIFIED") == (key, first)
     relabelled = gpu_node("h1", extra_labels={"nvidia.com/mig.config.state": "success"})
-    assert main.node_fingerprint(relabelled, "MODIFIED")[1] != first
+    assert fingerprints.node_fingerprint(relabelled, "MODIFIED")[1] != first
 
 
 def test_status_writes_alone_do_not_wake_the_reconciler():
     obj = _system("a")
-    _, before = main.system_fingerprint(obj, "MODIFIED")
-    _, after = main.system_fingerprint({**obj, "status": {"phase": "Ready"}}, "MODIFIED")
+    _, before = fingerprints.system_fingerprint(obj, "MODIFIED")
+    _, after = fingerprints.system_fingerprint({**obj, "status": {"phase": "Ready"}}, "MODIFIED")
     assert before == after
-    _, edited = main.system_fingerprint({**obj, "metadata": {**obj["metadata"], "generation": 2}}, "MODIFIED")
+    _, edited = fingerprints.system_fingerprint({**obj, "metadata": {**obj["metadata"], "generation": 2}}, "MODIFIED")
     assert edited != before

@@ -6,7 +6,7 @@ import asyncio
 import logging
 import time
 
-from tessera.operator.stall_watch import StallWatch
+from tessera.operator.entry.stall_watch import StallWatch
 
 
 def _a_blocking_call_on_the_loop() -> None:

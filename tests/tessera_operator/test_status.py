@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tessera.operator import status as st
+from tessera.operator.api import status as st
 
 
 def _conditions(ready: bool, reason: str) -> list[st.Condition]:

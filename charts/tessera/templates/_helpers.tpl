@@ -37,6 +37,10 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 - apiGroups: [""]
   resources: [services]
   verbs: [list, create, patch, delete]
+# Each system's frontend config (spec.frontend).
+- apiGroups: [""]
+  resources: [configmaps]
+  verbs: [list, create, patch, delete]
 - apiGroups: [""]
   resources: [events]
   verbs: [create]

@@ -1,0 +1,122 @@
+"""The queueing wait's models side by side in one run: what each costs and how long it solves.
+
+The three examples together on H100-80GB pools of 4, 15, 120 and 1,000 GPUs
+at 80% of the most A+S+T serves there (the planner benchmark's demand, read
+from bench/results/planner_scale.json), and at 42x the examples' demand on
+120 GPUs (the case issue 24 names), each planned with:
+
+- `default`: no queueing wait (today's default model);
+- `one-replica`: `--queueing`, a parent's whole bulk may land on any replica;
+- `per-request`: `--queueing --routing per-request`, bulks split in proportion to planned load;
+- `per-connection`: `--queueing --routing per-connection` (16 connections), 42x only.
+
+One model after another in one process, on the same loaded machine, so the
+ratios are what to read. Per plan: GPUs and slices (proven bounds), served,
+CPU and wall seconds, stages the time limit stopped, and the tasks holding
+the most slices (which task a model's extra cost goes to).
+
+Run: nice -n 10 .venv/bin/python -P bench/queueing_models.py [--pools 4 15 120 1000] [--no-42x]
+Writes bench/results/queueing_models.{md,json}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import time
+from pathlib import Path
+
+from tessera.planner.catalog import gpu_product
+from tessera.planner.latency import Routing
+from tessera.planner.model import Pool
+from tessera.planner.profile_sources import build_profile_store
+from tessera.planner.solve import NoPlanError, PlannerOptions, plan
+from tessera.planner.spec_file import load_systems
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ["traffic-analysis", "social-media", "ar-assistant"]
+GPU = "H100-80GB"
+FILL = 0.8
+TARGET_CPU_S = {4: 10.0, 15: 10.0, 120: 10.0, 1000: 60.0}
+MODELS = {
+    "default": PlannerOptions(),
+    "one-replica": PlannerOptions(queueing=True),
+    "per-request": PlannerOptions(queueing=True, routing=Routing.PER_REQUEST),
+    "per-connection": PlannerOptions(queueing=True, routing=Routing.PER_CONNECTION),
+}
+
+
+def systems_at(scale: float):
+    systems = [s for name in EXAMPLES for s in load_systems(ROOT / "examples" / f"{name}.yaml")]
+    return [s.model_copy(update={"demand_rps": s.demand_rps * scale}) for s in systems]
+
+
+def run(label: str, gpus: int, scale: float, model: str) -> dict:
+    systems = systems_at(scale)
+    store = build_profile_store(systems, GPU)
+    started, cpu = time.perf_counter(), time.process_time()
+    row: dict = {"case": label, "gpus": gpus, "scale": scale, "model": model, "load_average": os.getloadavg()[0]}
+    try:
+        result = plan(systems, Pool(gpu=GPU, gpus=gpus), store, options=MODELS[model])
+    except NoPlanError as error:
+        return {**row, "no_plan": str(error), "wall_s": time.perf_counter() - started,
+                "cpu_s": time.process_time() - cpu}
+    slices = {p.name: p.compute_slices for p in gpu_product(GPU).profiles}
+    per_task = sorted(((sum(c.replicas * slices[c.segment.mig_profile] for c in t.configs), f"{t.system}/{t.task}")
+                       for t in result.tasks), reverse=True)
+    cost = result.solver.cost
+    return {**row, "wall_s": time.perf_counter() - started, "cpu_s": time.process_time() - cpu,
+            "gpus_used": result.gpus_used, "slices_used": result.slices_used,
+            "gpus_lower_bound": cost.gpus_lower_bound if cost else None,
+            "slices_lower_bound": cost.slices_lower_bound if cost else None,
+            "fully_served": result.fully_served, "time_limited": result.solver.time_limited,
+            "variables": result.solver.variables, "constraints": result.solver.constraints,
+            "top_tasks": [f"{name} {count}" for count, name in per_task[:3]]}
+
+
+def table(rows: list[dict]) -> str:
+    lines = ["| case | model | GPUs (bound) | slices (bound) | served | CPU s | wall s | time-limited stages | "
+             "CPU target | most slices |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        if "no_plan" in r:
+            lines.append(f"| {r['case']} | {r['model']} | no plan | | | {r['cpu_s']:.1f} | {r['wall_s']:.1f} | | | |")
+            continue
+        target = TARGET_CPU_S.get(r["gpus"]) if r["case"].startswith("80%") else None
+        met = "-" if target is None else (
+            f"{'met' if r['cpu_s'] <= target and not r['time_limited'] else 'missed'} (<= {target:g} s)")
+        lines.append(
+            f"| {r['case']} | {r['model']} | {r['gpus_used']} ({r['gpus_lower_bound']}) | {r['slices_used']} "
+            f"({r['slices_lower_bound']}) | {'all' if r['fully_served'] else 'part'} | {r['cpu_s']:.1f} | "
+            f"{r['wall_s']:.1f} | {', '.join(r['time_limited']) or '-'} | {met} | {'; '.join(r['top_tasks'])} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--pools", type=int, nargs="*", default=[4, 15, 120, 1000])
+    parser.add_argument("--no-42x", action="store_true")
+    args = parser.parse_args()
+    scales = {r["gpus"]: r["max_scale"]
+              for r in json.loads((ROOT / "bench/results/planner_scale.json").read_text())}
+    cases = [(f"80% of {g} GPUs", g, FILL * scales[g], ["default", "one-replica", "per-request"])
+             for g in args.pools]
+    if not args.no_42x:
+        cases.append(("42x on 120 GPUs", 120, 42.0, ["default", "one-replica", "per-request", "per-connection"]))
+    rows = []
+    for label, gpus, scale, models in cases:
+        for model in models:
+            rows.append(run(label, gpus, scale, model))
+            print(json.dumps(rows[-1]), flush=True)
+    out = ROOT / "bench/results"
+    (out / "queueing_models.json").write_text(json.dumps(rows, indent=2))
+    loads = ", ".join(f"{r['load_average']:.1f}" for r in rows)
+    (out / "queueing_models.md").write_text(
+        f"The three examples on {GPU} pools, each model planned one after another in one process "
+        f"(Python {platform.python_version()}, 2 shared cores, 1-minute load average per row: {loads}). "
+        "CPU s is the process's CPU time; HiGHS's 60 s time limit counts wall time.\n\n" + table(rows) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,173 @@
+"""Status and Events of CompoundInferenceSystems: conditions, phase, plan summary.
+
+Every condition reason is a named constant; messages say what a user can do.
+Status is built as plain dicts here, in one module, so that the typed status
+models (operator/api/v1alpha1.py) can replace the dicts locally. An Event is posted
+when a condition changes status or reason (or the plan changes): a decision,
+not a heartbeat, so an idle resync posts none.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+from tessera.operator import naming
+from tessera.operator.api.v1alpha1 import (ConditionType, ConfigurationSummary, Phase, ProfileSourceCounts, SystemPlanSummary,
+                                  TaskPlanSummary)
+from tessera.operator.api.systems import SystemRef
+from tessera.planner.plan import Plan
+from tessera.planner.profiles import ProfileSource
+
+# Condition types: the API's (operator/api/v1alpha1.py), the ones a CompoundInferenceSystem carries.
+READY = ConditionType.READY
+PLANNED = ConditionType.PLANNED
+PROGRESSING = ConditionType.PROGRESSING
+DEGRADED = ConditionType.DEGRADED
+MIG_LAYOUT_APPLIED = ConditionType.MIG_LAYOUT_APPLIED
+PROFILES_ESTIMATED = ConditionType.PROFILES_ESTIMATED
+PROFILING_COMPLETE = ConditionType.PROFILING_COMPLETE
+INVALID = ConditionType.INVALID
+METRICS_AVAILABLE = ConditionType.METRICS_AVAILABLE
+CONDITION_ORDER = (READY, PLANNED, PROGRESSING, DEGRADED, MIG_LAYOUT_APPLIED, PROFILES_ESTIMATED, PROFILING_COMPLETE,
+                   INVALID, METRICS_AVAILABLE)
+
+# Reasons.
+INVALID_SPEC = "InvalidSpec"
+SLO_UNREACHABLE = "SloUnreachable"
+SPEC_VALID = "SpecValid"
+NO_GPU_POOL = "NoGpuPool"
+PLANNING = "Planning"
+PLAN_FOUND = "PlanFound"
+SOLVE_FAILED = "SolveFailed"
+LAST_GOOD_PLAN = "LastGoodPlanKept"
+INSUFFICIENT_CAPACITY = "InsufficientCapacity"
+DEMAND_SERVED = "DemandServed"
+MIG_PENDING = "MigLayoutPending"
+MIG_APPLIED = "MigLayoutApplied"
+MIG_FAILED = "MigLayoutFailed"
+NODE_IN_USE = "NodeInUse"
+ESTIMATED = "BuiltInEstimate"
+MEASURED_OR_GIVEN = "MeasuredOrGiven"
+SERVERS_STARTING = "ServersStarting"
+SERVERS_READY = "ServersReady"
+SERVERS_UNAVAILABLE = "ServersUnavailable"
+RECONCILED = "Reconciled"
+PROFILING = "Profiling"
+PROFILES_MEASURED = "ProfilesMeasured"
+PROFILING_FAILED = "ProfilingFailed"
+NO_PROFILING_INSTANCE = "NoInstanceToProfileOn"
+
+# Phases, shown by `kubectl get` (the API's; MIG partitioning is part of deploying).
+PHASE_INVALID = Phase.INVALID
+PHASE_PENDING = Phase.PENDING
+PHASE_DEPLOYING = Phase.DEPLOYING
+PHASE_READY = Phase.READY
+PHASE_DEGRADED = Phase.DEGRADED
+
+WARNING_REASONS = {INVALID_SPEC, SLO_UNREACHABLE, NO_GPU_POOL, SOLVE_FAILED, LAST_GOOD_PLAN,
+                   INSUFFICIENT_CAPACITY, MIG_FAILED, NODE_IN_USE, SERVERS_UNAVAILABLE, PROFILING_FAILED}
+
+
+@dataclass(frozen=True)
+class Condition:
+    type: str
+    status: bool
+    reason: str
+    message: str
+
+    def as_dict(self, generation: int, since: str) -> dict:
+        return {"type": self.type, "status": "True" if self.status else "False", "reason": self.reason,
+                "message": self.message, "lastTransitionTime": since, "observedGeneration": generation}
+
+
+@dataclass(frozen=True)
+class EventSpec:
+    type: str
+    reason: str
+    message: str
+
+
+def now_rfc3339() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def build_status(generation: int, phase: str, conditions: list[Condition], summary: dict | None,
+                 previous: dict, now: str, demand: dict | None = None, frontend: dict | None = None) -> dict:
+    """The new status; a condition keeps its lastTransitionTime while its status stays the same."""
+    before = {c.get("type"): c for c in previous.get("conditions") or []}
+    ordered = sorted(conditions, key=lambda c: CONDITION_ORDER.index(c.type))
+    listed = []
+    for condition in ordered:
+        old = before.get(condition.type)
+        unchanged = old is not None and old.get("status") == ("True" if condition.status else "False")
+        listed.append(condition.as_dict(generation, old["lastTransitionTime"] if old and unchanged else now))
+    status = {"observedGeneration": generation, "phase": phase, "conditions": listed}
+    if summary is not None:
+        status["plan"] = summary
+    elif previous.get("plan") is not None:
+        status["plan"] = previous["plan"]  # the last good plan's summary stays while it keeps running
+    if demand is not None:
+        status["demand"] = demand
+    if frontend is not None or previous.get("frontend") is not None:
+        status["frontend"] = frontend  # None removes it (a merge patch): spec.frontend was unset
+    return status
+
+
+def status_changed(previous: dict, new: dict) -> bool:
+    keys = ("observedGeneration", "phase", "conditions", "plan", "demand", "frontend")
+    return any(previous.get(key) != new.get(key) for key in keys)
+
+
+def events_for(previous: dict, new: dict) -> list[EventSpec]:
+    """One Event per changed decision: a condition's status or reason, or a new plan."""
+    before = {c["type"]: c for c in previous.get("conditions") or []}
+    events = []
+    for condition in new["conditions"]:
+        if condition["type"] == PROGRESSING:
+            continue  # it names the same step as Ready's reason: one Event is enough
+        old = before.get(condition["type"])
+        if old and (old["status"], old["reason"]) == (condition["status"], condition["reason"]):
+            if not (condition["type"] == PLANNED and old["message"] != condition["message"]):
+                continue
+        if old is None and condition["status"] == "False" and condition["reason"] not in WARNING_REASONS:
+            continue  # a fresh object's "not yet" conditions are no news
+        kind = "Warning" if condition["reason"] in WARNING_REASONS else "Normal"
+        events.append(EventSpec(kind, condition["reason"], f"{condition['type']}: {condition['message']}"))
+    return events
+
+
+def event_body(system: SystemRef, event: EventSpec, now: str) -> dict:
+    name = f"{system.name[:200]}.{naming.digest([system.uid, event.reason, event.message, now])[:16]}"
+    return {
+        "apiVersion": "v1", "kind": "Event",
+        "metadata": {"name": name, "namespace": system.namespace},
+        "involvedObject": {"apiVersion": system.owner_reference()["apiVersion"], "kind": "CompoundInferenceSystem",
+                           "name": system.name, "namespace": system.namespace, "uid": system.uid},
+        "type": event.type, "reason": event.reason, "message": event.message[:1024],
+        "source": {"component": "tessera-operator"}, "reportingComponent": "tessera.ai/operator",
+        "reportingInstance": "tessera-operator",
+        "firstTimestamp": now, "lastTimestamp": now, "count": 1,
+    }
+
+
+def plan_summary(plan: Plan, system_key: str, gpus: int, slices: int) -> dict:
+    """What `kubectl describe` shows of a system's share of its pool's plan, in the API's typed shape
+    (SystemPlanSummary): small at 50 tasks."""
+    summary = next(s for s in plan.systems if s.system == system_key)
+    sources = {source.value: 0 for source in ProfileSource}
+    tasks = []
+    for task in (t for t in plan.tasks if t.system == system_key):
+        for config in task.configs:
+            sources[config.source.value] += config.replicas
+        tasks.append(TaskPlanSummary(
+            name=task.task, variant=task.variant,
+            configurations=[ConfigurationSummary(mig_profile=c.segment.mig_profile, mps=c.segment.mps,
+                                                 batch=c.batch, replicas=c.replicas) for c in task.configs]))
+    typed = SystemPlanSummary(
+        gpu=plan.gpu, gpus=gpus, slices=slices,
+        predicted_latency_ms=round(summary.worst_path_latency_ms, 1),
+        predicted_accuracy=round(min(summary.worst_path_accuracy, 1.0), 4),
+        demand_rps=round(summary.demand_rps, 3), served_rps=round(summary.served_rps, 3),
+        profile_sources=ProfileSourceCounts(**sources), tasks=tasks)
+    return typed.model_dump(by_alias=True, mode="json", exclude_none=True)

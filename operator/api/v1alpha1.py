@@ -1,0 +1,259 @@
+"""The v1alpha1 API's status: typed models for both kinds, and the names in it.
+
+The operator writes these (through the status subresource); the CRDs'
+status schemas are generated from them. Every list is bounded so a status
+stays a few kilobytes at 50 tasks or 2,000 adapters: per-adapter placement
+lives in a ConfigMap the status names, never in the status itself.
+
+Children's names: `metadata.name` of both kinds is a DNS-1035 label of at
+most 63 characters (it is the value of the `tessera.ai/system` or
+`tessera.ai/pool` label, and a prefix of Service names). Children get hashed
+names from `child_name`, so any system, task and node name fits.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import datetime
+from typing import TYPE_CHECKING, Literal
+
+from pydantic import Field
+
+from tessera.planner.model import DNS_1035_LABEL, MAX_TASKS, MIG_PROFILE_NAME, Name, Spec, list_map
+
+MAX_NAME_LENGTH = 63
+CHILD_HASH_LENGTH = 10
+
+
+class ConditionType:
+    """Condition types of both kinds. Ready=False carries the reason a user can act on."""
+
+    READY = "Ready"
+    PLANNED = "Planned"
+    PROGRESSING = "Progressing"
+    DEGRADED = "Degraded"
+    INVALID = "Invalid"
+    MIG_LAYOUT_APPLIED = "MigLayoutApplied"
+    PROFILES_ESTIMATED = "ProfilesEstimated"
+    PROFILING_COMPLETE = "ProfilingComplete"
+    METRICS_AVAILABLE = "MetricsAvailable"
+    ADAPTERS_PLACED = "AdaptersPlaced"
+
+
+class Phase:
+    """One-word summary of where an object is; the conditions hold the detail."""
+
+    PENDING = "Pending"        # seen, nothing decided yet
+    PROFILING = "Profiling"    # waiting for profiler Jobs
+    PLANNING = "Planning"      # a solve or placement is running
+    DEPLOYING = "Deploying"    # plan chosen; MIG layouts and servers being applied
+    READY = "Ready"            # the plan is applied and every server is ready
+    DEGRADED = "Degraded"      # serving, but below the plan (last good plan kept)
+    INFEASIBLE = "Infeasible"  # no plan meets the SLO on the pool; the reason is in Ready's message
+    INVALID = "Invalid"        # the spec fails a check the schema cannot make (a cycle, ...)
+
+
+def _values(constants: type) -> tuple[str, ...]:
+    return tuple(v for k, v in vars(constants).items() if not k.startswith("_"))
+
+
+CONDITION_TYPES = _values(ConditionType)
+PHASES = _values(Phase)
+if TYPE_CHECKING:
+    PhaseName = str  # the phases are checked where the status is validated, at run time
+else:
+    PhaseName = Literal[PHASES]
+
+
+def child_name(*parts: str) -> str:
+    """A DNS-1035 name for a child object: readable parts, then a hash of all of them.
+
+    The prefix is cut so the whole stays within 63 characters; the hash keeps
+    names of different (system, task, configuration, node) tuples distinct.
+    """
+    digest = hashlib.sha256("\x00".join(parts).encode()).hexdigest()[:CHILD_HASH_LENGTH]
+    prefix = "-".join(parts).lower()
+    prefix = "".join(c if c.isalnum() else "-" for c in prefix)
+    prefix = prefix[: MAX_NAME_LENGTH - CHILD_HASH_LENGTH - 1].strip("-")
+    if not prefix or not prefix[0].isalpha():
+        prefix = ("t-" + prefix)[: MAX_NAME_LENGTH - CHILD_HASH_LENGTH - 1].strip("-")
+    return f"{prefix}-{digest}"
+
+
+class Condition(Spec):
+    """The latest observation of one aspect of the object (Kubernetes' metav1.Condition)."""
+
+    type: str = Field(
+        min_length=1, max_length=64, pattern=r"^[A-Za-z][A-Za-z0-9]*$",
+        description="Condition type: " + ", ".join(CONDITION_TYPES) + ".",
+    )
+    status: Literal["True", "False", "Unknown"] = Field(description="True, False or Unknown.")
+    reason: str = Field(
+        min_length=1, max_length=128, pattern=r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$",
+        description="CamelCase reason for the last transition, for programs to match.",
+    )
+    message: str = Field(default="", max_length=4096, description="What happened and what a user can do, in words.")
+    last_transition_time: datetime = Field(
+        alias="lastTransitionTime", description="When the status last changed (RFC 3339).",
+    )
+    observed_generation: int | None = Field(
+        default=None, alias="observedGeneration", ge=0, le=2**53,
+        description="metadata.generation this condition was computed from.",
+    )
+
+
+class ConfigurationSummary(Spec):
+    """One (segment type, batch) configuration a task runs in, and its replicas."""
+
+    mig_profile: str = Field(alias="migProfile", max_length=16, pattern=MIG_PROFILE_NAME, description="MIG profile of the segment.")
+    mps: int = Field(alias="mpsDegree", ge=1, le=48, description="Server processes sharing the MIG instance.")
+    batch: int = Field(alias="batchSize", ge=1, le=1024, description="Batch size.")
+    replicas: int = Field(ge=0, le=100_000, description="Segments (MIG instances) running this configuration.")
+
+
+class TaskPlanSummary(Spec):
+    name: Name = Field(description="The task's name.")
+    variant: Name = Field(description="The variant chosen for the task.")
+    configurations: list[ConfigurationSummary] = Field(
+        max_length=8, description="The configurations serving the task (most tasks have one).",
+    )
+
+
+class ProfileSourceCounts(Spec):
+    """How many chosen configurations rest on which kind of profile."""
+
+    measured: int = Field(default=0, ge=0, le=1_000_000, description="Measured by the profiler in this cluster.")
+    given: int = Field(default=0, ge=0, le=1_000_000, description="Given in spec.profiles.")
+    estimated: int = Field(
+        default=0, ge=0, le=1_000_000,
+        description="From the built-in analytical estimate (condition ProfilesEstimated says so).",
+    )
+
+
+class SystemPlanSummary(Spec):
+    """The plan in force for a CompoundInferenceSystem, in brief."""
+
+    gpu: str = Field(alias="gpuProduct", max_length=64, description="GPU product of the pool planned on.")
+    gpus: int = Field(ge=0, le=100_000, description="GPUs holding at least one of this system's servers.")
+    slices: int = Field(ge=0, le=700_000, description="Compute slices (sevenths of a GPU) this system's servers use.")
+    predicted_latency_ms: float = Field(
+        alias="predictedLatencyMilliseconds", ge=0, le=3_600_000,
+        description="Predicted latency of the worst source-to-sink path, in ms, at the SLO's percentile.",
+    )
+    predicted_accuracy: float = Field(
+        alias="predictedAccuracy", ge=0, le=1, description="Predicted accuracy of the worst path, as a fraction of the best.",
+    )
+    demand_rps: float = Field(alias="demandRequestsPerSecond", ge=0, le=10_000_000, description="The demand planned for.")
+    served_rps: float = Field(
+        alias="servedRequestsPerSecond", ge=0, le=10_000_000,
+        description="Requests/s the plan serves (below the demand when the pool is too small).",
+    )
+    profile_sources: ProfileSourceCounts = Field(alias="profileSources", description="Where the chosen configurations' profiles come from.")
+    tasks: list[TaskPlanSummary] = Field(
+        max_length=MAX_TASKS, json_schema_extra=list_map("name"), description="Per task: variant and configurations.",
+    )
+
+
+class ServerSummary(Spec):
+    name: str = Field(max_length=63, pattern=DNS_1035_LABEL, description="The server's Deployment name.")
+    adapters: int = Field(ge=0, le=2000, description="Adapters assigned to the server.")
+    lora_slots: int = Field(alias="loraSlots", ge=1, le=256, description="Adapter slots (vLLM --max-loras, A_max) of the server.")
+
+
+class AdapterPlacementSummary(Spec):
+    """The placement in force for an AdapterPool, in brief; per-adapter detail is in the ConfigMap."""
+
+    gpu: str = Field(alias="gpuProduct", max_length=64, description="GPU product of the servers.")
+    gpus: int = Field(ge=0, le=256, description="Servers (one GPU each) in use.")
+    adapters_placed: int = Field(alias="adaptersPlaced", ge=0, le=2000, description="Adapters assigned to a server.")
+    adapters_unplaced: int = Field(
+        alias="adaptersUnplaced", ge=0, le=2000, description="Adapters that fit no server within the limits.",
+    )
+    unplaced_examples: list[Name] = Field(
+        default_factory=list, alias="unplacedAdapterExamples", max_length=16,
+        description="Up to 16 names of unplaced adapters (all of them are in the ConfigMap).",
+    )
+    predicted_min_served_fraction: float = Field(
+        alias="predictedMinServedFraction", ge=0, le=1,
+        description="Predicted served fraction of the least served adapter.",
+    )
+    servers: list[ServerSummary] = Field(
+        max_length=256, json_schema_extra=list_map("name"), description="Per server: adapters and slots.",
+    )
+    config_map: str | None = Field(
+        default=None, alias="placementConfigMapName", max_length=253,
+        description="ConfigMap holding every adapter's server, in the pool's namespace.",
+    )
+
+
+class DemandStatus(Spec):
+    """The demand the operator last read, what it plans for, and the hysteresis windows it keeps.
+
+    The times are the windows' state: they live here so a restarted operator
+    resumes a window instead of starting a new one.
+    """
+
+    source: Literal["Spec", "Prometheus"] = Field(description="Where the demand planned for comes from.")
+    observed_rps: float | None = Field(
+        default=None, alias="observedRequestsPerSecond", ge=0, le=10_000_000,
+        description="Last measured total requests/s; absent while Unknown (never read as 0).",
+    )
+    observed_time: datetime | None = Field(default=None, alias="observedTime", description="When it was measured.")
+    planned_rps: float | None = Field(
+        default=None, alias="plannedRequestsPerSecond", ge=0, le=10_000_000,
+        description="The demand the plan in force is made for, in requests/s.",
+    )
+    recommended_rps: float | None = Field(
+        default=None, alias="recommendedRequestsPerSecond", ge=0, le=10_000_000,
+        description="What hysteresis would plan for now; with dryRun it is reported and not applied.",
+    )
+    decision: str | None = Field(
+        default=None, max_length=256, description="The last hysteresis decision and why, in words.",
+    )
+    dry_run: bool = Field(default=False, alias="dryRun", description="Recommendations are reported, not applied.")
+    below_since: datetime | None = Field(
+        default=None, alias="belowPlanSince",
+        description="Since when every reading stayed below the plan (the stabilization window's start).",
+    )
+    window_peak_rps: float | None = Field(
+        default=None, alias="windowPeakRequestsPerSecond", ge=0, le=10_000_000,
+        description="Highest reading since belowPlanSince: a scale-down goes no lower.",
+    )
+    last_scale_up_time: datetime | None = Field(default=None, alias="lastScaleUpTime", description="Last scale-up.")
+    last_scale_down_time: datetime | None = Field(
+        default=None, alias="lastScaleDownTime", description="Last scale-down; the next waits for the window.",
+    )
+    last_repartition_time: datetime | None = Field(
+        default=None, alias="lastRepartitionTime", description="Last MIG re-partition; at most one per window.",
+    )
+
+
+class _Status(Spec):
+    observed_generation: int | None = Field(
+        default=None, alias="observedGeneration", ge=0, le=2**53,
+        description="metadata.generation the status describes.",
+    )
+    phase: PhaseName | None = Field(default=None, description="One of " + ", ".join(PHASES) + ".")
+    conditions: list[Condition] = Field(
+        default_factory=list, max_length=16, json_schema_extra=list_map("type"),
+        description="Ready, Planned, Progressing, Degraded and the other condition types, one entry each.",
+    )
+    demand: DemandStatus | None = Field(default=None, description="The demand last read and the re-plan windows.")
+
+
+class FrontendStatus(Spec):
+    address: str = Field(max_length=512, description="host:port of the system's frontend Service (in-cluster); "
+                                                     "clients POST to /v2/models/<system>/infer there.")
+
+
+class SystemStatus(_Status):
+    """Status of a CompoundInferenceSystem."""
+
+    plan: SystemPlanSummary | None = Field(default=None, description="The plan in force (the last good one).")
+    frontend: FrontendStatus | None = Field(default=None, description="The system's one endpoint (spec.frontend).")
+
+
+class AdapterPoolStatus(_Status):
+    """Status of an AdapterPool."""
+
+    plan: AdapterPlacementSummary | None = Field(default=None, description="The placement in force (the last good one).")

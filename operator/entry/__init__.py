@@ -1,0 +1,1 @@
+"""The kopf entry and the process: handlers, start-up, leader election, the controller loop, probes."""

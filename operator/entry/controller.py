@@ -1,0 +1,131 @@
+"""The asynchronous driver: debounced, level-triggered reconciles off the event loop.
+
+kopf's handlers only call `trigger`. Triggers within `debounce_s` of each
+other become one reconcile; a periodic resync runs one when nothing
+happened. The reconcile itself (API reads and writes, the wait for the
+solver process) runs in a thread, so the event loop keeps serving watches
+and probes; a trigger that changes the planner's inputs (a system's spec, a
+node's labels) cancels a running solve. The loop's own stalls are measured.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from tessera.operator import metrics
+from tessera.operator.reconcile.reconciler import Reconciler
+from tessera.operator.settings import OperatorSettings
+from tessera.operator.entry.stall_watch import StallWatch
+from tessera.planner.worker import SolveCancelled
+
+log = logging.getLogger("tessera.operator")
+LAG_PROBE_S = 0.05
+STALL_REPORT_S = 0.1
+"""Stalls longer than this are logged with the threads' stacks (the target is below it)."""
+
+
+class Controller:
+    def __init__(self, reconciler: Reconciler, settings: OperatorSettings) -> None:
+        self.reconciler = reconciler
+        self.settings = settings
+        self.wake = asyncio.Event()
+        self.kinds: set[str] = set()
+        self.last_trigger = 0.0
+        self.fingerprints: dict[str, object] = {}
+        self.reconciling = False
+        self.ready = False
+        self.last_success = time.monotonic()
+        self.lag_max_s = 0.0
+        self._tasks: list[asyncio.Task[None]] = []
+        self._retry: asyncio.TimerHandle | None = None
+        self._stall_watch: StallWatch | None = None
+
+    def trigger(self, kind: str, key: str | None = None, fingerprint: object = None, inputs: bool = True) -> None:
+        """Asks for a reconcile; an unchanged fingerprint of `key` asks for nothing.
+
+        `inputs`: the event may change the planner's inputs, so a solve in
+        progress is cancelled (it would plan a world that no longer is).
+        """
+        if key is not None:
+            if self.fingerprints.get(key) == fingerprint:
+                return
+            self.fingerprints[key] = fingerprint
+        self.kinds.add(kind)
+        self.last_trigger = time.monotonic()
+        if inputs and self.reconciling:
+            self.reconciler.cancel.set()
+        self.wake.set()
+
+    def start(self) -> None:
+        self._stall_watch = StallWatch(LAG_PROBE_S + STALL_REPORT_S)
+        self._stall_watch.start()
+        self._tasks = [asyncio.create_task(self._run(), name="tessera-reconcile"),
+                       asyncio.create_task(self._measure_lag(), name="tessera-loop-lag")]
+
+    async def stop(self) -> None:
+        self.reconciler.cancel.set()
+        if self._stall_watch is not None:
+            self._stall_watch.stop()
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def _run(self) -> None:
+        failures = 0
+        while True:
+            try:
+                await asyncio.wait_for(self.wake.wait(), timeout=self.settings.resync_s)
+            except asyncio.TimeoutError:
+                self.kinds.add("resync")
+            while (quiet := time.monotonic() - self.last_trigger) < self.settings.debounce_s:
+                await asyncio.sleep(self.settings.debounce_s - quiet)
+            self.wake.clear()
+            kinds, self.kinds = self.kinds or {"requeue"}, set()
+            kind = "+".join(sorted(kinds))
+            metrics.RECONCILES.labels(kind).inc()
+            self.reconciling = True
+            started = time.perf_counter()
+            try:
+                result = await asyncio.to_thread(self.reconciler.reconcile)
+            except SolveCancelled:
+                log.info("solve cancelled: inputs changed; planning again")
+                self.wake.set()
+                continue
+            except Exception:
+                failures += 1
+                metrics.RECONCILE_ERRORS.labels(kind).inc()
+                delay = min(self.settings.max_backoff_s, 2.0 ** failures)
+                log.exception("reconcile failed (attempt %d); retrying in %.0f s", failures, delay)
+                self._schedule(delay)
+                continue
+            finally:
+                self.reconciling = False
+                metrics.RECONCILE_SECONDS.observe(time.perf_counter() - started)
+            failures = 0
+            self.ready = True
+            self.last_success = time.monotonic()
+            metrics.WRITES.inc(result.writes)
+            log.info("reconciled (%s) in %.2f s: %d write(s)%s", kind, time.perf_counter() - started, result.writes,
+                     f"; again in {result.requeue_after:.1f} s" if result.requeue_after is not None else "")
+            if result.requeue_after is not None:
+                self._schedule(result.requeue_after)
+
+    def _schedule(self, delay: float) -> None:
+        if self._retry is not None:
+            self._retry.cancel()
+        self._retry = asyncio.get_running_loop().call_later(delay, self.wake.set)
+
+    async def _measure_lag(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            before = loop.time()
+            if self._stall_watch is not None:
+                self._stall_watch.tick()
+            await asyncio.sleep(LAG_PROBE_S)
+            lag = max(0.0, loop.time() - before - LAG_PROBE_S)
+            metrics.LOOP_LAG.observe(lag)
+            if lag > self.lag_max_s:
+                self.lag_max_s = lag
+                metrics.LOOP_LAG_MAX.set(lag)

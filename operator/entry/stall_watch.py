@@ -1,0 +1,73 @@
+"""What blocks the event loop: the loop thread's stack, sampled while the loop is late.
+
+The lag probe (controller.py) tells that the loop stalled, only after the
+stall. This watcher, a daemon thread, looks at the loop thread's stack
+whenever the probe has not ticked for longer than the threshold, and logs
+the innermost frames once per stall, so a stall names its code (a blocking
+call on the loop, or a C extension holding the GIL in another thread, which
+shows as the loop thread waiting at an ordinary line; the other threads'
+frames are logged then too).
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import threading
+import time
+import traceback
+from pathlib import Path
+from types import FrameType
+
+log = logging.getLogger("tessera.operator")
+FRAMES = 8
+TESSERA = str(Path(__file__).resolve().parents[2])
+"""tessera's own source tree (installed: the package; editable: the repository)."""
+
+
+class StallWatch:
+    def __init__(self, threshold_s: float, period_s: float = 0.02) -> None:
+        self.threshold_s = threshold_s
+        self.period_s = period_s
+        self.last_tick = time.monotonic()
+        self._loop_thread = threading.get_ident()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="tessera-stall-watch", daemon=True)
+
+    def tick(self) -> None:
+        """Called by the lag probe on the loop each time it runs."""
+        self.last_tick = time.monotonic()
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _watch(self) -> None:
+        reported = 0.0
+        while not self._stop.wait(self.period_s):
+            tick = self.last_tick
+            if time.monotonic() - tick > self.threshold_s and tick != reported:
+                reported = tick
+                log.info("event loop has not run for %.0f ms; threads now:\n%s", 1000 * self.threshold_s,
+                         self._stacks())
+
+    def _stacks(self) -> str:
+        names = {thread.ident: thread.name for thread in threading.enumerate()}
+        lines = []
+        for ident, frame in sys._current_frames().items():
+            if ident == threading.get_ident():
+                continue
+            where = "".join(_named_frames(frame))
+            marker = " (the event loop)" if ident == self._loop_thread else ""
+            lines.append(f"-- {names.get(ident, ident)}{marker}\n{where}")
+        return "".join(lines)
+
+
+def _named_frames(frame: FrameType) -> list[str]:
+    """The innermost frame, then the innermost FRAMES of the libraries' and tessera's own (not the stdlib's):
+    a stall deep in copy.deepcopy is named by who called it."""
+    stack = traceback.extract_stack(frame)
+    own = [f for f in stack[:-1] if "site-packages" in f.filename or f.filename.startswith(TESSERA)]
+    return traceback.format_list([*own[-FRAMES:], stack[-1]])

@@ -1,0 +1,1 @@
+"""Profiler Jobs: what to measure (pure), running them in the cluster, exchanging measured profiles."""

@@ -1,0 +1,1 @@
+"""One reconcile of every GPU pool: read the cluster, decide, write; the objects it writes."""

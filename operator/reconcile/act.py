@@ -1,0 +1,63 @@
+"""Applies decided actions to the cluster, one at a time, in the order given.
+
+The order of a reconcile (docs/operator.md, "The order of writes"): the
+pool's plan, the mig-parted ConfigMap, node relabels, Services, then
+ConfigMaps (a frontend's config) and Deployments (only onto nodes whose layout is applied), stale children,
+then each system's status and its Events. Every action is idempotent (apply
+is server-side apply, a delete tolerates a child already gone, a status
+patch writes the same status again), and every reconcile decides afresh
+from what it reads, so a process stopped between any two actions resumes
+on its next start. The kill points for tests (operator/testhooks.py) sit
+here, between actions; `mid-solve` and `after-solve` stay in the reconciler,
+where the solve is.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from tessera.operator.cluster import Cluster
+from tessera.operator.reconcile.actions import (Action, ApplyChild, DeleteChild, DeletePlan, LabelNode, PatchStatus,
+                                                PostEvent, StorePlan, WriteMigConfigs)
+from tessera.operator.testhooks import checkpoint
+
+log = logging.getLogger("tessera.operator")
+
+
+class Actor:
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+
+    def apply(self, actions: list[Action]) -> None:
+        for action in actions:
+            self.apply_one(action)
+
+    def apply_one(self, action: Action) -> None:
+        log.debug("%s: %s", type(action).__name__, action.reason)
+        if isinstance(action, StorePlan):
+            self.cluster.write_pool_state(action.pool, action.data)
+            checkpoint("after-plan-stored")
+        elif isinstance(action, DeletePlan):
+            self.cluster.delete_pool_state(action.pool)
+        elif isinstance(action, WriteMigConfigs):
+            self.cluster.write_configmap(action.namespace, action.name, action.data, action.stamps,
+                                         exists=action.exists)
+            checkpoint("after-mig-configmap")
+        elif isinstance(action, LabelNode):
+            self.cluster.patch_node(action.node, action.patch)
+            log.info("node %s: asked mig-manager for MIG config %s", action.node, action.config)
+            checkpoint("after-node-relabel")
+        elif isinstance(action, ApplyChild):
+            if action.kind == "Deployment":
+                checkpoint("after-mig-success")  # the node's layout is applied; nothing of it serves yet
+            self.cluster.apply(action.body)
+            checkpoint(f"after-{action.kind.lower()}")
+        elif isinstance(action, DeleteChild):
+            self.cluster.delete_child(action.child)
+            checkpoint("after-stale-delete")
+        elif isinstance(action, PatchStatus):
+            self.cluster.patch_system_status(action.namespace, action.name, action.status)
+            checkpoint("after-status")
+        elif isinstance(action, PostEvent):
+            self.cluster.post_event(action.body)
+            checkpoint("after-event")

@@ -1,0 +1,92 @@
+"""What a reconcile decides to write: plain values, each with the reason it is taken.
+
+decide.py returns them, act.py applies them; nothing here calls the API.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+Json = dict[str, Any]
+"""An object as the API server returns it, or a body tessera writes."""
+
+
+@dataclass(frozen=True)
+class StorePlan:
+    """Write the pool's plan ConfigMap (its inputs' hash, the plan, kept shares, known-invalid systems)."""
+
+    pool: str
+    data: dict[str, str]
+    reason: str
+
+
+@dataclass(frozen=True)
+class DeletePlan:
+    """Remove the pool's plan ConfigMap: no system plans on the pool any more."""
+
+    pool: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class WriteMigConfigs:
+    """Merge tessera's mig-parted configs into the ConfigMap mig-manager reads, stamping when each was added."""
+
+    namespace: str
+    name: str
+    data: dict[str, str]
+    stamps: dict[str, str | None]
+    exists: bool
+    reason: str
+
+
+@dataclass(frozen=True)
+class LabelNode:
+    """Ask mig-manager for a node's MIG config (one patch that also removes the state label)."""
+
+    node: str
+    config: str
+    patch: Json
+    reason: str
+
+
+@dataclass(frozen=True)
+class ApplyChild:
+    """Server-side apply of a Service or Deployment."""
+
+    body: Json
+    reason: str
+
+    @property
+    def kind(self) -> str:
+        return str(self.body["kind"])
+
+
+@dataclass(frozen=True)
+class DeleteChild:
+    """Delete a child no plan wants (only the very object seen)."""
+
+    child: Json
+    reason: str
+
+
+@dataclass(frozen=True)
+class PatchStatus:
+    """Write a system's status."""
+
+    namespace: str
+    name: str
+    status: Json
+    reason: str
+
+
+@dataclass(frozen=True)
+class PostEvent:
+    """Post an Event about a decision (a condition changed, or the plan)."""
+
+    body: Json
+    reason: str
+
+
+Action = StorePlan | DeletePlan | WriteMigConfigs | LabelNode | ApplyChild | DeleteChild | PatchStatus | PostEvent

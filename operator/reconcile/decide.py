@@ -1,0 +1,484 @@
+"""Decide: what one reconcile writes, from what it read, as plain actions (actions.py), each with its reason.
+
+Pure: plain data in (the systems, the pool's nodes, tessera's children, the
+mig-parted ConfigMap, the pool's outcome), plain actions out. No Kubernetes
+client, no kopf, no clock: the time is an argument. act.py applies the
+actions; the reconciler (reconciler.py) reads the cluster and runs the solve.
+Each rule here has its unit test (tests/tessera_operator/test_decide.py; the
+table in docs/operator.md maps the documented invariants to them).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+
+import yaml
+
+from tessera.operator import naming
+from tessera.operator.api import status as st
+from tessera.operator.api.systems import SystemObject
+from tessera.operator.gpus.discovery import Pool, node_profile_name
+from tessera.operator.gpus.node_plans import NodePlan, Placement, PlacedGpu, Share
+from tessera.operator.profiling.jobs import PlannedNode, in_transition
+from tessera.operator.reconcile import builders, frontend_children
+from tessera.operator.reconcile.actions import (Action, ApplyChild, DeleteChild, Json, LabelNode, PatchStatus,
+                                                PostEvent, WriteMigConfigs)
+from tessera.operator.settings import OperatorSettings
+from tessera.planner.catalog import gpu_product
+from tessera.planner.plan import Plan
+from tessera.planner.profiles import ProfileStore
+
+POOL_ANNOTATION = "tessera.ai/gpu-product"
+"""On a system: the GPU product (GFD label value) of the pool to plan it in; default the largest pool."""
+STATE_FORMAT = 2
+"""Of the pool's stored plan: 2 places GPUs by (node, device) as the planner named them."""
+ChildKey = tuple[str, str, str]
+"""(kind, namespace, name) of a child."""
+
+
+@dataclass
+class NodeMig:
+    """Where a node stands with its planned layout."""
+
+    config: str
+    entries: list[Json]
+    expected: dict[str, int]
+    applied: bool = False
+    failed: bool = False
+    blocked_by: list[str] = field(default_factory=list)
+
+
+@dataclass
+class PoolOutcome:
+    """What one pool reconcile decided, for the status of its systems."""
+
+    plan: Plan | None = None
+    placement: Placement = field(default_factory=lambda: Placement({}, {}, {}))
+    solve_error: str | None = None
+    invalid: dict[str, tuple[str, str]] = field(default_factory=dict)
+    """system key -> (reason, message) for systems the planner cannot use."""
+    mig: dict[str, NodeMig] = field(default_factory=dict)
+    gpus_of: dict[str, list[PlacedGpu]] = field(default_factory=dict)
+    deployments: dict[str, list[Json]] = field(default_factory=dict)
+    """system key -> the Deployments its plan wants (applied or waiting for MIG)."""
+    live: dict[tuple[str, str, str], Json] = field(default_factory=dict)
+    requeue_after: float | None = None
+
+
+# -- MIG ------------------------------------------------------------------------
+
+def node_mig(pool: Pool, node_name: str, node_plan: NodePlan) -> NodeMig:
+    """A node's planned layout as mig-parted entries (content-addressed config) and the counts it will advertise.
+
+    The one record of a node's MIG layout: a plan's layouts and a profiling Job's layout are both this.
+    """
+    node = pool.node(node_name)
+    names = {p.name: node_profile_name(p, node.advertised) for p in pool.gpu.profiles}
+    entries = builders.mig_parted_entries(node_plan, names)
+    return NodeMig(naming.mig_config_name(entries), entries, builders.advertised_counts_expected(node_plan, names))
+
+
+def layout_applied(pool: Pool, node_name: str, mig: NodeMig) -> bool:
+    """A layout counts as applied only on mig-manager's `success` for its config with the planned counts advertised."""
+    node = pool.node(node_name)
+    return node.mig_config == mig.config and node.mig_state == "success" and node.advertised_counts() == mig.expected
+
+
+def desired_mig(pool: Pool, placement: Placement) -> dict[str, NodeMig]:
+    """Per planned node: its mig-parted config and the profile counts it will advertise."""
+    return {name: node_mig(pool, name, node_plan) for name, node_plan in sorted(placement.nodes.items())}
+
+
+def profiling_mig(pool: Pool, node_name: str, node_plan: NodePlan) -> NodeMig | None:
+    """A free node's layout for profiling; None while mig-manager has not answered for the config it was asked."""
+    mig = node_mig(pool, node_name, node_plan)
+    node = pool.node(node_name)
+    if in_transition(node) and node.mig_config != mig.config:
+        return None
+    return mig
+
+
+def decide_mig_configs(wanted: dict[str, list[Json]], namespace: str, name: str, configmap: Json | None,
+                       in_use: set[str], now: float) -> tuple[WriteMigConfigs | None, dict[str, float]]:
+    """The write that adds every wanted config to the ConfigMap `name`, if any; and when each config was written.
+
+    Configs no node names and no plan wants are dropped; each config carries
+    the time it was first written (an annotation), from which its node's
+    relabel waits for the ConfigMap to reach mig-manager.
+    """
+    annotations = ((configmap or {}).get("metadata") or {}).get("annotations") or {}
+    text = ((configmap or {}).get("data") or {}).get(builders.MIG_PARTED_KEY)
+    if configmap is None and not wanted:
+        return None, {}
+    new_text = builders.mig_parted_text(text, wanted, keep=in_use)
+    prefix = naming.MIG_CONFIG_WRITTEN_PREFIX
+    written = {key.removeprefix(prefix): float(value) for key, value in annotations.items() if key.startswith(prefix)}
+    missing = {config: now for config in wanted if config not in written}
+    kept_configs = set(yaml.safe_load(new_text)["mig-configs"])
+    dropped = {config for config in written if config not in kept_configs}
+    if not (new_text != text or missing or dropped):
+        return None, written
+    stamps: dict[str, str | None] = {prefix + config: f"{stamp:.0f}" for config, stamp in missing.items()}
+    stamps.update({prefix + config: None for config in dropped})
+    reason = (f"add MIG configs {', '.join(sorted(missing))}" if missing else "drop MIG configs no node or plan names")
+    return (WriteMigConfigs(namespace, name, {builders.MIG_PARTED_KEY: new_text}, stamps, exists=configmap is not None,
+                            reason=reason),
+            {**written, **missing})
+
+
+def nodes_to_relabel(pool: Pool, mig: dict[str, NodeMig]) -> list[str]:
+    """The planned nodes whose current config is not their planned one (their GPU pods are read for these)."""
+    return [name for name, m in sorted(mig.items()) if pool.node(name).mig_config != m.config]
+
+
+def decide_relabels(pool: Pool, mig: dict[str, NodeMig], written: dict[str, float], gpu_pods: dict[str, list[str]],
+                    now: float, propagation_s: float, poll_s: float
+                    ) -> tuple[dict[str, NodeMig], list[LabelNode], list[float]]:
+    """Part 1 of MIG: nodes whose GPUs no pod holds get their planned layout, once its config had time to reach
+    mig-manager. Returns each node's MIG state, the relabels, and when to look again."""
+    states: dict[str, NodeMig] = {}
+    relabels: list[LabelNode] = []
+    requeue: list[float] = []
+    for node_name, planned in sorted(mig.items()):
+        node = pool.node(node_name)
+        if node.mig_config == planned.config:
+            state = replace(planned, applied=layout_applied(pool, node_name, planned),
+                            failed=node.mig_state == "failed")
+            states[node_name] = state
+            if not (state.applied or state.failed):
+                requeue.append(poll_s)
+            continue
+        blocked_by = list(gpu_pods.get(node_name, []))
+        states[node_name] = replace(planned, blocked_by=blocked_by)
+        if blocked_by:
+            continue  # re-partitioning a serving node (cordon, move, relabel) is not done yet
+        wait = written.get(planned.config, now) + propagation_s - now
+        if wait > 0:
+            requeue.append(wait)
+            continue
+        relabels.append(LabelNode(node_name, planned.config, builders.node_relabel_patch(planned.config),
+                                  reason=f"planned layout {planned.config}; no pod holds the node's GPUs"))
+        requeue.append(poll_s)
+    return states, relabels, requeue
+
+
+# -- Deployments and Services -------------------------------------------------
+
+def planned_children(pool: Pool, systems: list[SystemObject], outcome: PoolOutcome, settings: OperatorSettings,
+                     store: ProfileStore | None = None
+                     ) -> tuple[dict[ChildKey, tuple[Json, bool]], dict[str, list[Json]]]:
+    """Every child the placement wants -> (body, whether to apply it now: its node's layout is applied); and the
+    Deployments each system's plan wants (applied or waiting for MIG). A system with spec.frontend also gets its
+    frontend (frontend_children.py), configured from the plan; `store` (the measured profiles the plan was made
+    with) gives the frontend a batch of one's latency."""
+    placement = outcome.placement
+    planned: dict[ChildKey, tuple[Json, bool]] = {}
+    deployments: dict[str, list[Json]] = {}
+    for system in systems:
+        if system.spec is None or system.ref.key in outcome.invalid:
+            continue  # an invalid system's children stay exactly as its last good plan made them
+        for system_key, task_name in sorted(placement.tasks):
+            if system_key != system.ref.key:
+                continue
+            body = builders.service(system.ref, task_name, settings.server_port)
+            planned[("Service", system.ref.namespace, body["metadata"]["name"])] = (body, True)
+        for key, replicas in sorted(placement.servers_of(system.ref.key).items()):
+            node = pool.node(key.node)
+            task = placement.tasks[(key.system, key.task)]
+            profile = node_profile_name(pool.gpu.profile(task.configs[key.config].segment.mig_profile),
+                                        node.advertised)
+            body = builders.deployment(system.ref, system.spec, key, task, replicas, node.hostname, profile, settings)
+            mig = outcome.mig.get(key.node)
+            planned[("Deployment", system.ref.namespace, body["metadata"]["name"])] = (body, mig is not None and mig.applied)
+            deployments.setdefault(system.ref.key, []).append(body)
+        if outcome.plan is not None:
+            for body in frontend_children.children(system.ref, system.spec, outcome.plan, store, settings):
+                planned[(body["kind"], system.ref.namespace, body["metadata"]["name"])] = (body, True)
+    return planned, deployments
+
+
+def decide_children(planned: dict[ChildKey, tuple[Json, bool]], systems: list[SystemObject],
+                    live: dict[ChildKey, Json], outcome: PoolOutcome) -> list[Action]:
+    """Services first, then ConfigMaps and the Deployments whose node's layout is applied (a frontend's ConfigMap
+    before the Deployment that mounts it), each only when it differs from the live one;
+    then the deletion of children no plan wants, unless the solve failed or their system is invalid."""
+    actions: list[Action] = []
+    for key, (body, ready_to_apply) in sorted(planned.items(), key=lambda item: (item[0][0] != "Service", item[0])):
+        current = live.get(key)
+        if not ready_to_apply or (current is not None and builders.applied_hash(current) == builders.applied_hash(body)):
+            continue
+        actions.append(ApplyChild(body, reason="not there yet" if current is None else "differs from the plan"))
+    if outcome.solve_error is not None:
+        return actions  # a failed solve never deletes running servers
+    by_key = {s.ref.key: s for s in systems}
+    for key, child in sorted(live.items()):
+        owner = by_key[owner_key(child) or ""]
+        if key in planned or not owner.valid or owner.ref.key in outcome.invalid:
+            continue  # planned, or an invalid system's last good plan, which keeps running
+        actions.append(DeleteChild(child, reason=f"no plan of {owner.ref.key} wants it"))
+    return actions
+
+
+def live_children(children: list[Json], systems: list[SystemObject]) -> dict[ChildKey, Json]:
+    """The children that these systems control, by (kind, namespace, name)."""
+    keys = {s.ref.key for s in systems}
+    return {(c["kind"], c["metadata"]["namespace"], c["metadata"]["name"]): c for c in children
+            if owner_key(c) in keys}
+
+
+# -- status -------------------------------------------------------------------
+
+def decide_status(system: SystemObject, new: Json, now: str) -> list[Action]:
+    """The status patch when the status changed, then an Event per decision (never one on an idle resync)."""
+    if not st.status_changed(system.status, new):
+        return []
+    actions: list[Action] = [PatchStatus(system.ref.namespace, system.ref.name, new, reason="status changed")]
+    for event in st.events_for(system.status, new):
+        actions.append(PostEvent(st.event_body(system.ref, event, now), reason=f"{event.type} event {event.reason}"))
+    return actions
+
+
+def frontend_status(system: SystemObject, settings: OperatorSettings) -> Json | None:
+    """status.frontend: where the system's frontend answers, while spec.frontend asks for one."""
+    if system.spec is None or system.spec.frontend is None:
+        return None
+    return {"address": frontend_children.address(system.ref, settings)}
+
+
+def assign_to_pools(systems: list[SystemObject], pools: list[Pool]) -> dict[str | None, list[SystemObject]]:
+    """Each system to the pool its annotation names, else to the pool with the most GPUs."""
+    default = max(pools, key=lambda p: (p.gpus, p.key)).key if pools else None
+    known = {p.key for p in pools}
+    members: dict[str | None, list[SystemObject]] = {}
+    for system in systems:
+        wanted = system.annotations.get(POOL_ANNOTATION)
+        key = wanted if wanted in known else (None if wanted else default)
+        members.setdefault(key, []).append(system)
+    return members
+
+
+def stored_plan_stands(state: Mapping[str, str], pool_hash: str, candidates: list[SystemObject],
+                       spec_hash: dict[str, str]) -> bool:
+    """The stored plan still serves these systems: same pool, each of them planned with its current spec.
+
+    Systems it was made for that are no longer candidates have turned
+    invalid (a deletion changes the pool's inputs otherwise: the pool plans again).
+    """
+    if not state.get("plan") or state.get("pool") != pool_hash:
+        return False
+    planned = json.loads(state.get("systems", "{}"))
+    return all(planned.get(s.ref.key) == spec_hash[s.ref.key] for s in candidates)
+
+
+def stored_pool_plan(state: Mapping[str, str]) -> Plan | None:
+    """The pool's stored plan; None for none or one of an older format (the pool plans again)."""
+    if not state.get("plan") or state.get("format") != str(STATE_FORMAT):
+        return None
+    return Plan.model_validate_json(state["plan"])
+
+
+def reserved_gpus(kept: dict[str, Share]) -> set[tuple[str, int]]:
+    """(node, GPU) held by the last good plans of invalid systems: left out of the solve."""
+    return {(g.node, g.gpu) for share in kept.values() for g in share.gpus}
+
+
+def about(diagnosis: list[str], key: str) -> list[str]:
+    return [line.removeprefix(f"{key}: ") for line in diagnosis]
+
+
+def serves_nothing(plan: Plan, system: str) -> bool:
+    summary = next((s for s in plan.systems if s.system == system), None)
+    return summary is not None and summary.demand_rps > 0 and summary.served_rps <= 0
+
+
+def free_slots(pool: Pool, kept: dict[str, Share]) -> list[tuple[str, int]]:
+    """The pool's GPUs that no kept share holds, in the pool's slot order."""
+    reserved = reserved_gpus(kept)
+    return [(node.name, index) for node, index in pool.slots() if (node.name, index) not in reserved]
+
+
+def owner_key(child: Json) -> str | None:
+    """`namespace/name` of the CompoundInferenceSystem that controls a child."""
+    for owner in child["metadata"].get("ownerReferences") or []:
+        if owner.get("kind") == "CompoundInferenceSystem" and owner.get("controller"):
+            return f"{child['metadata']['namespace']}/{owner['name']}"
+    return None
+
+
+# -- what a system's status says ----------------------------------------------
+
+Verdict = tuple[str, list[st.Condition], Json | None]
+"""(phase, conditions, plan summary or None to keep the last one)."""
+
+
+def no_pool_status(system: SystemObject, pools: list[Pool]) -> Verdict:
+    if not system.valid:
+        return invalid_status(system, st.INVALID_SPEC, system.error or "", kept=False)
+    wanted = system.annotations.get(POOL_ANNOTATION)
+    message = (f"no schedulable nodes of GPU product {wanted!r} (annotation {POOL_ANNOTATION})" if wanted
+               else "no schedulable GPU nodes with GPU feature discovery labels of a product tessera knows")
+    return st.PHASE_PENDING, [
+        st.Condition(st.READY, False, st.NO_GPU_POOL, message),
+        st.Condition(st.PLANNED, False, st.NO_GPU_POOL, message),
+        st.Condition(st.INVALID, False, st.SPEC_VALID, "the spec is valid"),
+    ], None
+
+
+def invalid_status(system: SystemObject, reason: str, message: str, kept: bool) -> Verdict:
+    planned = (st.Condition(st.PLANNED, True, st.LAST_GOOD_PLAN,
+                            "the last good plan keeps running until the spec is fixed or the system deleted")
+               if kept else st.Condition(st.PLANNED, False, reason, "left out of the pool's plan until fixed"))
+    return st.PHASE_INVALID, [
+        st.Condition(st.READY, False, reason, message),
+        planned,
+        st.Condition(st.INVALID, True, reason, message),
+    ], None
+
+
+def system_status(system: SystemObject, outcome: PoolOutcome) -> Verdict:
+    key = system.ref.key
+    kept = any(k.system == key for k in outcome.placement.servers)
+    if not system.valid:
+        return invalid_status(system, st.INVALID_SPEC, system.error or "", kept)
+    if key in outcome.invalid:
+        return invalid_status(system, *outcome.invalid[key], kept)
+    valid = st.Condition(st.INVALID, False, st.SPEC_VALID, "the spec is valid and the planner can use it")
+    plan = outcome.plan
+    if plan is None or not any(s.system == key for s in plan.systems):
+        reason, message = ((st.SOLVE_FAILED, f"the pool's solve failed: {outcome.solve_error}; retrying")
+                           if outcome.solve_error else (st.PLANNING, "planning the pool"))
+        return st.PHASE_PENDING, [st.Condition(st.READY, False, reason, message),
+                                  st.Condition(st.PLANNED, False, reason, message),
+                                  st.Condition(st.PROGRESSING, True, reason, message), valid], None
+
+    gpus = outcome.gpus_of.get(key, [])
+    summary = st.plan_summary(plan, key, gpus=len(gpus), slices=_slices(plan, gpus, key))
+    conditions = [valid, _planned(plan, summary, outcome), _degraded(plan, key, summary),
+                  _profiles_estimated(summary)]
+    mig = _mig_condition(outcome, key)
+    servers = _servers_condition(system, outcome)
+    conditions.append(mig)
+    ready = mig.status and servers.status
+    if ready:
+        conditions.append(st.Condition(st.READY, True, st.SERVERS_READY, servers.message))
+        conditions.append(st.Condition(st.PROGRESSING, False, st.RECONCILED, "the cluster matches the plan"))
+        degraded = not _serves_all(summary)
+        return (st.PHASE_DEGRADED if degraded else st.PHASE_READY), conditions, summary
+    blocker = servers if mig.status else mig
+    conditions.append(st.Condition(st.READY, False, blocker.reason, blocker.message))
+    stuck = blocker.reason in (st.MIG_FAILED, st.NODE_IN_USE)
+    conditions.append(st.Condition(st.PROGRESSING, not stuck, blocker.reason, blocker.message))
+    return st.PHASE_DEPLOYING, conditions, summary
+
+
+def _planned(plan: Plan, summary: Json, outcome: PoolOutcome) -> st.Condition:
+    gap = plan.solver.mip_gap
+    text = (f"{summary['slices']} compute slices on {summary['gpus']} GPU(s) of {plan.gpu}; solver "
+            f"{plan.solver.status}, MIP gap {f'{100 * gap:.2f}%' if math.isfinite(gap) else 'unknown'}")
+    if outcome.solve_error:
+        return st.Condition(st.PLANNED, True, st.LAST_GOOD_PLAN,
+                            f"the last plan keeps running ({text}); the re-plan failed: {outcome.solve_error}")
+    return st.Condition(st.PLANNED, True, st.PLAN_FOUND, text)
+
+
+def _served_fraction(summary: Json) -> float:
+    demand = summary["demandRequestsPerSecond"]
+    return summary["servedRequestsPerSecond"] / demand if demand > 0 else 1.0
+
+
+def _serves_all(summary: Json) -> bool:
+    return _served_fraction(summary) >= 1 - 1e-5
+
+
+def _degraded(plan: Plan, key: str, summary: Json) -> st.Condition:
+    if _serves_all(summary):
+        return st.Condition(st.DEGRADED, False, st.DEMAND_SERVED, "the plan serves all demand within the SLOs")
+    why = "; ".join(line.removeprefix(f"{key}: ") for line in plan.diagnosis if line.startswith(f"{key}:"))
+    return st.Condition(st.DEGRADED, True, st.INSUFFICIENT_CAPACITY,
+                        f"the pool serves {100 * _served_fraction(summary):.0f}% of the demand "
+                        f"({summary['servedRequestsPerSecond']:g} of {summary['demandRequestsPerSecond']:g} "
+                        "requests/s)"
+                        + (f": {why}" if why else "") + "; add GPU nodes to the pool")
+
+
+def _profiles_estimated(summary: Json) -> st.Condition:
+    sources = summary["profileSources"]
+    estimated = sources.get("estimated", 0)
+    if estimated:
+        return st.Condition(st.PROFILES_ESTIMATED, True, st.ESTIMATED,
+                            f"{estimated} of {sum(sources.values())} replicas are planned on the built-in "
+                            "estimate; profiler Jobs (operator --profiler-image) or profiles in the spec replace it")
+    return st.Condition(st.PROFILES_ESTIMATED, False, st.MEASURED_OR_GIVEN, "every replica rests on a "
+                        "measured or given profile")
+
+
+def planned_nodes(pool: Pool, outcome: PoolOutcome) -> dict[str, PlannedNode]:
+    """The plan's nodes for profiling: whether each advertises its planned layout, and the instances servers take."""
+    used: dict[str, dict[str, int]] = {}
+    seen: set[tuple[str, int]] = set()
+    for gpus in outcome.gpus_of.values():
+        for gpu in gpus:
+            if (gpu.node, gpu.gpu) in seen:
+                continue
+            seen.add((gpu.node, gpu.gpu))
+            for instance in gpu.instances:
+                if instance.system:
+                    counts = used.setdefault(gpu.node, {})
+                    counts[instance.mig_profile] = counts.get(instance.mig_profile, 0) + 1
+    found = {}
+    for name, mig in outcome.mig.items():
+        found[name] = PlannedNode(applied=layout_applied(pool, name, mig), used=used.get(name, {}))
+    return found
+
+
+def _mig_condition(outcome: PoolOutcome, key: str) -> st.Condition:
+    nodes = sorted({k.node for k in outcome.placement.servers_of(key)})
+    states = {node: outcome.mig[node] for node in nodes if node in outcome.mig}
+    failed = [n for n, m in states.items() if m.failed]
+    blocked = [n for n, m in states.items() if m.blocked_by and not m.applied]
+    pending = [n for n, m in states.items() if not m.applied]
+    if failed:
+        return st.Condition(st.MIG_LAYOUT_APPLIED, False, st.MIG_FAILED,
+                            f"mig-manager reported failed on {', '.join(failed)}; see its logs on those nodes")
+    if blocked:
+        return st.Condition(st.MIG_LAYOUT_APPLIED, False, st.NODE_IN_USE,
+                            f"nodes {', '.join(blocked)} need a new MIG layout but pods hold their GPUs "
+                            f"(e.g. {outcome.mig[blocked[0]].blocked_by[0]}); re-partitioning serving nodes "
+                            "is not supported yet")
+    if pending:
+        return st.Condition(st.MIG_LAYOUT_APPLIED, False, st.MIG_PENDING,
+                            f"waiting for mig-manager on {len(pending)} of {len(nodes)} node(s): {', '.join(pending[:5])}")
+    return st.Condition(st.MIG_LAYOUT_APPLIED, True, st.MIG_APPLIED,
+                        f"the planned MIG layouts are applied on {len(nodes)} node(s)")
+
+
+def _servers_condition(system: SystemObject, outcome: PoolOutcome) -> st.Condition:
+    wanted = outcome.deployments.get(system.ref.key, [])
+    ready = 0
+    for body in wanted:
+        live = outcome.live.get(("Deployment", body["metadata"]["namespace"], body["metadata"]["name"]))
+        if live is not None and _available(live, body):
+            ready += 1
+    message = f"{ready} of {len(wanted)} model-server Deployments available"
+    if ready == len(wanted):
+        return st.Condition(st.READY, True, st.SERVERS_READY, message)
+    was_ready = any(c.get("type") == st.READY and c.get("status") == "True"
+                    for c in system.status.get("conditions") or [])
+    return st.Condition(st.READY, False, st.SERVERS_UNAVAILABLE if was_ready else st.SERVERS_STARTING, message)
+
+
+def _available(live: Json, body: Json) -> bool:
+    status = live.get("status") or {}
+    replicas = body["spec"]["replicas"]
+    return (builders.applied_hash(live) == builders.applied_hash(body)
+            and (status.get("observedGeneration") or 0) >= (live["metadata"].get("generation") or 0)
+            and (status.get("availableReplicas") or 0) >= replicas
+            and (status.get("updatedReplicas") or 0) >= replicas)
+
+
+def _slices(plan: Plan, gpus: list[PlacedGpu], key: str) -> int:
+    product = gpu_product(plan.gpu)
+    return sum(product.profile(i.mig_profile).compute_slices for g in gpus for i in g.instances if i.system == key)

@@ -1,0 +1,320 @@
+"""The level-triggered reconcile: observe (snapshot.py) -> plan (the solve, here) -> decide (decide.py) -> act (act.py).
+
+One path for create, resume, update, delete and the periodic resync: every
+run reads the whole state it needs back from the cluster (systems, nodes,
+the mig-parted ConfigMap, the pool's stored plan, tessera's children) and
+never assumes a previous step ran. What it writes only where the cluster
+differs from the desired state: an unchanged cluster gets no write.
+
+Per pool, all its systems are solved together. The pool's plan is stored in
+a ConfigMap with the hash of its inputs, so a restarted operator, and a
+resync, reuse it rather than solve again. A failed or timed-out solve keeps
+the stored plan: running servers are never deleted because a solve failed.
+
+MIG (part 1: nodes that serve nothing yet): tessera's configs go into the
+ConfigMap the ClusterPolicy names, under content-addressed names; a node is
+relabelled only once the config has had time to reach mig-manager, in one
+patch that also removes the state label, and its layout counts as applied
+only on a later `success` whose advertised profile counts match the plan.
+Deployments go only onto nodes whose layout is applied.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from tessera.operator import metrics, naming
+from tessera.operator.api import status as st
+from tessera.operator.api.systems import SystemObject
+from tessera.operator.cluster import Cluster, dumps
+from tessera.operator.demand.planning import DemandPlanner
+from tessera.operator.gpus.discovery import Pool
+from tessera.operator.gpus.node_plans import Share, place, placed_gpus, share_of
+from tessera.operator.gpus.planner_input import MigConfigs, planner_pool
+from tessera.operator.profiling.in_cluster import Profiling
+from tessera.operator.reconcile.act import Actor
+from tessera.operator.reconcile.actions import DeletePlan, StorePlan
+from tessera.operator.reconcile.snapshot import observe
+from tessera.operator.reconcile.decide import (STATE_FORMAT, PoolOutcome, about, serves_nothing, assign_to_pools,
+                                               decide_children, decide_mig_configs, decide_relabels, decide_status,
+                                               desired_mig, free_slots, live_children, no_pool_status,
+                                               nodes_to_relabel, planned_children, planned_nodes, profiling_mig,
+                                               reserved_gpus, stored_plan_stands, stored_pool_plan, system_status,
+                                               frontend_status)
+from tessera.operator.settings import OperatorSettings
+from tessera.operator.testhooks import checkpoint
+from tessera.planner.contract import (
+    Infeasible, InvalidInput, Planned, PlannerFailed, PlanRequest, SystemInput, TimeLimit,
+)
+from tessera.planner.nodes import NodePool
+from tessera.planner.plan import InstancePlan, Plan
+from tessera.planner.worker import SolveCancelled, SolveHandle, start_solve
+
+log = logging.getLogger("tessera.operator")
+SOLVE_POLL_S = 0.05
+Outcome = Planned | TimeLimit | Infeasible | InvalidInput | PlannerFailed
+
+
+@dataclass
+class ReconcileResult:
+    requeue_after: float | None
+    writes: int
+
+
+class Reconciler:
+    def __init__(self, cluster: Cluster, settings: OperatorSettings) -> None:
+        self.cluster = cluster
+        self.settings = settings
+        self.cancel = threading.Event()
+        self.actor = Actor(cluster)
+        self.profiling = Profiling(cluster, settings)
+        self.demand = DemandPlanner(settings.demand)
+
+    # -- the whole cluster -----------------------------------------------------
+    def reconcile(self) -> ReconcileResult:
+        writes_before = self.cluster.writes
+        self.cancel.clear()  # a trigger from here on means this reconcile read a world that no longer is
+        seen = observe(self.cluster, self.settings, self.demand)
+        systems, pools, children, configs = list(seen.systems), list(seen.pools), list(seen.children), seen.mig_configs
+        members = assign_to_pools(systems, pools)
+        self.profiling.collect()
+        outcomes = {}
+        for pool in pools:
+            outcome = outcomes[pool.key] = PoolOutcome()
+            self.profiling.prepare(pool, members.get(pool.key, []))
+            self.plan_pool(pool, members.get(pool.key, []), outcome, configs, seen.pool_states[pool.key])
+            outcome.mig = desired_mig(pool, outcome.placement)
+            for node_name, node_plan in self.profiling.launch(pool, outcome.plan, members.get(pool.key, []),
+                                                              self.settings.planner.batches,
+                                                              planned_nodes(pool, outcome)).items():
+                mig = profiling_mig(pool, node_name, node_plan)
+                if mig is not None:
+                    outcome.mig[node_name] = mig
+        # One ConfigMap serves every pool: its configs are decided for all pools at once.
+        wanted = {mig.config: mig.entries for outcome in outcomes.values() for mig in outcome.mig.values()}
+        write, written = decide_mig_configs(wanted, self.settings.gpu_operator_namespace, seen.mig_configmap,
+                                            seen.configmap, set(seen.configs_in_use), time.time())
+        if write is not None:
+            self.actor.apply([write])
+        requeue: list[float] = []
+        for pool in pools:
+            outcome = outcomes[pool.key]
+            self.relabel_nodes(pool, outcome, written)
+            self.reconcile_children(pool, members.get(pool.key, []), children, outcome)
+            for system in members.get(pool.key, []):
+                phase, conditions, summary = system_status(system, outcome)
+                profiled = self.profiling.condition(system, pool) if summary is not None else []
+                self.write_status(system, *self.demand.decorate(system, phase, conditions + profiled, summary))
+            metrics.record_pool(pool.key, outcome.plan, pool.gpus, [
+                layout for node, node_plan in outcome.placement.nodes.items()
+                if outcome.mig.get(node) and outcome.mig[node].applied for layout in node_plan.layouts.values()])
+            if outcome.requeue_after is not None:
+                requeue.append(outcome.requeue_after)
+        for system in members.get(None, []):
+            self.write_status(system, *no_pool_status(system, pools))
+        if self.demand.watching(systems):
+            requeue.append(self.settings.demand.poll_s)
+        return ReconcileResult(min(requeue, default=None), self.cluster.writes - writes_before)
+
+    # -- one pool's plan ---------------------------------------------------------
+    def plan_pool(self, pool: Pool, systems: list[SystemObject], outcome: PoolOutcome, configs: MigConfigs,
+                  state: Mapping[str, str]) -> None:
+        """The pool's plan: the stored one while its inputs are unchanged, else a new solve."""
+        stored_plan = stored_pool_plan(state)
+        kept = {k: Share.model_validate(v) for k, v in json.loads(state.get("kept", "{}")).items()}
+        known_invalid = json.loads(state.get("invalid", "{}"))
+        previous_gpus = placed_gpus(stored_plan) if stored_plan else []
+
+        spec_hash = {s.ref.key: naming.digest(s.spec.model_dump(mode="json")) for s in systems if s.spec is not None}
+        invalid = {key: (entry["reason"], entry["message"]) for key, entry in known_invalid.items()
+                   if spec_hash.get(key) == entry["hash"]}
+        candidates = [s for s in systems if s.valid and s.ref.key not in invalid]
+
+        def keep_last_good(keys: set[str]) -> None:
+            """Systems left out keep their last good share; systems fixed or deleted give theirs back."""
+            for key in keys - kept.keys():
+                if stored_plan and any(t.system == key for t in stored_plan.tasks):
+                    kept[key] = share_of(key, stored_plan.tasks, previous_gpus)
+            for key in set(kept) - keys:
+                del kept[key]
+
+        keep_last_good({s.ref.key for s in systems} - {s.ref.key for s in candidates})
+        plan = stored_plan
+        if not candidates and not kept:
+            plan = None
+            if state:
+                self.actor.apply([DeletePlan(pool.key, reason="no system plans on the pool any more")])
+        elif state.get("inputs") != self.inputs_hash(pool, candidates, spec_hash, kept):
+            while candidates:
+                if stored_plan_stands(state, self.pool_hash(pool), candidates, spec_hash):
+                    plan = stored_plan  # only systems that turned invalid left it
+                    break
+                node_pool = planner_pool(pool, configs, reserved=reserved_gpus(kept))
+                plan, found = self.solve(pool.key, candidates, node_pool, stored_plan, outcome)
+                if not found:
+                    break
+                invalid.update(found)  # left out, with their last good share: solve again without them
+                candidates = [s for s in candidates if s.ref.key not in found]
+                keep_last_good({s.ref.key for s in systems} - {s.ref.key for s in candidates})
+            if outcome.solve_error is not None:
+                plan = stored_plan  # a failed solve keeps what runs
+            else:
+                if not candidates:
+                    plan = None
+                checkpoint("after-solve")
+                self.actor.apply([StorePlan(pool.key, reason="the pool's inputs changed", data={
+                    "inputs": self.inputs_hash(pool, candidates, spec_hash, kept),
+                    "pool": self.pool_hash(pool),
+                    "systems": dumps({s.ref.key: spec_hash[s.ref.key] for s in candidates}),
+                    "plan": plan.model_dump_json() if plan else "",
+                    "format": str(STATE_FORMAT),
+                    "kept": dumps({k: v.model_dump(mode="json") for k, v in kept.items()}),
+                    "invalid": dumps({key: {"hash": spec_hash[key], "reason": reason, "message": message}
+                                      for key, (reason, message) in invalid.items() if key in spec_hash}),
+                })])
+        outcome.plan, outcome.invalid = plan, invalid
+        node_names = {n.name for n in pool.nodes}
+        planned_for = {s.ref.key for s in candidates}
+        gpus = [g for g in (placed_gpus(plan) if plan else []) if g.node in node_names]
+        # Kept shares hold the instances of systems the plan was also made for (a plan that still stands).
+        gpus = [g.model_copy(update={"instances": [i if i.system in planned_for else InstancePlan(mig_profile=i.mig_profile)
+                                                   for i in g.instances]}) for g in gpus]
+        gpus += [g for share in kept.values() for g in share.gpus if g.node in node_names]
+        tasks = [t for t in (plan.tasks if plan else []) if t.system in planned_for]
+        tasks += [t for share in kept.values() for t in share.tasks]
+        outcome.placement = place(gpus, tasks, {n.name: n.gpu_count for n in pool.nodes})
+        for gpu in gpus:
+            for system in {i.system for i in gpu.instances if i.system}:
+                outcome.gpus_of.setdefault(system, []).append(gpu)
+
+    def pool_hash(self, pool: Pool) -> str:
+        return naming.digest({"format": STATE_FORMAT, "gpu": pool.gpu.name, "slots": [(n.name, i) for n, i in pool.slots()],
+                              "options": self.settings.planner.model_dump(mode="json"),
+                              "measured": self.profiling.digest(pool.key)})
+
+    def inputs_hash(self, pool: Pool, candidates: list[SystemObject], spec_hash: dict[str, str],
+                    kept: dict[str, Share]) -> str:
+        """Everything the plan depends on: equal hash, the stored plan stands."""
+        return naming.digest({
+            "format": STATE_FORMAT, "gpu": pool.gpu.name, "free": free_slots(pool, kept),
+            "systems": sorted((s.ref.key, spec_hash[s.ref.key]) for s in candidates),
+            "options": self.settings.planner.model_dump(mode="json"), "measured": self.profiling.digest(pool.key)})
+
+    def solve(self, pool_key: str, candidates: list[SystemObject], node_pool: NodePool, current: Plan | None,
+              outcome: PoolOutcome) -> tuple[Plan | None, dict[str, tuple[str, str]]]:
+        """(the plan, {}) or (None, the systems the planner cannot use); failures go to `outcome.solve_error`.
+
+        The planner serves as much demand as it can, so a system whose SLO no
+        choice reaches may still get a plan, serving nothing; it is
+        unplannable (Invalid) only when it serves nothing even alone on the
+        pool, else the pool is too small (Degraded). A time limit with a
+        checked plan is a plan; one without, or a planner failure, keeps
+        what runs and retries.
+        """
+        resized = self.demand.replicas_only(current, candidates, node_pool, self.settings.planner,
+                                            self.profiling.store(pool_key))
+        if resized is not None:
+            return resized, {}
+        result = self.run_solver(pool_key, candidates, node_pool, current)
+        if isinstance(result, (Planned, TimeLimit, Infeasible)) and result.plan is not None:
+            starved = [s for s in candidates if serves_nothing(result.plan, s.ref.key)]
+            culprits = self.find_unplannable(pool_key, starved, node_pool) if starved else {}
+            return (None, culprits) if culprits else (result.plan, {})
+        if isinstance(result, InvalidInput):
+            # The system the planner names is checked alone first: in a joint solve one spec's bad profile
+            # can surface under another system's name, and no good system may be held back by a bad one.
+            named = [s for s in candidates if s.ref.key == result.system]
+            culprits = self.find_unplannable(pool_key, named, node_pool) if named else {}
+            if culprits:
+                return None, culprits
+        if isinstance(result, (Infeasible, InvalidInput)):
+            culprits = self.find_unplannable(pool_key, candidates, node_pool)
+            if culprits:
+                return None, culprits
+        outcome.solve_error = result.reason if not isinstance(result, Planned) else "no plan"
+        return None, {}
+
+    def find_unplannable(self, pool_key: str, systems: list[SystemObject],
+                         node_pool: NodePool) -> dict[str, tuple[str, str]]:
+        """Each system alone on the pool: those the planner refuses or that serve nothing, with the planner's why."""
+        found = {}
+        for system in systems:
+            key = system.ref.key
+            result = self.run_solver(pool_key, [system], node_pool, None)
+            if isinstance(result, InvalidInput):
+                found[key] = (st.INVALID_SPEC, result.reason)
+            elif isinstance(result, Infeasible) and result.plan is None:
+                found[key] = (st.SLO_UNREACHABLE, "; ".join([result.reason, *about(result.diagnosis, key)]))
+            elif isinstance(result, (Planned, TimeLimit, Infeasible)) and result.plan is not None \
+                    and serves_nothing(result.plan, key):
+                found[key] = (st.SLO_UNREACHABLE, "; ".join(about(result.plan.diagnosis, key))
+                              or "no choice meets the SLOs")
+        return found
+
+    def run_solver(self, pool_key: str, systems: list[SystemObject], node_pool: NodePool,
+                   current: Plan | None) -> Outcome:
+        """One solve in the planner's worker process; the reconcile thread waits, a trigger cancels it."""
+        request = PlanRequest(
+            systems=[SystemInput(namespace=s.ref.namespace, name=s.ref.name, spec=s.spec) for s in systems],
+            pool=node_pool, options=self.settings.planner, current=current,
+            measured=self.profiling.store(pool_key))
+        started = time.perf_counter()
+        with metrics.SOLVE_SECONDS.labels(pool_key).time():
+            handle = start_solve(request, memory_limit_mb=self.settings.solve_memory_mb)
+            try:
+                result = self._wait(handle)
+            finally:
+                if not handle.done():
+                    handle.cancel()
+        plannable = sum(len(n.plannable_devices()) for n in node_pool.nodes)
+        log.info("pool %s: solve of %d system(s) on %d GPUs: %s %s (%.1f s)", pool_key, len(systems), plannable,
+                 result.kind, getattr(result, "reason", ""), time.perf_counter() - started)
+        return result
+
+    def _wait(self, handle: SolveHandle) -> Outcome:
+        while True:
+            if self.cancel.is_set():
+                handle.cancel()
+                raise SolveCancelled("inputs changed during the solve")
+            checkpoint("mid-solve")
+            try:
+                outcome: Outcome = handle.result(timeout=SOLVE_POLL_S)
+            except TimeoutError:
+                continue
+            return outcome
+
+    # -- MIG -------------------------------------------------------------------
+    def relabel_nodes(self, pool: Pool, outcome: PoolOutcome, written: dict[str, float]) -> None:
+        """Reads the GPU pods of the nodes to re-partition, decides the relabels, applies them."""
+        gpu_pods = {name: self.cluster.gpu_pods_on(name) for name in nodes_to_relabel(pool, outcome.mig)}
+        outcome.mig, relabels, requeue = decide_relabels(pool, outcome.mig, written, gpu_pods, time.time(),
+                                                         self.settings.mig_config_propagation_s,
+                                                         self.settings.mig_poll_s)
+        self.actor.apply(list(relabels))
+        if outcome.requeue_after is not None:
+            requeue.append(outcome.requeue_after)
+        outcome.requeue_after = min(requeue, default=None)
+
+    # -- Deployments and Services ---------------------------------------------
+    def reconcile_children(self, pool: Pool, systems: list[SystemObject], children: list[dict[str, object]],
+                           outcome: PoolOutcome) -> None:
+        planned, outcome.deployments = planned_children(pool, systems, outcome, self.settings,
+                                                        self.profiling.store(pool.key))
+        outcome.live = live_children(children, systems)
+        self.actor.apply(decide_children(planned, systems, outcome.live, outcome))
+
+    # -- status ----------------------------------------------------------------
+    def write_status(self, system: SystemObject, phase: str, conditions: list[st.Condition],
+                     summary: dict[str, object] | None) -> None:
+        now = st.now_rfc3339()
+        new = st.build_status(system.ref.generation, phase, conditions, summary, system.status, now,
+                              self.demand.status_of(system, conditions), frontend_status(system, self.settings))
+        self.actor.apply(decide_status(system, new, now))
+
+
+

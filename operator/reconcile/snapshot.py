@@ -1,0 +1,60 @@
+"""Observe: what one reconcile reads of the cluster, as one immutable value, before anything is decided.
+
+The systems (with the demand hysteresis decided from Prometheus), the GPU
+pools from the nodes' labels, tessera's children, the mig-parted ConfigMap
+and the configs any node names, and each pool's stored plan. Two reads stay
+with their decision, because what they read depends on it: the solver's
+outcome (the reconciler runs the solve), and the GPU pods of the nodes a plan
+would re-partition (`decide.nodes_to_relabel`). Profiling reads its own
+Jobs and results (profiling/in_cluster.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from tessera.operator import naming
+from tessera.operator.api.systems import SystemObject, read_system
+from tessera.operator.cluster import Cluster
+from tessera.operator.demand.planning import DemandPlanner
+from tessera.operator.gpus.discovery import Pool, group_pools, node_facts
+from tessera.operator.gpus.planner_input import MigConfigs, mig_configs
+from tessera.operator.reconcile import builders
+from tessera.operator.reconcile.actions import Json
+from tessera.operator.settings import OperatorSettings
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    systems: tuple[SystemObject, ...]
+    pools: tuple[Pool, ...]
+    children: tuple[Json, ...]
+    mig_configmap: str
+    """The name of the mig-parted ConfigMap tessera writes (the ClusterPolicy's, or --mig-configmap)."""
+    configmap: Json | None
+    configs_in_use: frozenset[str]
+    """The MIG configs any node of the cluster names (also nodes outside tessera's selector)."""
+    pool_states: Mapping[str, Mapping[str, str]]
+    """Pool key -> its stored plan ConfigMap's data (empty: none stored)."""
+
+    @property
+    def mig_configs(self) -> MigConfigs:
+        """Every known config: NVIDIA's defaults (all-disabled: a fresh node) mean the same in every mig-parted
+        file, even one not written yet, then the ConfigMap's."""
+        text = ((self.configmap or {}).get("data") or {}).get(builders.MIG_PARTED_KEY)
+        return {**builders.NVIDIA_DEFAULT_CONFIGS, **mig_configs(text)}
+
+
+def observe(cluster: Cluster, settings: OperatorSettings, demand: DemandPlanner) -> Snapshot:
+    systems = [read_system(obj) for obj in cluster.list_systems()]
+    facts = [f for f in (node_facts(n, naming.MIG_CONFIG_REQUESTED) for n in cluster.list_nodes()) if f]
+    pools, _unknown = group_pools(facts)
+    children = cluster.list_children()
+    systems = demand.apply(systems, children)
+    mig_configmap = cluster.mig_configmap_name()
+    return Snapshot(
+        systems=tuple(systems), pools=tuple(pools), children=tuple(children), mig_configmap=mig_configmap,
+        configmap=cluster.read_configmap(settings.gpu_operator_namespace, mig_configmap),
+        configs_in_use=frozenset(cluster.mig_configs_in_use()),
+        pool_states={pool.key: cluster.read_pool_state(pool.key) for pool in pools})
