@@ -7,6 +7,7 @@ from collections.abc import Callable
 from pydantic import BaseModel, Field
 
 from tessera.planner.features import Features, all_feature_sets
+from tessera.planner.input_files import InputError, quote
 from tessera.planner.model import Pool, SystemSpec
 from tessera.planner.plan import SolverReport
 from tessera.planner.profiles import ProfileStore
@@ -87,7 +88,17 @@ def capacity(
     A system that no demand can be served for under a subset (its SLOs are
     out of reach, say without task budgeting) is reported as such and left
     out of that subset's common scale; ratios compare total demand served.
+
+    A system whose demand is zero is refused (``InputError`` naming the
+    field): its share of the common scale is zero whatever the pool, so any
+    figure printed for it would be no capacity at all.
     """
+    for system in systems:
+        if system.demand_rps <= 0:
+            raise InputError(
+                f"system {quote(system.name)}: spec.demandRequestsPerSecond: {system.demand_rps:g} req/s; capacity "
+                f"scales every system's demand by one common factor, so each needs a demand above 0 (its share of "
+                f"the load; for a system alone any value gives the same capacity)", system=system.name)
     rows = []
     for features in feature_sets or all_feature_sets():
         rows.append(_capacity_row(systems, pool, store, features, options))

@@ -20,10 +20,11 @@ import io
 from dataclasses import dataclass
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from tessera.planner.catalog import GpuProduct, MigProfile, gpu_product
 from tessera.planner.input_files import InputError, csv_records, validate
+from tessera.planner.model import Name
 from tessera.planner.profiles import Profile, ProfileSource, ProfileStore, SegmentType
 
 PARVAGPU_GPU = "A100-80GB"
@@ -130,7 +131,7 @@ class ProfileRow(BaseModel):
 
     model_config = ConfigDict(populate_by_name=True, serialize_by_alias=True, allow_inf_nan=False, frozen=True)
 
-    variant: str = Field(min_length=1, max_length=63, description="Variant name.")
+    variant: Name = Field(description="Variant name, a DNS-1035 label as in the spec (it names the ConfigMap it is imported into).")
     image: str = Field(default="", max_length=512, description="The variant's image the profile was measured with.")
     image_digest: str = Field(default="", alias="imageDigest", pattern=r"^(sha256:[0-9a-f]{64})?$",
                               description="That image's sha256 digest, which the profile is keyed by; empty if unknown.")
@@ -142,6 +143,32 @@ class ProfileRow(BaseModel):
     p99_ms: float = Field(alias="latencyP99Milliseconds", gt=0, le=3_600_000, description="p99 batch latency, ms.")
     throughput_rps: float = Field(alias="throughputRequestsPerSecond", gt=0, le=1e7,
                                   description="Requests/s of the whole segment.")
+
+    @field_validator("gpu")
+    @classmethod
+    def _known_gpu(cls, gpu: str) -> str:
+        try:
+            return gpu_product(gpu).name
+        except KeyError as error:
+            raise ValueError(error.args[0]) from None
+
+    @field_validator("mig_profile")
+    @classmethod
+    def _known_mig_profile(cls, mig_profile: str, info: ValidationInfo) -> str:
+        if "gpu" in info.data:  # else the GPU is refused already
+            try:
+                gpu_product(info.data["gpu"]).profile(mig_profile)
+            except KeyError as error:
+                raise ValueError(error.args[0]) from None
+        return mig_profile
+
+    @field_validator("p99_ms")
+    @classmethod
+    def _p99_not_below_p50(cls, p99_ms: float, info: ValidationInfo) -> float:
+        p50_ms = info.data.get("p50_ms")
+        if p50_ms is not None and p99_ms < p50_ms:
+            raise ValueError(f"{p99_ms:g} ms is below latencyP50Milliseconds {p50_ms:g} ms; a p99 is at least the median")
+        return p99_ms
 
 
 PROFILE_COLUMNS = tuple(field.alias or name for name, field in ProfileRow.model_fields.items())
@@ -171,9 +198,7 @@ def profile_rows_csv(rows: list[ProfileRow]) -> str:
 
 def measured_rows_of(rows: list[ProfileRow]) -> list[MeasuredRow]:
     """The table's rows in the store's units (p99 latency); rows of one key: the last one counts."""
-    for row in rows:
-        gpu_product(row.gpu).profile(row.mig_profile)  # a GPU or profile the catalog lacks is refused here
-    return [MeasuredRow(variant=row.variant, segment=SegmentType(gpu=gpu_product(row.gpu).name,
+    return [MeasuredRow(variant=row.variant, segment=SegmentType(gpu=row.gpu,
                                                                   mig_profile=row.mig_profile, mps=row.mps),
                         batch=row.batch, latency_ms=row.p99_ms, throughput_rps=row.throughput_rps) for row in rows]
 

@@ -54,6 +54,10 @@ class OutputFile(click.Path):
         return path
 
 
+SEED = BoundedInt(0, 2**32 - 1)  # what numpy's generators take: a negative seed is their ValueError
+WORKERS = BoundedInt(1, 64)  # processes running simulations; each holds the twin and a workload
+
+
 def field_range(model: type[BaseModel], name: str) -> click.ParamType:
     """The option type of a settings field: its bounds are the field's (ge/gt/le/lt), so flag and model agree."""
     field = model.model_fields[name]

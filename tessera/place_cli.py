@@ -16,20 +16,23 @@ from rich.table import Table
 from rich.text import Text
 
 from tessera import exit_codes
+from tessera.options import SEED, WORKERS
+from tessera.planner.input_files import quote
 from tessera.planner.placement import (BASELINES, Placement, PlacementReport, Replacement, ServerPlacement,
                                        plan_placement)
-from tessera.planner.placement.pool_file import load_previous_placement, load_problem
+from tessera.planner.placement.pool_file import PoolFileError, load_previous_placement, load_problem
+from tessera.planner.placement.twin_check import TwinCheckTooLarge
 
 
 @click.command("place")
 @click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--output", type=click.Choice(["table", "yaml", "json"]), default="table", show_default=True)
 @click.option("--no-twin", is_flag=True, help="Skip the twin check (one simulated hour per server, ~1-5 s each).")
-@click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True,
+@click.option("--workers", type=WORKERS, default=1, show_default=True,
               help="Processes running twin checks.")
 @click.option("--baselines", default=",".join(BASELINES), show_default=True,
               help="Comma-separated baselines placed and checked beside tessera ('' for none).")
-@click.option("--seed", default=0, show_default=True, help="Seed of the twin's request streams and the random baseline.")
+@click.option("--seed", type=SEED, default=0, show_default=True, help="Seed of the twin's request streams and the random baseline.")
 @click.option("--previous", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="An earlier `tessera place --output json|yaml`: re-place against it, moving as few adapters as possible.")
 def place(file: Path, output: str, no_twin: bool, workers: int, baselines: str, seed: int,
@@ -41,7 +44,7 @@ def place(file: Path, output: str, no_twin: bool, workers: int, baselines: str, 
     chosen = tuple(b for b in baselines.split(",") if b)
     unknown = set(chosen) - set(BASELINES)
     if unknown:
-        raise click.BadParameter(f"unknown baselines {sorted(unknown)}; known: {', '.join(BASELINES)}",
+        raise click.BadParameter(f"unknown baselines {quote(sorted(unknown))}; known: {', '.join(BASELINES)}",
                                  param_hint="--baselines")
     console = Console(stderr=output != "table")
     if not console.is_terminal:
@@ -49,9 +52,15 @@ def place(file: Path, output: str, no_twin: bool, workers: int, baselines: str, 
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=Console(stderr=True), transient=True, disable=no_twin) as progress:
         bar = progress.add_task("twin check", total=None)
-        report = plan_placement(problem, twin_check=not no_twin, baselines=chosen, workers=workers, seed=seed,
-                                previous=earlier, progress=lambda strategy, done, total: progress.update(
-                                    bar, completed=done, total=total, description=f"twin check ({strategy})"))
+        try:
+            report = plan_placement(problem, twin_check=not no_twin, baselines=chosen, workers=workers, seed=seed,
+                                    previous=earlier, progress=lambda strategy, done, total: progress.update(
+                                        bar, completed=done, total=total, description=f"twin check ({strategy})"))
+        except TwinCheckTooLarge as error:
+            index = [a.name for a in problem.adapters].index(error.adapter)
+            baseline = f", leave out the {error.strategy} baseline (--baselines)" if error.strategy != "tessera" else ""
+            raise PoolFileError(f"{file}: spec.adapters[{index}].expectedRequestsPerSecond: {error}: lower the rate"
+                                f"{baseline} or skip the check (--no-twin)") from None
     if output == "table":
         console.print(Group(servers_table(report.placement), comparison_table(report)))
         for placement in (report.placement, *report.baselines):

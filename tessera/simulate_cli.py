@@ -49,14 +49,12 @@ def _trace(value: str, duration_s: float) -> RateTrace:
               show_default=True, help="per-connection: kube-proxy; random: per request (the optimistic bound).")
 @click.option("--batcher", type=click.Choice([b.value for b in Batcher]), default=Policies().batcher.value,
               show_default=True, help="when-free: Triton's dynamic batcher; timer: MLServer's adaptive batching.")
-@click.option("--connections", type=BoundedInt(1, 10_000), default=Policies().connections, show_default=True,
-              help="Client connections to each task's Service (per-connection balancing).")
 @click.option("--spread", type=FiniteFloat(1, 100), default=Policies().p99_over_p50, show_default=True,
               help="Batch latency p99/p50 (lognormal).")
 @click.option("--seed", type=BoundedInt(0, 2**32 - 1), default=0, show_default=True)
 @click.option("--png", type=OutputFile(), default=Path("simulation.png"),
               show_default=True, help="Where to write the plot.")
-def simulate(files, gpu, gpus, measured, trace_name, duration, features, plan_for, balancing, batcher, connections,
+def simulate(files, gpu, gpus, measured, trace_name, duration, features, plan_for, balancing, batcher,
              spread, seed, png, **planner) -> None:
     """Plan systems (YAML FILES; the built-in examples when none), then simulate the plan under a trace.
 
@@ -80,7 +78,7 @@ def simulate(files, gpu, gpus, measured, trace_name, duration, features, plan_fo
     options = take_planner_options(planner)
     with _naming_files(origins):
         store = _store(systems, gpu, measured, options)
-    policies = Policies(balancing=Balancing(balancing), batcher=Batcher(batcher), connections=connections,
+    policies = Policies(balancing=Balancing(balancing), batcher=Batcher(batcher), connections=options.connections,
                         p99_over_p50=spread, seed=seed)
     console = _console(False)
     try:

@@ -15,13 +15,11 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
-from tessera.options import BoundedInt, FiniteFloat, OutputFile
+from tessera.options import SEED, WORKERS, BoundedInt, FiniteFloat, OutputFile
 from tessera.planner.input_files import InputError
 from tessera.planner.twin.kernel import KernelUnavailable
 from tessera.planner.twin.sim import OUTSTANDING_REQUEST_CAP, STARVATION_RATIO
 
-SEED = BoundedInt(0, 2**32 - 1)
-WORKERS = BoundedInt(1, 64)
 console = Console(width=None if sys.stdout.isatty() else 150)
 
 
@@ -79,7 +77,7 @@ def run_cmd(file: Path, seed: int, png: Path | None, json_out: Path | None) -> N
     spec = load_workload_file(file)
     w = spec.workload()
     prof = _profile_of(spec, file)
-    cfg = ServerConfig(max_loras=spec.max_loras, max_rank=spec.max_rank, outstanding_cap=spec.outstanding_cap,
+    cfg = ServerConfig(max_loras=spec.max_loras, max_rank=spec.server_max_rank(), outstanding_cap=spec.outstanding_cap,
                        max_num_seqs=spec.max_num_seqs, max_num_batched_tokens=spec.max_num_batched_tokens)
     with _progress() as prog:
         # the bar counts simulated seconds, updated while the kernel runs
@@ -141,7 +139,7 @@ def predict_cmd(file: Path, with_twin: bool) -> None:
     w = spec.workload()
     prof = _profile_of(spec, file)
     a_max = spec.max_loras
-    max_rank = spec.max_rank or w.max_rank
+    max_rank = spec.server_max_rank()
     table = Table(title=f"{prof.model}: {w.n_adapters} adapters, A_max={a_max}, max rank {max_rank}")
     table.add_column("")
     table.add_column("predictors", justify="right")

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import socket
 
+import pytest
 import yaml
 from click.testing import CliRunner
 
@@ -105,3 +107,61 @@ def test_export_and_import_carry_the_image_digest_results_are_keyed_by(tmp_path)
                             "resnet50,example.org/resnet50:1,H100-80GB,1g.10gb,1,1,1,2,100\n")
     keys = {e.target.image: pf.result_identity(e.target)[1] for e in entries_of_rows(read_profiles_csv(old))}
     assert keys == {f"example.org/resnet50@{digest}": digest, "example.org/resnet50:1": "ref:example.org/resnet50:1"}
+
+
+HEADER = ("variant,image,gpuProduct,migProfile,mpsDegree,batchSize,latencyP50Milliseconds,"
+          "latencyP99Milliseconds,throughputRequestsPerSecond")
+
+
+def _kubeconfig(tmp_path, port: int) -> str:
+    path = tmp_path / "kubeconfig"
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "c", "cluster": {"server": f"https://127.0.0.1:{port}", "insecure-skip-tls-verify": True}}],
+        "users": [{"name": "u", "user": {"token": "t"}}],
+        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}]}))
+    return str(path)
+
+
+@pytest.mark.parametrize("row, field", [
+    ("resnet50,,H9000,1g.10gb,1,1,1,2,100", "gpuProduct"),
+    ("resnet50,,H100-80GB,9g.99gb,1,1,1,2,100", "migProfile"),
+    ("resnet50,,H100-80GB,1g.10gb,1,1,3,2,100", "latencyP99Milliseconds"),
+], ids=["unknown-gpu", "unknown-mig-profile", "p50-above-p99"])
+def test_import_refuses_a_malformed_row_before_contacting_the_cluster(tmp_path, row, field):
+    path = tmp_path / "profiles.csv"
+    path.write_text(f"{HEADER}\nresnet50,,H100-80GB,1g.10gb,1,1,1,2,100\n{row}\n")
+    with socket.create_server(("127.0.0.1", 0)) as server:  # a cluster that would see any connection
+        server.settimeout(0.2)
+        result = CliRunner().invoke(main, ["profiles", "import", str(path), "--kubeconfig",
+                                           _kubeconfig(tmp_path, server.getsockname()[1])])
+        with pytest.raises(TimeoutError):
+            server.accept()
+    assert result.exit_code == BAD_INPUT
+    assert f"{path}:3: {field}" in result.output
+
+
+@pytest.mark.parametrize("command", [["import", "profiles.csv"], ["export"]], ids=["import", "export"])
+def test_an_unreachable_cluster_is_one_line_naming_it(tmp_path, monkeypatch, command):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "profiles.csv").write_text(f"{HEADER}\nresnet50,,H100-80GB,1g.10gb,1,1,1,2,100\n")
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        port = server.getsockname()[1]  # closed when the block ends: nothing listens there
+    kubeconfig = _kubeconfig(tmp_path, port)
+    result = CliRunner().invoke(main, ["profiles", *command, "--kubeconfig", kubeconfig])
+    assert result.exit_code == 1, result.output
+    (line,) = result.output.strip().splitlines()
+    assert line.startswith(f"Error: cannot reach the cluster of {kubeconfig}: ") and "Connection refused" in line
+
+
+@pytest.mark.parametrize("text, words", [
+    ("- a\n- b\n", "expected a Kubernetes object or List (a mapping), got a list"),
+    ("kind: List\nitems: {a: 1}\n", "items: expected a list of objects"),
+    ("kind: List\nitems: [7, [1], {kind: ConfigMap, metadata: [x]}]\n", "no tessera profiles ConfigMap"),
+], ids=["list-document", "items-mapping", "odd-items"])
+def test_export_from_a_file_that_holds_no_configmaps_is_bad_input_naming_it(tmp_path, text, words):
+    path = tmp_path / "configmaps.yaml"
+    path.write_text(text)
+    result = CliRunner().invoke(main, ["profiles", "export", "--from-file", str(path)])
+    assert result.exit_code == BAD_INPUT, result.output
+    assert f"{path}: {words}" in result.output

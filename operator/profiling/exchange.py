@@ -19,14 +19,13 @@ reference itself, as a result whose digest nobody reported.
 from __future__ import annotations
 
 from pathlib import Path
-
-import yaml
+from typing import Any
 
 from tessera.operator.profiling import jobs as pf
 from tessera.operator.profiling.jobs import Obj
 from tessera.operator.cluster import Cluster
 from tessera.operator.profiling.in_cluster import PROFILES_SELECTOR
-from tessera.planner.input_files import InputError, read_text
+from tessera.planner.input_files import InputError, parse_yaml_documents, quote, read_text, validate
 from tessera.planner.measured import ProfileRow
 from tessera.profiler.results import MAX_BATCHES, Point, SweepResult, Target
 
@@ -35,11 +34,14 @@ MAX_CONFIGMAP_FILE_BYTES = 64 * 1024 * 1024
 
 
 def rows_of(entries: list[pf.StoredResult]) -> list[ProfileRow]:
-    """Every measured point of these entries, as the planner's rows, sorted."""
-    rows = [ProfileRow(variant=entry.target.variant, image=entry.target.image,
-                       image_digest=entry.target.image_digest, gpu=entry.target.gpu,
-                       mig_profile=entry.target.mig_profile, mps=entry.target.mps, batch=point.batch,
-                       p50_ms=point.p50_ms, p99_ms=point.p99_ms, throughput_rps=point.throughput_rps)
+    """Every measured point of these entries, as the planner's rows, sorted; a point the planner would
+    refuse (a GPU or MIG profile its catalog lacks, p99 below p50) is refused naming its entry."""
+    rows = [validate(ProfileRow, {
+        "variant": entry.target.variant, "image": entry.target.image, "image_digest": entry.target.image_digest,
+        "gpu": entry.target.gpu, "mig_profile": entry.target.mig_profile, "mps": entry.target.mps,
+        "batch": point.batch, "p50_ms": point.p50_ms, "p99_ms": point.p99_ms, "throughput_rps": point.throughput_rps,
+    }, f"stored result of {quote(entry.target.variant)} on {quote(entry.target.gpu)} {quote(entry.target.mig_profile)} "
+       f"x{entry.target.mps}, batch {point.batch}")
             for entry in entries if entry.result is not None for point in entry.result.points]
     return sorted(rows, key=lambda r: (r.variant, r.image_digest, r.image, r.gpu, r.mig_profile, r.mps, r.batch))
 
@@ -66,19 +68,33 @@ def entries_of_rows(rows: list[ProfileRow]) -> list[pf.StoredResult]:
 def configmaps_in_file(path: Path) -> list[Obj]:
     """tessera's profiles ConfigMaps in a YAML file (one object, a List, or several documents)."""
     found = []
-    try:
-        documents = list(yaml.safe_load_all(read_text(path, MAX_CONFIGMAP_FILE_BYTES)))
-    except yaml.YAMLError as error:
-        raise InputError(f"{path}: not YAML: {error}") from None
-    for document in documents:
-        items = document.get("items", []) if isinstance(document, dict) and document.get("kind") == "List" else [document]
-        for item in items:
-            labels = ((item or {}).get("metadata") or {}).get("labels") or {} if isinstance(item, dict) else {}
-            if item.get("kind") == "ConfigMap" and labels.get("tessera.ai/component") == pf.PROFILES_COMPONENT:
+    documents = parse_yaml_documents(read_text(path, MAX_CONFIGMAP_FILE_BYTES), str(path))
+    for number, document in enumerate(documents, start=1):
+        where = f"{path}, document {number}" if len(documents) > 1 else str(path)
+        if document is None:
+            continue
+        if not isinstance(document, dict):
+            raise InputError(f"{where}: expected a Kubernetes object or List (a mapping), got a {type(document).__name__}")
+        items = document.get("items") if document.get("kind") == "List" else [document]
+        if not isinstance(items, list):
+            raise InputError(f"{where}: items: expected a list of objects, got {type(items).__name__}")
+        for index, item in enumerate(items):
+            if _is_profiles_configmap(item):
+                if not isinstance(item.get("data") or {}, dict):
+                    field = f"items[{index}].data" if document.get("kind") == "List" else "data"
+                    raise InputError(f"{where}: {field}: expected a mapping of keys to results")
                 found.append(item)
     if not found:
         raise InputError(f"{path}: no tessera profiles ConfigMap (label tessera.ai/component={pf.PROFILES_COMPONENT})")
     return found
+
+
+def _is_profiles_configmap(item: Any) -> bool:
+    if not isinstance(item, dict) or item.get("kind") != "ConfigMap":
+        return False
+    metadata = item.get("metadata")
+    labels = metadata.get("labels") if isinstance(metadata, dict) else None
+    return isinstance(labels, dict) and labels.get("tessera.ai/component") == pf.PROFILES_COMPONENT
 
 
 def export_rows(configmaps: list[Obj]) -> list[ProfileRow]:
@@ -89,9 +105,9 @@ def cluster_configmaps(cluster: Cluster) -> list[Obj]:
     return cluster.list_labelled_configmaps(cluster.settings.state_namespace, PROFILES_SELECTOR)
 
 
-def import_rows(cluster: Cluster, rows: list[ProfileRow]) -> list[pf.StoredResult]:
-    """Merges the rows into the cluster's profiles ConfigMaps; returns the entries written."""
-    entries = entries_of_rows(rows)
+def import_entries(cluster: Cluster, entries: list[pf.StoredResult]) -> None:
+    """Merges entries (`entries_of_rows`: checked before any cluster is contacted) into the cluster's
+    profiles ConfigMaps."""
     current = {cm["metadata"]["name"]: cm for cm in cluster_configmaps(cluster)}
     by_variant: dict[tuple[str, str], list[pf.StoredResult]] = {}
     for entry in entries:
@@ -104,4 +120,3 @@ def import_rows(cluster: Cluster, rows: list[ProfileRow]) -> list[pf.StoredResul
         body = pf.profiles_configmap(variant, key, pf.merged_data((existing or {}).get("data") or {}, merged))
         body["metadata"]["namespace"] = namespace
         cluster.apply(body)
-    return entries

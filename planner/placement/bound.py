@@ -25,6 +25,7 @@ import math
 from tessera.planner.predictors.workload_features import (KV_TOKENS_PER_RUNNING, OUTPUT_TOKENS, PROMPT_TOKENS,
                                                  TOKENS_PER_REQUEST)
 from tessera.planner.twin.sim import STARVATION_RATIO, ServerConfig
+from tessera.planner.twin.workload import server_max_lora_rank
 
 from .model import LowerBound, PlacementProblem
 from .server import ServerModel
@@ -42,7 +43,7 @@ def server_capacity_rps(model: ServerModel, smallest_rank: int) -> float:
 def lower_bound(problem: PlacementProblem, model: ServerModel) -> LowerBound:
     if not problem.adapters:
         return LowerBound(0, 0.0, "no adapters")
-    capacity = server_capacity_rps(model, min(a.rank for a in problem.adapters))
+    capacity = server_capacity_rps(model, server_max_lora_rank(min(a.rank for a in problem.adapters)))
     total = sum(a.rate_rps for a in problem.adapters)
     by_rate = math.ceil(total / capacity - 1e-9)
     per_server = problem.limits.max_adapters_per_server

@@ -6,8 +6,8 @@ whatever placed it, is then described by the same function (memory model,
 predictors, per-adapter guard), so strategies differ only where they mean to.
 
 - ``tessera`` (Maxpack): first-fit decreasing. Adapters by rank descending
-  (a server's --max-lora-rank is set by its first adapter, and smaller ranks
-  fill the rest), within a rank by rate in zig-zag order (largest, smallest,
+  (a server's --max-lora-rank is set by its first adapter, rounded up to a
+  value vLLM accepts, and smaller ranks fill the rest), within a rank by rate in zig-zag order (largest, smallest,
   next largest, ...: hot and cold adapters alternate, so no server collects
   only hot ones). A server takes an adapter while, with the fewest slots that
   work, it starts, the predictors call it unstarved, the guard holds, and its
@@ -32,10 +32,17 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from itertools import groupby
 
+from tessera.planner.twin.workload import server_max_lora_rank
+
 from .model import AdapterDemand, PlacementProblem, ServerPlacement
 from .server import ServerLoad, ServerModel, SlotChoice
 
 STRATEGIES = ("tessera", "maxbase", "maxbase*", "dlora", "random")
+
+
+def lora_rank_of(adapters: Sequence[AdapterDemand]) -> int:
+    """--max-lora-rank of a server carrying these adapters: the smallest value vLLM accepts at or above every rank."""
+    return server_max_lora_rank(max(a.rank for a in adapters))
 
 
 def zigzag_order(adapters: Sequence[AdapterDemand]) -> list[AdapterDemand]:
@@ -69,7 +76,7 @@ class OpenServer:
     def add(self, adapter: AdapterDemand, load: ServerLoad, choice: SlotChoice | None, slots: int) -> None:
         self.adapters.append(adapter)
         self.load = load
-        self.max_lora_rank = max(self.max_lora_rank, adapter.rank)
+        self.max_lora_rank = max(self.max_lora_rank, lora_rank_of([adapter]))
         self.slots = choice.max_loras if choice else slots
         if choice:
             self.peak_throughput = max(self.peak_throughput, choice.prediction.throughput_tok_s)
@@ -98,7 +105,7 @@ def maxpack_fill(model: ServerModel) -> Fill:
         if adapter.rate_rps >= server.rejected_rate or (cap and len(server.adapters) >= cap):
             return None
         load = server.load.plus(adapter)
-        choice = model.fewest_slots(load, max(server.max_lora_rank, adapter.rank), at_least=server.slots)
+        choice = model.fewest_slots(load, max(server.max_lora_rank, lora_rank_of([adapter])), at_least=server.slots)
         if choice is None or not throughput_rises(server, choice):
             server.rejected_rate = min(server.rejected_rate, adapter.rate_rps)
             return None
@@ -120,9 +127,10 @@ def first_fit(model: ServerModel, order: Sequence[AdapterDemand], fill: Fill,
                 break
         else:
             load = ServerLoad().plus(adapter)
-            choice = first_slots(load, adapter.rank)
+            rank = lora_rank_of([adapter])
+            choice = first_slots(load, rank)
             # an adapter no server can carry alone still gets one, flagged unhealthy by describe()
-            server = OpenServer([], ServerLoad(), adapter.rank, 1)
+            server = OpenServer([], ServerLoad(), rank, 1)
             server.add(adapter, load, choice, 1)
             servers.append(server)
     return servers
@@ -182,8 +190,8 @@ def maxpack(model: ServerModel, order: Sequence[AdapterDemand]) -> Servers:
 
 def maxbase(model: ServerModel, order: Sequence[AdapterDemand]) -> Servers:
     out = Servers()
-    for chunk in _chunks_by(order, lambda first: model.most_startable_slots(first.rank)):
-        rank = max(a.rank for a in chunk)
+    for chunk in _chunks_by(order, lambda first: model.most_startable_slots(lora_rank_of([first]))):
+        rank = lora_rank_of(chunk)
         out.contents.append(Filled(chunk, model.most_startable_slots(rank), rank))
     return out
 
@@ -202,7 +210,7 @@ def _uniform(model: ServerModel, order: Sequence[AdapterDemand], count: int) -> 
     out = Servers()
     healthy = True
     for chunk in _chunks_by(order, lambda _: count):
-        rank = max(a.rank for a in chunk)
+        rank = lora_rank_of(chunk)
         slots = len(chunk)
         out.contents.append(Filled(chunk, slots, rank))
         healthy = healthy and model.healthy(ServerLoad.of(chunk), slots, rank) is not None
@@ -212,7 +220,7 @@ def _uniform(model: ServerModel, order: Sequence[AdapterDemand], count: int) -> 
 def maxbase_star(model: ServerModel, order: Sequence[AdapterDemand]) -> Servers:
     """Largest uniform count k with no server predicted unhealthy (binary search: fewer adapters
     per server only lightens each one)."""
-    low, high = 1, max(1, min(len(order), model.most_startable_slots(order[0].rank)))
+    low, high = 1, max(1, min(len(order), model.most_startable_slots(lora_rank_of(order[:1]))))
     while low < high:
         mid = (low + high + 1) // 2
         low, high = (mid, high) if _uniform(model, order, mid)[1] else (low, mid - 1)
@@ -222,6 +230,9 @@ def maxbase_star(model: ServerModel, order: Sequence[AdapterDemand]) -> Servers:
 def dlora(model: ServerModel, adapters: Sequence[AdapterDemand], start: int, most: int) -> Servers:
     by_rate = sorted(adapters, key=lambda a: (-a.rate_rps, a.name))
     last = Servers()
+    # More servers than adapters leave some empty: the lower bound of a pool of a few very hot adapters
+    # (4e8 servers for 2000 adapters at 1e7 req/s) would otherwise be a heap of that size.
+    start, most = min(start, len(adapters)), min(most, len(adapters))
     for n_servers in range(max(1, start), max(start, most) + 1):
         heap = [(0.0, i) for i in range(n_servers)]
         groups: list[list[AdapterDemand]] = [[] for _ in range(n_servers)]
@@ -231,7 +242,7 @@ def dlora(model: ServerModel, adapters: Sequence[AdapterDemand], start: int, mos
             heapq.heappush(heap, (rate + adapter.rate_rps, i))
         last, healthy = Servers(), True
         for group in filter(None, groups):
-            rank = max(a.rank for a in group)
+            rank = lora_rank_of(group)
             best = model.best_slots(ServerLoad.of(group), rank)
             healthy = healthy and best is not None
             slots = best.max_loras if best else max(1, min(len(group), model.most_startable_slots(rank)))

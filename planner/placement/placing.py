@@ -11,7 +11,7 @@ from .model import Placement, PlacementProblem, PlacementReport
 from .packing import STRATEGIES, run_strategy
 from .replace import replace_adapters
 from .server import ServerModel
-from .twin_check import check_placement
+from .twin_check import check_placement, require_checkable
 from .twin_gate import twin_gate
 
 BASELINES = tuple(s for s in STRATEGIES if s != "tessera")
@@ -48,6 +48,8 @@ def plan_placement(problem: PlacementProblem, twin_check: bool = True, baselines
     tessera = replacement.placement if replacement else place(problem, "tessera", model, seed)
     placements = [tessera, *(place(problem, strategy, model, seed) for strategy in baselines)]
     if twin_check:
+        for placement in placements:  # every one before any is simulated
+            require_checkable(placement, problem.adapters)
         total = sum(p.servers_used for p in placements)
         done = 0
 

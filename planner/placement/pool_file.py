@@ -13,10 +13,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from tessera.planner.adapter_pool import AdapterPoolSpec
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from tessera.planner.adapter_pool import MAX_ADAPTERS, AdapterPoolSpec
 from tessera.planner.input_files import InputError, load_yaml, object_name_and_spec, quote, shorten, validate
-from tessera.planner.twin.profile import ALIASES
-from tessera.planner.twin.workload import Workload
+from tessera.planner.predictors.workload_features import MODEL_IDS
+from tessera.planner.twin.files import MAX_LORAS
+from tessera.planner.twin.profile import ALIASES, load_profile
+from tessera.planner.twin.workload import VLLM_MAX_LORA_RANKS, Workload
 
 from .model import AdapterDemand, Placement, PlacementProblem, PoolLimits, ServerPlacement, ServiceBound
 
@@ -46,6 +50,18 @@ def twin_profile_of(base_model_name: str, twin_profile: str | None) -> str:
     return ALIASES[key]
 
 
+def _checked_twin_profile(name: str) -> str:
+    """The twin profile, refused here (naming the field) when it cannot be read or has no trained predictors."""
+    try:
+        profile = load_profile(name)
+    except InputError as error:
+        raise PoolFileError(f"spec.baseModel.twinProfile: {error}") from None
+    if profile.model not in MODEL_IDS:
+        raise PoolFileError(f"spec.baseModel.twinProfile: {quote(name)} is a profile of {quote(profile.model)}, "
+                            f"which has no trained predictors; placement predicts {', '.join(MODEL_IDS)}")
+    return name
+
+
 def _require_calibrated_length(field: str, value: float | None, calibrated: float) -> None:
     if value is not None and abs(value - calibrated) > LENGTH_TOLERANCE * calibrated:
         raise PoolFileError(f"spec.{field}: {value:g} tokens; placement predicts only the calibrated workload's "
@@ -64,7 +80,7 @@ def problem_from_spec(spec: AdapterPoolSpec) -> PlacementProblem:
     bound, limits = spec.service_bound, spec.limits
     return PlacementProblem(
         adapters=tuple(AdapterDemand(a.name, a.rank, float(a.rate_rps or 0.0)) for a in spec.adapters),
-        model=twin_profile_of(spec.base_model.name, spec.base_model.twin_profile),
+        model=_checked_twin_profile(twin_profile_of(spec.base_model.name, spec.base_model.twin_profile)),
         bound=ServiceBound(bound.min_served_fraction, bound.p99_ttft_ms),
         limits=PoolLimits(limits.max_servers, limits.max_adapters_per_server, limits.max_lora_slots),
         max_model_len=spec.base_model.max_model_len, name=spec.name, gpu=spec.gpu)
@@ -90,16 +106,58 @@ def load_problem(path: str | Path) -> PlacementProblem:
         raise PoolFileError(f"{path} ({shorten(spec.name)}): {error}") from None
 
 
+class _PreviousServer(BaseModel):
+    """What re-placement reads of one server of an earlier report (other keys are the report's own)."""
+
+    model_config = ConfigDict(extra="ignore", allow_inf_nan=False, frozen=True)
+
+    index: int = Field(ge=0)
+    adapters: list[str] = Field(max_length=MAX_ADAPTERS)
+    max_loras: int = Field(ge=1, le=MAX_LORAS)
+    max_lora_rank: int
+    rate_rps: float = Field(ge=0)
+
+    @field_validator("max_lora_rank")
+    @classmethod
+    def _vllm_rank(cls, rank: int) -> int:
+        if rank not in VLLM_MAX_LORA_RANKS:
+            raise ValueError(f"{rank} is not a --max-lora-rank vLLM 0.8.5 starts with; expected one of "
+                             f"{', '.join(map(str, VLLM_MAX_LORA_RANKS))}")
+        return rank
+
+
+class _PreviousPlacement(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    strategy: str = Field(max_length=64)
+    servers: list[_PreviousServer] = Field(max_length=MAX_ADAPTERS)
+
+    @model_validator(mode="after")
+    def _each_server_and_adapter_once(self) -> "_PreviousPlacement":
+        indices = [s.index for s in self.servers]
+        names = [n for s in self.servers for n in s.adapters]
+        if len(set(indices)) < len(indices):
+            raise ValueError("servers: an index repeats; each server of a placement has its own")
+        if len(set(names)) < len(names):
+            raise ValueError("servers: an adapter is on two servers; a placement puts each on one")
+        return self
+
+
+class _PreviousReport(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    model: str = Field(max_length=256)
+    placement: _PreviousPlacement
+
+
 def load_previous_placement(path: str | Path) -> Placement:
     """The servers of an earlier `tessera place --output json|yaml` (its tessera placement): what
     re-placement needs of them is each server's index, adapters and two flags."""
     data = load_yaml(path, MAX_PREVIOUS_BYTES)  # JSON is YAML
-    try:
-        servers = data["placement"]["servers"]
-        return Placement(strategy=data["placement"]["strategy"], model=data["model"], servers=tuple(
-            ServerPlacement(index=int(s["index"]), adapters=tuple(s["adapters"]), max_loras=int(s["max_loras"]),
-                            max_lora_rank=int(s["max_lora_rank"]), rate_rps=float(s["rate_rps"]), starts=True,
-                            predicted=None) for s in servers))
-    except (KeyError, TypeError, ValueError) as error:
-        raise PoolFileError(f"{path}: not the output of `tessera place --output json|yaml`: "
-                            f"{quote(str(error))}") from None
+    if not isinstance(data, dict):
+        raise PoolFileError(f"{path}: not the output of `tessera place --output json|yaml` (a mapping), "
+                            f"got {type(data).__name__}")
+    report = validate(_PreviousReport, data, str(path), error_type=PoolFileError)
+    return Placement(strategy=report.placement.strategy, model=report.model, servers=tuple(
+        ServerPlacement(index=s.index, adapters=tuple(s.adapters), max_loras=s.max_loras, max_lora_rank=s.max_lora_rank,
+                        rate_rps=s.rate_rps, starts=True, predicted=None) for s in report.placement.servers))

@@ -18,7 +18,8 @@ from __future__ import annotations
 import time
 
 from .model import AdapterDemand, Placement, PlacementProblem, Replacement
-from .packing import Fill, OpenServer, best_slots_of, first_fit, maxpack_fill, throughput_rises, zigzag_order
+from .packing import (Fill, OpenServer, best_slots_of, first_fit, lora_rank_of, maxpack_fill, throughput_rises,
+                      zigzag_order)
 from .server import ServerLoad, ServerModel, SlotChoice
 
 
@@ -66,12 +67,12 @@ def replace_adapters(problem: PlacementProblem, previous: Placement, model: Serv
             continue
         kept, shed = _shed_until_healthy(model, adapters, old.max_loras, old.max_lora_rank)
         if not kept:
-            restart = model.fewest_slots(ServerLoad.of(adapters), max(a.rank for a in adapters))
+            restart = model.fewest_slots(ServerLoad.of(adapters), lora_rank_of(adapters))
             if restart is not None:
                 restarted.append(old.index)
                 moved += [a.name for a in adapters]
                 kept, shed = adapters, []
-                servers.append(_running(model, kept, restart.max_loras, max(a.rank for a in adapters), old.index))
+                servers.append(_running(model, kept, restart.max_loras, lora_rank_of(adapters), old.index))
                 continue
         moved += [a.name for a in shed]
         homeless += shed

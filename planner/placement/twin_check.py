@@ -22,7 +22,9 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from tessera.planner.input_files import InputError
 from tessera.planner.twin import engine
+from tessera.planner.twin.files import MAX_ARRIVALS
 from tessera.planner.twin.profile import ServerProfile
 from tessera.planner.twin.sim import OUTSTANDING_REQUEST_CAP, ServerConfig, simulate
 from tessera.planner.twin.workload import Workload, generate_requests
@@ -31,6 +33,34 @@ from .model import AdapterDemand, Placement, ServiceBound, TwinCheck
 
 CHECK_HOUR_S = 3600.0
 SERVED_GRACE_S = 60.0
+# A server's hour is simulated only within the twin's limit on one run (`tessera twin run`): about
+# 556 req/s, ten times what the step model lets any server serve (bound.py). Beyond it the drawn
+# requests alone take gigabytes (an adapter at 1e7 req/s: 3.6e10 requests, 134 GiB of adapter
+# indices), to show what the step model already proves: the server starves.
+MAX_CHECKED_RATE_RPS = MAX_ARRIVALS / CHECK_HOUR_S
+
+
+class TwinCheckTooLarge(InputError):
+    """A server offered more than the twin check simulates: ``adapter`` names its hottest adapter,
+    ``strategy`` the placement it is in."""
+
+    def __init__(self, message: str, adapter: str, strategy: str) -> None:
+        super().__init__(message)
+        self.adapter = adapter
+        self.strategy = strategy
+
+
+def require_checkable(placement: Placement, adapters: Sequence[AdapterDemand]) -> None:
+    """Refuse, before anything is simulated, a placement with a server the twin check cannot simulate."""
+    rates = {a.name: a.rate_rps for a in adapters}
+    for server in placement.servers:
+        if server.rate_rps > MAX_CHECKED_RATE_RPS:
+            hottest = max(server.adapters, key=lambda name: rates[name])
+            raise TwinCheckTooLarge(
+                f"{rates[hottest]:.3g} req/s ({hottest!r}): the twin check would simulate server {server.index} of "
+                f"the {placement.strategy} placement at {server.rate_rps:.3g} req/s, "
+                f"{server.rate_rps * CHECK_HOUR_S:.3g} requests in its hour, over the twin's limit of {MAX_ARRIVALS} "
+                f"({MAX_CHECKED_RATE_RPS:.0f} req/s a server)", hottest, placement.strategy)
 
 
 @dataclass(frozen=True)
@@ -93,6 +123,7 @@ def _p99_ttft_ms(ttft_s: np.ndarray, judged: np.ndarray, adapter_of: np.ndarray,
 def check_placement(placement: Placement, adapters: Sequence[AdapterDemand], profile: ServerProfile, bound: ServiceBound,
                     seed: int = 0, workers: int = 1, progress: Callable[[int], None] | None = None) -> Placement:
     """The placement with every server's twin check filled in; ``progress(1)`` after each server."""
+    require_checkable(placement, adapters)
     by_name = {a.name: a for a in adapters}
     cases = [ServerCase(profile, tuple(by_name[n] for n in s.adapters), s.max_loras, s.max_lora_rank, bound,
                         seed + s.index) for s in placement.servers]

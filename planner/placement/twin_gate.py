@@ -30,7 +30,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from .model import AdapterDemand, Placement, PlacementProblem, ServerPlacement
-from .packing import describe, zigzag_order
+from .packing import describe, lora_rank_of, zigzag_order
 from .server import ServerLoad, ServerModel
 from .twin_check import ServerCase, check_server
 
@@ -54,7 +54,7 @@ def _slots_for(model: ServerModel, adapters: Sequence[AdapterDemand], rank: int,
 
 
 def _server(model: ServerModel, adapters: Sequence[AdapterDemand], known: int | None = None) -> ServerPlacement:
-    rank = max(a.rank for a in adapters)
+    rank = lora_rank_of(adapters)
     return describe(model, 0, adapters, _slots_for(model, adapters, rank, known), rank)
 
 

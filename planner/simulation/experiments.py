@@ -16,6 +16,7 @@ from typing import Callable
 from pydantic import BaseModel
 
 from tessera.planner.features import Features
+from tessera.planner.input_files import InputError
 from tessera.planner.model import Pool, SystemSpec
 from tessera.planner.plan import Plan
 from tessera.planner.profiles import ProfileStore
@@ -73,6 +74,9 @@ def plan_and_simulate(systems: list[SystemSpec], pool: Pool, store: ProfileStore
                       progress: Progress = None) -> PlanOutcome:
     """Plan for the trace's mean or p95 rate, then simulate under the trace. Raises NoPlanError."""
     factor = {"mean": 1.0, "p95": trace.p95()}[planned_for]
+    if not factor > 0:  # a plan for no demand "serves" a trace that has some
+        raise InputError(f"--plan-for p95: the trace {trace.name!r} has a p95 rate of 0 (its load falls in fewer "
+                         f"than 5% of its {trace.bin_s:g} s bins); plan for its mean")
     plan_ = plan(scaled(systems, factor), pool, store, features, options)
     return simulate_plan(plan_, systems, store, trace, policies, planned_for, factor, progress)
 

@@ -117,7 +117,9 @@ def report(output: RunOutput) -> Report:
                 system=run.routes.name, tasks=[deployment.stages[m].task for m in members],
                 p50_ms=_pct_ms(latency, 50), p99_ms=_pct_ms(latency, 99), planned_ms=1e3 * planned_s))
     weights = deployment.slices / deployment.processes
-    busy_use = (output.busy_s * weights).sum() / (deployment.slices.sum() * output.trace.duration_s)
+    allocated_s = deployment.slices.sum() * output.trace.duration_s
+    # a plan that serves nothing allocates nothing: none of its (no) processes is busy
+    busy_use = (output.busy_s * weights).sum() / allocated_s if allocated_s > 0 else 0.0
     policies = output.policies
     return Report(
         trace=output.trace.name, duration_s=output.trace.duration_s, balancing=policies.balancing.value,

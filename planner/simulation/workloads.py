@@ -20,7 +20,6 @@ computed from them (docs/serving-simulation.md lists the parameters):
 
 from __future__ import annotations
 
-import csv
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,7 +27,7 @@ from typing import Callable, cast
 
 import numpy as np
 
-from tessera.planner.input_files import MAX_CSV_BYTES, quote
+from tessera.planner.input_files import InputError, csv_records, quote
 
 BIN_S = 1.0
 
@@ -118,42 +117,39 @@ def constant(duration_s: float, bin_s: float = BIN_S) -> RateTrace:
 
 
 MAX_REPLAY_S = 86_400.0
-MAX_REPLAY_SAMPLES = 100_000
 
 
 def replay_csv(path: str | Path, bin_s: float = BIN_S) -> RateTrace:
-    """A recorded series (`time_s,rate` with a header), held between samples, scaled to mean 1."""
+    """A recorded series (`time_s,rate` with a header), held between samples, scaled to mean 1.
+
+    Only the shape counts: rates are divided by the largest before anything adds them up, so
+    any finite rates (1e308 req/s too) give a finite trace."""
     path = Path(path)
-    times: list[float]
-    rates: list[float]
-    times, rates = [], []
-    if path.stat().st_size > MAX_CSV_BYTES:
-        raise ValueError(f"{path}: over the limit of {MAX_CSV_BYTES} bytes")
-    with path.open(newline="") as handle:
-        reader = csv.reader(handle)
-        header = [cell.strip() for cell in next(reader, [])]
-        if header[:2] != ["time_s", "rate"]:
-            raise ValueError(f"{path}: the header must be time_s,rate; got {','.join(header) or 'nothing'}")
-        for line, record in enumerate(reader, start=2):
-            if not record or not "".join(record).strip():
-                continue
-            try:
-                time_s, rate = float(record[0]), float(record[1])
-            except (ValueError, IndexError):
-                raise ValueError(f"{path}:{line}: expected two numbers, got {record}") from None
-            if not (math.isfinite(time_s) and math.isfinite(rate)) or rate < 0 or (times and time_s <= times[-1]):
-                raise ValueError(f"{path}:{line}: rates must be finite and >= 0, times finite and increasing, "
-                                 f"got {quote(record)}")
-            if time_s - (times[0] if times else time_s) > MAX_REPLAY_S or len(times) >= MAX_REPLAY_SAMPLES:
-                raise ValueError(f"{path}:{line}: over the limit of {MAX_REPLAY_S:g} s or {MAX_REPLAY_SAMPLES} samples")
-            times.append(time_s)
-            rates.append(rate)
+    times: list[float] = []
+    rates: list[float] = []
+    for line, record in csv_records(path, ("time_s", "rate")):
+        if not any((cell or "").strip() for cell in record.values()):
+            continue
+        try:
+            time_s, rate = float(record["time_s"]), float(record["rate"])
+        except (TypeError, ValueError):
+            raise InputError(f"{path}:{line}: expected two numbers time_s,rate, got {quote(list(record.values()))}") from None
+        if not (math.isfinite(time_s) and math.isfinite(rate)) or rate < 0 or (times and time_s <= times[-1]):
+            raise InputError(f"{path}:{line}: rates must be finite and >= 0, times finite and increasing, "
+                             f"got {quote(list(record.values()))}")
+        if time_s - (times[0] if times else time_s) > MAX_REPLAY_S:
+            raise InputError(f"{path}:{line}: over the limit of {MAX_REPLAY_S:g} s")
+        times.append(time_s)
+        rates.append(rate)
     if len(times) < 2:
-        raise ValueError(f"{path}: a replay needs at least two samples")
+        raise InputError(f"{path}: a replay needs at least two samples")
+    peak = max(rates)
     times_arr = np.asarray(times) - times[0]
     bins = _bin_count(times_arr[-1], bin_s)
     edges = np.arange(bins + 1) * bin_s
-    area = _step_integral(times_arr, np.asarray(rates), edges)
+    area = _step_integral(times_arr, np.asarray(rates) / (peak or 1.0), edges)
+    if not area.sum() > 0:
+        raise InputError(f"{path}: rate: every rate is 0 before the last sample; a replay needs one above 0")
     return RateTrace(path.stem, area / bin_s, bin_s).scaled_to_mean_one()
 
 

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_val
 
 from tessera.planner.input_files import InputError, csv_records, load_yaml, validate
 
-from .workload import MAX_PROMPT, MAX_TOTAL, Workload
+from .workload import MAX_PROMPT, MAX_TOTAL, VLLM_MAX_LORA_RANKS, Workload, server_max_lora_rank
 
 MAX_DURATION_S = 24 * 3600.0
 MAX_ARRIVALS = 2_000_000
@@ -55,7 +55,8 @@ class WorkloadFile(_File):
                        description="Shipped profile name (qwen, llama) or a profile YAML path.")
     max_loras: int = Field(ge=1, le=MAX_LORAS, description=f"GPU adapter slots (A_max), 1..{MAX_LORAS}.")
     max_rank: int | None = Field(default=None, ge=1, le=MAX_RANK,
-                                 description="--max-lora-rank of the server; default: the largest adapter rank.")
+                                 description=f"--max-lora-rank of the server, one of {VLLM_MAX_LORA_RANKS} (vLLM "
+                                             f"0.8.5's); default: the smallest of them at or above every adapter's rank.")
     duration_s: float = Field(default=3600.0, gt=0, le=MAX_DURATION_S,
                               description=f"Simulated seconds, up to {MAX_DURATION_S:g} (one day).")
     n_arrivals: int | None = Field(default=None, ge=0, le=MAX_ARRIVALS,
@@ -74,6 +75,9 @@ class WorkloadFile(_File):
 
     @model_validator(mode="after")
     def _work_is_bounded(self) -> "WorkloadFile":
+        if self.max_rank is not None and self.max_rank not in VLLM_MAX_LORA_RANKS:
+            raise ValueError(f"max_rank {self.max_rank} is not a --max-lora-rank vLLM 0.8.5 starts with; "
+                             f"expected one of {', '.join(map(str, VLLM_MAX_LORA_RANKS))}")
         if self.max_rank is not None and self.max_rank < int(self.ranks().max()):
             raise ValueError(f"max_rank {self.max_rank} is below the largest adapter rank {int(self.ranks().max())}")
         total = float(self.rates().sum())
@@ -92,6 +96,10 @@ class WorkloadFile(_File):
             return None
         return (f"expected arrivals (total rate {total:.4g}/s x {duration_s:g} s) are {expected:.3g}, over the "
                 f"limit of {MAX_ARRIVALS}: shorten duration_s or lower the rates")
+
+    def server_max_rank(self) -> int:
+        """The server's --max-lora-rank: the one given, else the one its adapters need."""
+        return self.max_rank or server_max_lora_rank(int(self.ranks().max()))
 
     def ranks(self) -> np.ndarray:
         if isinstance(self.adapters, AdapterCycle):

@@ -9,7 +9,7 @@ import numpy as np
 
 from . import engine, kernel
 from .profile import ServerProfile
-from .workload import Workload, generate_requests
+from .workload import VLLM_MAX_LORA_RANKS, Workload, generate_requests, server_max_lora_rank
 
 # An adapter server is starved when it finishes less than this share of the
 # tokens offered to it over a run (the real runs' rule, judged on one hour).
@@ -18,12 +18,10 @@ STARVATION_RATIO = 0.9
 # near 26-28k): replays and the predictors' training runs use it, so an
 # overloaded hour never builds a queue beyond anything measured.
 OUTSTANDING_REQUEST_CAP = 26000
-
-
 @dataclass
 class ServerConfig:
     max_loras: int  # A_max, GPU adapter slots
-    max_rank: int | None = None  # --max-lora-rank; default: the largest adapter rank
+    max_rank: int | None = None  # --max-lora-rank, one of VLLM_MAX_LORA_RANKS; default: the one the adapters need
     max_num_seqs: int = 2048
     max_num_batched_tokens: int = 2048
     outstanding_cap: int = 10**9  # client-side cap on outstanding requests
@@ -139,7 +137,9 @@ def simulate(workload: Workload, profile: ServerProfile, cfg: ServerConfig, seed
              poll_s: float = 0.1) -> TwinResult:
     """Simulate one workload. ``progress``, if given, is called with the simulated time
     (seconds, up to the duration) about every ``poll_s`` of wall time during the run."""
-    max_rank = cfg.max_rank or workload.max_rank
+    max_rank = cfg.max_rank or server_max_lora_rank(workload.max_rank)
+    if max_rank not in VLLM_MAX_LORA_RANKS:
+        raise ValueError(f"--max-lora-rank {max_rank}: vLLM accepts only {VLLM_MAX_LORA_RANKS}")
     if workload.max_rank > max_rank:
         raise ValueError(f"adapter rank {workload.max_rank} exceeds --max-lora-rank {max_rank}")
     kv_tok = int(profile.kv_tokens(cfg.max_loras, max_rank))

@@ -21,6 +21,20 @@ MAX_TOTAL = 2048
 # a typical one's, and a queued one's under load.
 ACTIVE_TAUS = (2.0, 8.0, 30.0)
 
+# The --max-lora-rank values vLLM 0.8.5 starts with: `possible_max_ranks` in LoRAConfig.__post_init__
+# (vllm/config.py); any other value stops the server at start with a ValueError. An adapter of a rank
+# between them is served by the next one up, which sizes every slot's LoRA buffers.
+VLLM_MAX_LORA_RANKS = (8, 16, 32, 64, 128, 256, 320, 512)
+
+
+def server_max_lora_rank(adapter_rank: int) -> int:
+    """The --max-lora-rank a server needs for adapters up to this rank: the smallest vLLM accepts at or above it."""
+    for allowed in VLLM_MAX_LORA_RANKS:
+        if allowed >= adapter_rank:
+            return allowed
+    raise ValueError(f"LoRA rank {adapter_rank} is above the largest --max-lora-rank vLLM accepts, "
+                     f"{VLLM_MAX_LORA_RANKS[-1]}")
+
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int32]
@@ -71,6 +85,8 @@ def active_adapters(rates: np.ndarray) -> list[float]:
 def _lognormal_lengths(rng: np.random.Generator, n: int, mean: float, sigma: float, lo: int,
                        hi: int) -> npt.NDArray[np.int32]:
     """Lognormal lengths clipped to [lo, hi], mean matched after clipping."""
+    if n == 0:  # a server whose adapters are all idle: no request, and no mean to match
+        return np.zeros(0, np.int32)
     z = rng.standard_normal(n)
     mu = np.log(mean) - sigma * sigma / 2
     for _ in range(30):  # fix the mean after clipping (monotone in mu)

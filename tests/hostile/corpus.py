@@ -12,6 +12,7 @@ workloads, profiles and CSVs.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -449,5 +450,180 @@ def csv_cases() -> list[Case]:
     ]
 
 
+def hot_pool(adapters: int, rate: float) -> str:
+    """An AdapterPool of many adapters at one rate (each with its own weights: no YAML aliases)."""
+    document = pool()
+    template = document["spec"]["adapters"][0]
+    document["spec"]["adapters"] = [{**template, "name": f"a{i}", "expectedRequestsPerSecond": rate,
+                                     "weights": dict(template["weights"])} for i in range(adapters)]
+    return yaml.safe_dump(document, sort_keys=False)
+
+
+def placement_cases() -> list[Case]:
+    """`tessera place` past the file's schema: ranks vLLM refuses, rates the twin check cannot simulate,
+    idle adapters, twin profiles, earlier placements."""
+    def place(id: str, text: str, *says: str, code: int = 2, extra: tuple[str, ...] = (),
+              files: dict | None = None) -> Case:
+        return Case(id, ["place", "pool.yaml", "--baselines", "", *extra], {"pool.yaml": text, **(files or {})},
+                    says, code)
+
+    rates = "adapters.{}.expectedRequestsPerSecond".format
+    previous = {"model": "qwen2.5-7b-instruct", "placement": {"strategy": "tessera", "servers": [
+        {"index": 0, "adapters": ["sales", "support"], "max_loras": 2, "max_lora_rank": 17, "rate_rps": 1.0}]}}
+
+    def changed(report: dict, **server: object) -> dict:
+        """The report with its one server's fields changed."""
+        return {**report, "placement": {"strategy": "tessera", "servers": [{**report["placement"]["servers"][0], **server}]}}
+
+    return [
+        place("place-rank-between-vllm-ranks", pool_yaml(**{"adapters.0.rank": 17, "adapters.1.rank": 9}),
+              '"max_lora_rank": 32', code=0, extra=("--no-twin", "--output", "json")),
+        place("place-rate-top-of-range", pool_yaml(**{rates(0): 1e7}),
+              "pool.yaml", "spec.adapters[0].expectedRequestsPerSecond", "twin's limit", "--no-twin"),
+        place("place-rates-stacked-by-a-baseline", pool_yaml(**{rates(0): 500, rates(1): 400}),
+              "pool.yaml", "spec.adapters[0].expectedRequestsPerSecond", "maxbase", "--baselines", code=2,
+              extra=("--baselines", "maxbase")),
+        place("place-rate-top-without-twin", pool_yaml(**{rates(0): 1e7}), "tessera", code=3, extra=("--no-twin",)),
+        place("place-2000-adapters-at-top-rate-without-twin", hot_pool(2000, 1e7), "lower bound", code=3,
+              extra=("--no-twin", "--baselines", "maxbase,maxbase*,dlora,random")),
+        place("place-2000-adapters-at-top-rate", hot_pool(2000, 1e7), "spec.adapters[0].expectedRequestsPerSecond",
+              extra=("--baselines", "maxbase,maxbase*,dlora,random")),
+        place("place-rates-zero", pool_yaml(**{rates(0): 0, rates(1): 0}), "pass", code=0),
+        place("place-twin-profile-unknown", pool_yaml(**{"baseModel.twinProfile": "gpt-17"}),
+              "pool.yaml", "spec.baseModel.twinProfile", "gpt-17"),
+        place("place-twin-profile-broken", pool_yaml(**{"baseModel.twinProfile": "p.yaml"}),
+              "pool.yaml", "spec.baseModel.twinProfile", "p.yaml", "step", files={"p.yaml": profile(step=DELETE)}),
+        place("place-twin-profile-without-predictors", pool_yaml(**{"baseModel.twinProfile": "p.yaml"}),
+              "pool.yaml", "spec.baseModel.twinProfile", "no trained predictors",
+              files={"p.yaml": profile(model="mistral-7b")}),
+        place("place-previous-rank-not-vllm", pool_yaml(), "previous.json", "placement.servers[0].max_lora_rank",
+              "8, 16, 32", extra=("--no-twin", "--previous", "previous.json"),
+              files={"previous.json": json.dumps(previous)}),
+        place("opt-place-seed-negative", pool_yaml(), "--seed", extra=("--seed", "-5")),
+        place("opt-place-workers-million", pool_yaml(), "--workers", "1<=x<=64", extra=("--workers", "1000000")),
+        place("opt-place-baselines-long", pool_yaml(), "--baselines", "unknown baselines",
+              extra=("--baselines", "X" * 100_000)),
+        place("place-previous-slots-zero", pool_yaml(), "previous.json", "placement.servers[0].max_loras",
+              extra=("--no-twin", "--previous", "previous.json"),
+              files={"previous.json": json.dumps(changed(previous, max_loras=0, max_lora_rank=16))}),
+        place("place-previous-adapter-twice", pool_yaml(), "previous.json", "on two servers",
+              extra=("--no-twin", "--previous", "previous.json"),
+              files={"previous.json": json.dumps({**previous, "placement": {"strategy": "tessera", "servers": [
+                  dict(server, max_lora_rank=16, index=i) for i, server in enumerate(previous["placement"]["servers"] * 2)]}})}),
+        place("place-previous-list", pool_yaml(), "previous.json", "a mapping",
+              extra=("--no-twin", "--previous", "previous.json"), files={"previous.json": "[1, 2]"}),
+        Case("twin-max-rank-not-vllm", ["twin", "run", "w.yaml"],
+             {"w.yaml": workload(max_rank=17, adapters={"count": 4, "ranks": [8], "rates": [1]})},
+             ("w.yaml", "max_rank", "8, 16, 32, 64, 128, 256, 320, 512")),
+        Case("capacity-demand-zero", ["capacity", "spec.yaml", *FAST, "--features", "A+S+T"],
+             {"spec.yaml": spec_yaml(demandRequestsPerSecond=0)}, ("spec.yaml", "spec.demandRequestsPerSecond")),
+    ]
+
+
+def trace_cases() -> list[Case]:
+    def trace(id: str, text: FileContent, *says: str, code: int = 2) -> Case:
+        return Case(id, ["simulate", "spec.yaml", *FAST, "--trace", "t.csv", "--png", "s.png"],
+                    {"spec.yaml": spec_yaml(), "t.csv": text}, says if code != 2 else ("--trace", "t.csv", *says), code)
+
+    return [
+        trace("trace-huge-finite-rates", "time_s,rate\n0,1e308\n1,1e308\n2,3e307\n3,1\n", "Trace t: 3 s", code=0),
+        trace("trace-binary", b"time_s,rate\n\x00\x01\x02" * 100, "binary"),
+        trace("trace-latin1", "time_s,rate\n0,1\n1,caf\xe9\n".encode("latin-1"), "UTF-8"),
+        trace("trace-huge", sparse(8 * 1024 * 1024), "over the limit"),
+        trace("trace-rows-over-limit", "time_s,rate\n" + "".join(f"{i / 10},1\n" for i in range(100_001)), "100000 rows"),
+        trace("trace-header", "when,how_much\n0,1\n1,1\n", "header", "time_s,rate"),
+        trace("trace-idle", "time_s,rate\n0,0\n5,0\n10,7\n", "every rate is 0"),
+        trace("trace-text-rate", "time_s,rate\n0,1\n1,lots\n", "t.csv:3", "two numbers"),
+        trace("trace-one-sample", "time_s,rate\n0,1\n", "two samples"),
+        Case("trace-p95-zero", ["simulate", "spec.yaml", *FAST, "--trace", "t.csv", "--plan-for", "p95", "--png", "s.png"],
+             {"spec.yaml": spec_yaml(), "t.csv": "time_s,rate\n" + "".join(f"{i},0\n" for i in range(100)) + "100,1000\n101,0\n"},
+             ("--plan-for", "p95 rate of 0")),
+        Case("simulate-demand-zero", ["simulate", "spec.yaml", *FAST, "--trace", "constant", "--duration", "10",
+                                      "--png", "s.png"], {"spec.yaml": spec_yaml(demandRequestsPerSecond=0)},
+             ("processes busy 0.0%", "Not simulated"), code=0),
+    ]
+
+
+PROFILES_HEADER = ("variant,image,gpuProduct,migProfile,mpsDegree,batchSize,latencyP50Milliseconds,"
+                   "latencyP99Milliseconds,throughputRequestsPerSecond\n")
+GOOD_PROFILE_ROW = "resnet50,,H100-80GB,1g.10gb,1,1,1,2,100\n"
+# Nothing listens on the discard port of the loopback: a cluster that cannot be reached.
+UNREACHABLE_KUBECONFIG = yaml.safe_dump({
+    "apiVersion": "v1", "kind": "Config", "current-context": "c",
+    "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:9", "insecure-skip-tls-verify": True}}],
+    "users": [{"name": "u", "user": {"token": "t"}}], "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}]})
+
+
+def profiles_cases() -> list[Case]:
+    def imported(id: str, text: FileContent, *says: str) -> Case:
+        return Case(id, ["profiles", "import", "p.csv", "--kubeconfig", "kubeconfig"],
+                    {"p.csv": text, "kubeconfig": UNREACHABLE_KUBECONFIG}, ("p.csv", *says))
+
+    def exported(id: str, text: FileContent, *says: str) -> Case:
+        return Case(id, ["profiles", "export", "--from-file", "cm.yaml"], {"cm.yaml": text}, ("cm.yaml", *says))
+
+    unreachable = ("cannot reach the cluster of kubeconfig", "Connection refused")
+    return [
+        imported("profiles-import-unknown-gpu", PROFILES_HEADER + GOOD_PROFILE_ROW + "resnet50,,H9000,1g.10gb,1,1,1,2,100\n",
+                 "p.csv:3", "gpuProduct", "H9000"),
+        imported("profiles-import-unknown-mig", PROFILES_HEADER + "resnet50,,H100-80GB,9g.99gb,1,1,1,2,100\n",
+                 "p.csv:2", "migProfile", "9g.99gb"),
+        imported("profiles-import-p50-above-p99", PROFILES_HEADER + "resnet50,,H100-80GB,1g.10gb,1,1,3,2,100\n",
+                 "p.csv:2", "latencyP99Milliseconds"),
+        imported("profiles-import-throughput-nan", PROFILES_HEADER + "resnet50,,H100-80GB,1g.10gb,1,1,1,2,nan\n",
+                 "p.csv:2", "throughputRequestsPerSecond"),
+        imported("profiles-import-variant-not-a-label", PROFILES_HEADER + "Caf\u00e9_Net,,H100-80GB,1g.10gb,1,1,1,2,100\n",
+                 "p.csv:2", "variant"),
+        imported("profiles-import-binary", bytes(range(256)) * 4, "binary"),
+        imported("profiles-import-missing-column", "variant,gpuProduct\nresnet50,H100-80GB\n", "header"),
+        imported("profiles-import-too-many-batches", PROFILES_HEADER + "".join(
+            f"resnet50,,H100-80GB,1g.10gb,1,{b},1,2,100\n" for b in range(1, 40)), "batch sizes"),
+        Case("profiles-import-unreachable-cluster", ["profiles", "import", "p.csv", "--kubeconfig", "kubeconfig"],
+             {"p.csv": PROFILES_HEADER + GOOD_PROFILE_ROW, "kubeconfig": UNREACHABLE_KUBECONFIG}, unreachable, code=1),
+        Case("profiles-export-unreachable-cluster", ["profiles", "export", "--kubeconfig", "kubeconfig"],
+             {"kubeconfig": UNREACHABLE_KUBECONFIG}, unreachable, code=1),
+        Case("profiles-kubeconfig-not-yaml", ["profiles", "export", "--kubeconfig", "kc"], {"kc": "{{{\n"},
+             ("kc", "not valid YAML")),
+        Case("profiles-kubeconfig-binary", ["profiles", "import", "p.csv", "--kubeconfig", "kc"],
+             {"p.csv": PROFILES_HEADER + GOOD_PROFILE_ROW, "kc": b"\x00\xff" * 300}, ("kc", "binary")),
+        Case("profiles-kubeconfig-list", ["profiles", "export", "--kubeconfig", "kc"], {"kc": "- 1\n"},
+             ("kc", "expected a kubeconfig")),
+        Case("profiles-kubeconfig-without-context", ["profiles", "export", "--kubeconfig", "kc"],
+             {"kc": "apiVersion: v1\nkind: Config\n"}, ("kc", "not a usable kubeconfig", "current-context")),
+        exported("profiles-export-list-document", "- a\n- b\n", "expected a Kubernetes object or List"),
+        exported("profiles-export-items-mapping", "kind: List\nitems: {a: 1}\n", "items", "expected a list"),
+        exported("profiles-export-odd-items", "kind: List\nitems: [7, [1], {kind: ConfigMap, metadata: [x]}]\n",
+                 "no tessera profiles ConfigMap"),
+        exported("profiles-export-alias-bomb", alias_bomb(), "aliases"),
+        exported("profiles-export-binary", b"\x7fELF" + bytes(range(256)), "binary"),
+        exported("profiles-export-bad-yaml", "kind: [unclosed\n", "not valid YAML"),
+        exported("profiles-export-data-list", yaml.safe_dump({"kind": "ConfigMap", "metadata": {
+            "name": "p", "labels": {"tessera.ai/component": "profiles"}}, "data": [1, 2]}), "data", "mapping"),
+    ]
+
+
+def frontend_config_cases() -> list[Case]:
+    """`tessera frontend-config SYSTEM PLAN --url`: the plan file and the URL template."""
+    url = "http://{system}-{task}:8000/v2/models/{variant}/infer"
+
+    def config(id: str, plan: FileContent, *says: str, template: str = url) -> Case:
+        return Case(id, ["frontend-config", "spec.yaml", "plan.yaml", "--url", template],
+                    {"spec.yaml": spec_yaml(), "plan.yaml": plan}, says)
+
+    return [
+        config("frontend-plan-alias-bomb", alias_bomb(), "plan.yaml", "aliases"),
+        config("frontend-plan-binary", bytes(range(256)) * 4, "plan.yaml", "binary"),
+        config("frontend-plan-huge", sparse(40 * 1024 * 1024), "plan.yaml", "over the limit"),
+        config("frontend-plan-list", "- 1\n", "plan.yaml", "valid dictionary"),
+        config("frontend-plan-not-a-plan", "gpu: H100-80GB\n", "plan.yaml", "pool_gpus", "Field required"),
+        config("frontend-url-attribute", "{}", "--url", "{system.__class__}", template="http://{system.__class__}/"),
+        config("frontend-url-padding", "{}", "--url", "{task:>99999999}", template="http://{task:>99999999}/"),
+        config("frontend-url-unknown", "{}", "--url", "{host}", template="http://{host}/"),
+        Case("frontend-hop-nan", ["frontend-config", "spec.yaml", "plan.yaml", "--url", url, "--hop-ms", "nan"],
+             {"spec.yaml": spec_yaml(), "plan.yaml": "{}"}, ("--hop-ms", "finite")),
+    ]
+
+
 def corpus() -> list[Case]:
-    return spec_cases() + pool_cases() + option_cases() + twin_cases() + csv_cases()
+    return (spec_cases() + pool_cases() + option_cases() + twin_cases() + csv_cases() + placement_cases()
+            + trace_cases() + profiles_cases() + frontend_config_cases())

@@ -8,12 +8,13 @@ import pytest
 
 from tessera.planner.placement import (AdapterDemand, PlacementProblem, PoolLimits, ServerModel, lower_bound, place,
                                        zigzag_order)
+from tessera.planner.placement.packing import STRATEGIES
 from tessera.planner.placement.scenarios import Scenario, problem_of
 from tessera.planner.placement.model import MOST_BUSY_PER_SLOT, MOST_CYCLE_S
 from tessera.planner.placement.server import ServerLoad
 from tessera.planner.twin.profile import load_profile
 from tessera.planner.twin.sim import OUTSTANDING_REQUEST_CAP, ServerConfig, simulate
-from tessera.planner.twin.workload import Workload
+from tessera.planner.twin.workload import VLLM_MAX_LORA_RANKS, Workload, server_max_lora_rank
 
 
 @pytest.fixture(scope="module", params=["qwen", "llama"])
@@ -109,3 +110,19 @@ def test_idle_adapters_are_placed_and_an_empty_pool_needs_no_server():
     assert placement.servers_used == 1 and placement.predicted_ok
     empty = PlacementProblem((), "qwen")
     assert all(place(empty, s).servers_used == 0 for s in ("tessera", "maxbase", "maxbase*", "dlora", "random"))
+
+
+@pytest.mark.parametrize("rank, flag", [(1, 8), (8, 8), (9, 16), (17, 32), (257, 320), (321, 512), (512, 512)])
+def test_a_server_runs_the_smallest_max_lora_rank_vllm_accepts_at_or_above_its_adapters_rank(rank, flag):
+    assert server_max_lora_rank(rank) == flag
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_every_strategy_gives_every_server_a_max_lora_rank_vllm_starts_with(strategy):
+    ranks = [4, 17, 100, 300, 33, 8, 1, 200, 9]
+    adapters = tuple(AdapterDemand(f"a{i}", rank, 0.2) for i, rank in enumerate(ranks))
+    by_name = {a.name: a for a in adapters}
+    placement = place(PlacementProblem(adapters, "qwen"), strategy)
+    for server in placement.servers:
+        assert server.max_lora_rank in VLLM_MAX_LORA_RANKS
+        assert server.max_lora_rank == server_max_lora_rank(max(by_name[n].rank for n in server.adapters))

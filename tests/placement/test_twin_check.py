@@ -1,11 +1,15 @@
 """The twin check judges every adapter of a server, not only the server's total."""
 
+import time
+import warnings
+
 import numpy as np
+import pytest
 
 from tessera.planner.placement import AdapterDemand, Placement, PlacementProblem, ServerModel, ServiceBound
 from tessera.planner.placement.packing import describe
 from tessera.planner.placement.server import ServerLoad
-from tessera.planner.placement.twin_check import check_placement
+from tessera.planner.placement.twin_check import MAX_CHECKED_RATE_RPS, TwinCheckTooLarge, check_placement
 
 
 def _zipf_adapters(n=60, total=20.0):
@@ -53,3 +57,31 @@ def test_tessera_placement_of_a_skewed_200_adapter_pool_passes_the_twin_check_wi
     placement = report.placement
     assert placement.twin_ok and not [s.index for s in placement.servers if s.disagrees]
     assert all(s.twin.min_served_fraction >= 0.9 for s in placement.servers)
+
+
+def test_a_server_offered_more_than_the_twin_simulates_is_refused_naming_its_hottest_adapter_before_any_simulation():
+    adapters = (AdapterDemand("hot", 16, 1e7), AdapterDemand("cold", 16, 0.1))
+    model = ServerModel(PlacementProblem(adapters, "qwen"))
+    placement = Placement("hand", model.profile.model, (describe(model, 0, adapters, 2, 16),))
+    started = time.perf_counter()
+    with pytest.raises(TwinCheckTooLarge, match=r"1e\+07 req/s \('hot'\).*server 0 of the hand placement") as error:
+        check_placement(placement, adapters, model.profile, ServiceBound())
+    assert error.value.adapter == "hot" and time.perf_counter() - started < 0.5
+
+
+def test_a_server_at_the_twin_checks_rate_limit_is_simulated():
+    adapters = (AdapterDemand("hot", 16, MAX_CHECKED_RATE_RPS),)
+    model = ServerModel(PlacementProblem(adapters, "qwen"))
+    placement = Placement("hand", model.profile.model, (describe(model, 0, adapters, 1, 16),))
+    checked = check_placement(placement, adapters, model.profile, ServiceBound()).servers[0]
+    assert checked.twin.starts and checked.twin.starved
+
+
+def test_a_server_whose_adapters_are_all_idle_passes_without_a_warning():
+    adapters = (AdapterDemand("idle", 16, 0.0), AdapterDemand("quiet", 8, 0.0))
+    model = ServerModel(PlacementProblem(adapters, "qwen"))
+    placement = Placement("hand", model.profile.model, (describe(model, 0, adapters, 2, 16),))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        checked = check_placement(placement, adapters, model.profile, ServiceBound()).servers[0]
+    assert checked.twin.passed

@@ -1,8 +1,11 @@
 """Rate traces: mean one, seeded, bursty where they should be; Poisson arrivals follow them."""
 
+import warnings
+
 import numpy as np
 import pytest
 
+from tessera.planner.input_files import InputError
 from tessera.planner.simulation.workloads import (
     DiurnalParameters, MmppParameters, diurnal_with_bursts, mmpp, poisson_arrivals, replay_csv,
 )
@@ -43,3 +46,25 @@ def test_poisson_arrivals_follow_the_trace():
     assert np.all(np.diff(arrivals) >= 0)
     counts = np.bincount(arrivals.astype(int), minlength=len(trace.multiplier))
     assert np.corrcoef(counts, trace.multiplier)[0, 1] > 0.95
+
+
+def test_replay_of_huge_finite_rates_keeps_its_shape_without_a_warning(tmp_path):
+    path = tmp_path / "rates.csv"
+    path.write_text("time_s,rate\n0,1e308\n2,3e307\n4,3e307\n")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        trace = replay_csv(path)
+    assert list(trace.multiplier) == pytest.approx([10 / 6.5, 10 / 6.5, 3 / 6.5, 3 / 6.5])
+
+
+@pytest.mark.parametrize("content, words", [
+    (b"time_s,rate\n0,1\n\x00\x01", "a binary file"),
+    (b"time_s,rate\n0,0\n4,2\n", "every rate is 0"),
+    (b"when,how_much\n0,1\n1,1\n", "header"),
+], ids=["binary", "all-zero", "header"])
+def test_replay_refuses_a_file_it_cannot_use_naming_it(tmp_path, content, words):
+    path = tmp_path / "rates.csv"
+    path.write_bytes(content)
+    with pytest.raises(InputError, match=words) as error:
+        replay_csv(path)
+    assert str(error.value).startswith(str(path))
