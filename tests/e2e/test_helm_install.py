@@ -476,6 +476,8 @@ MATRIX = {
     ("watched", "services", "list"), ("watched", "services", "create"), ("watched", "services", "patch"),
     ("watched", "services", "delete"), ("watched", "events", "create"),
     ("watched", "jobs", "list"), ("watched", "jobs", "watch"),
+    ("watched", "configmaps", "list"), ("watched", "configmaps", "create"), ("watched", "configmaps", "patch"),
+    ("watched", "configmaps", "delete"),
 }
 # Granted, and not exercised by this module's scenario (install, the examples to Ready, re-apply, upgrade),
 # with the reason: what would exercise them. Anything else granted and unused fails the test.
@@ -491,6 +493,10 @@ NOT_EXERCISED_HERE = {
     ("watched", "services", "create"): "the same",
     ("watched", "deployments", "delete"): "a server no plan wants any more; this scenario's plans only grow",
     ("watched", "services", "delete"): "a task removed from a system",
+    ("watched", "configmaps", "create"): "a system's frontend configuration (spec.frontend; the examples set none):"
+                                         " tests/e2e/test_frontend_deploy.py",
+    ("watched", "configmaps", "patch"): "the same, on a re-plan",
+    ("watched", "configmaps", "delete"): "the same, when spec.frontend is unset",
 }
 
 
