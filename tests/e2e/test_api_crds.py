@@ -98,7 +98,7 @@ def test_a_typed_status_is_stored_and_shown_in_the_columns(kubectl, custom, api_
                                                  "status-shown")
     assert SystemStatus.model_validate(stored["status"]) == status
     table = kubectl("get", "cis", "status-shown", "-n", api_namespace).stdout.split("\n")
-    assert table[0].split() == ["NAME", "READY", "PHASE", "GPUS", "SLICES", "ACCURACY", "LATENCY-MS", "AGE"]
+    assert table[0].split() == ["NAME", "READY", "PHASE", "GPUS", "SLICES", "ACCURACY", "LATENCY-MS", "FRONTEND", "AGE"]
     assert table[1].split()[:7] == ["status-shown", "True", "Ready", "2", "9", "0.988", "187.5"]
 
 
