@@ -23,6 +23,7 @@ from cluster.kube import pods, wait_for, wait_node_ready, wait_pods_phase
 H100 = "NVIDIA-H100-80GB-HBM3"
 CHART = Path(__file__).parent / "charts" / "smoke"
 MIG_CONFIGMAP = ("gpu-operator", "tessera-mig-parted-config", "config.yaml")
+GPU_OPERATOR_DEFAULT_CONFIGS = {"all-disabled": [{"devices": "all", "mig-enabled": False}]}
 
 
 def test_control_plane_reports_the_pinned_kubernetes_version(kubectl):
@@ -141,7 +142,9 @@ def write_mig_configs(core, configs: dict) -> str:
     except client.ApiException as e:
         if e.status != 404:
             raise
-        text = yaml.safe_dump({"version": "v1", "mig-configs": configs})
+        # Created as the GPU Operator ships its mig-parted config: with `all-disabled`, which later modules'
+        # tests (giving the GPUs back after uninstall) relabel nodes to.
+        text = yaml.safe_dump({"version": "v1", "mig-configs": {**GPU_OPERATOR_DEFAULT_CONFIGS, **configs}})
         core.create_namespaced_config_map(namespace, {"metadata": {"name": name}, "data": {key: text}})
         return text
     current["mig-configs"].update(configs)

@@ -593,7 +593,7 @@ def test_the_documented_removal_order_gives_the_gpus_back_and_removes_tesseras_n
     for node in release.pool.nodes:
         kubectl("label", "node", node, f"{MIG_LABEL}=all-disabled", "--overwrite")
     for node in release.pool.nodes:
-        assert mig_manager.wait_for_state(node, timeout=120) == "success"
+        assert mig_manager.wait_for_state(node, timeout=120) == "success", mig_manager.errors.get(node)
         assert gpu_states(core.read_node(node)) == [None] * 8, node
     kubectl("annotate", "node", "-l", release.pool.selector, "tessera.ai/mig-config-requested-")
     left = {n: [k for k in core.read_node(n).metadata.annotations or {} if k.startswith("tessera.ai/")]
