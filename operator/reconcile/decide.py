@@ -241,9 +241,17 @@ def decide_status(system: SystemObject, new: Json, now: str) -> list[Action]:
     return actions
 
 
-def frontend_status(system: SystemObject, settings: OperatorSettings) -> Json | None:
-    """status.frontend: where the system's frontend answers, while spec.frontend asks for one."""
-    if system.spec is None or system.spec.frontend is None:
+def frontend_status(system: SystemObject, settings: OperatorSettings, outcome: PoolOutcome) -> Json | None:
+    """status.frontend: where the system's frontend answers, once it runs or its plan deploys it now.
+
+    An invalid system keeps the frontend of its last good plan (its Service is live); one that was
+    never planned, or whose plan leaves a task unserved, has no frontend and shows no address.
+    """
+    service = ("Service", system.ref.namespace, frontend_children.frontend_name(system.ref))
+    deploys_now = (system.spec is not None and system.spec.frontend is not None and outcome.plan is not None
+                   and system.ref.key not in outcome.invalid
+                   and frontend_children.serves_every_task(system.spec, outcome.plan))
+    if service not in outcome.live and not deploys_now:
         return None
     return {"address": frontend_children.address(system.ref, settings)}
 
@@ -261,15 +269,18 @@ def assign_to_pools(systems: list[SystemObject], pools: list[Pool]) -> dict[str 
 
 
 def stored_plan_stands(state: Mapping[str, str], pool_hash: str, candidates: list[SystemObject],
-                       spec_hash: dict[str, str]) -> bool:
+                       spec_hash: dict[str, str], present: set[str]) -> bool:
     """The stored plan still serves these systems: same pool, each of them planned with its current spec.
 
-    Systems it was made for that are no longer candidates have turned
-    invalid (a deletion changes the pool's inputs otherwise: the pool plans again).
+    Systems it was made for that still exist but are no longer candidates have
+    turned invalid: they keep their share and the others their plan. A system it
+    was made for that no longer exists frees capacity, so the pool plans again.
     """
     if not state.get("plan") or state.get("pool") != pool_hash:
         return False
     planned = json.loads(state.get("systems", "{}"))
+    if not planned.keys() <= present:
+        return False
     return all(planned.get(s.ref.key) == spec_hash[s.ref.key] for s in candidates)
 
 

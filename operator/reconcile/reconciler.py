@@ -109,14 +109,14 @@ class Reconciler:
             for system in members.get(pool.key, []):
                 phase, conditions, summary = system_status(system, outcome)
                 profiled = self.profiling.condition(system, pool) if summary is not None else []
-                self.write_status(system, *self.demand.decorate(system, phase, conditions + profiled, summary))
+                self.write_status(system, outcome, *self.demand.decorate(system, phase, conditions + profiled, summary))
             metrics.record_pool(pool.key, outcome.plan, pool.gpus, [
                 layout for node, node_plan in outcome.placement.nodes.items()
                 if outcome.mig.get(node) and outcome.mig[node].applied for layout in node_plan.layouts.values()])
             if outcome.requeue_after is not None:
                 requeue.append(outcome.requeue_after)
         for system in members.get(None, []):
-            self.write_status(system, *no_pool_status(system, pools))
+            self.write_status(system, PoolOutcome(), *no_pool_status(system, pools))
         if self.demand.watching(systems):
             requeue.append(self.settings.demand.poll_s)
         return ReconcileResult(min(requeue, default=None), self.cluster.writes - writes_before)
@@ -151,7 +151,7 @@ class Reconciler:
                 self.actor.apply([DeletePlan(pool.key, reason="no system plans on the pool any more")])
         elif state.get("inputs") != self.inputs_hash(pool, candidates, spec_hash, kept):
             while candidates:
-                if stored_plan_stands(state, self.pool_hash(pool), candidates, spec_hash):
+                if stored_plan_stands(state, self.pool_hash(pool), candidates, spec_hash, {s.ref.key for s in systems}):
                     plan = stored_plan  # only systems that turned invalid left it
                     break
                 node_pool = planner_pool(pool, configs, reserved=reserved_gpus(kept))
@@ -309,11 +309,11 @@ class Reconciler:
         self.actor.apply(decide_children(planned, systems, outcome.live, outcome))
 
     # -- status ----------------------------------------------------------------
-    def write_status(self, system: SystemObject, phase: str, conditions: list[st.Condition],
+    def write_status(self, system: SystemObject, outcome: PoolOutcome, phase: str, conditions: list[st.Condition],
                      summary: dict[str, object] | None) -> None:
         now = st.now_rfc3339()
         new = st.build_status(system.ref.generation, phase, conditions, summary, system.status, now,
-                              self.demand.status_of(system, conditions), frontend_status(system, self.settings))
+                              self.demand.status_of(system, conditions), frontend_status(system, self.settings, outcome))
         self.actor.apply(decide_status(system, new, now))
 
 

@@ -333,12 +333,18 @@ def test_a_server_that_fails_after_ready_reads_servers_unavailable(plan):
 
 # -- the pool's stored plan ------------------------------------------------------
 
-@pytest.mark.xfail(strict=True, reason=f"{PART_2}: a deletion leaves a stored plan that still 'stands'")
 def test_deleting_a_system_makes_its_pool_plan_again():
     a = system()
     hashes = {"shop/traffic": "h-a", "shop/deleted": "h-b"}
     state = {"plan": "{...}", "pool": "pool-1", "systems": json.dumps(hashes)}
-    assert not stored_plan_stands(state, "pool-1", [a], {"shop/traffic": "h-a"})
+    assert not stored_plan_stands(state, "pool-1", [a], {"shop/traffic": "h-a"}, present={"shop/traffic"})
+
+
+def test_a_system_that_turned_unreadable_keeps_the_others_stored_plan():
+    a = system()
+    hashes = {"shop/traffic": "h-a", "shop/broken": "h-b"}  # shop/broken still exists, with a spec that fails to parse
+    state = {"plan": "{...}", "pool": "pool-1", "systems": json.dumps(hashes)}
+    assert stored_plan_stands(state, "pool-1", [a], {"shop/traffic": "h-a"}, present={"shop/traffic", "shop/broken"})
 
 
 def test_builders_relabel_patch_is_the_one_the_relabel_decision_sends(plan):

@@ -10,7 +10,8 @@ from tessera.operator.demand.planning import DemandPlanner
 from tessera.operator.demand.settings import DemandSettings
 from tessera.operator.reconcile import builders, frontend_children
 from tessera.operator.reconcile.actions import ApplyChild
-from tessera.operator.reconcile.decide import frontend_status, live_children, planned_children, decide_children
+from tessera.operator.reconcile.decide import (PoolOutcome, decide_children, frontend_status, live_children,
+                                               planned_children)
 from tessera.planner.plan import GpuPlan, InstancePlan
 
 from .test_decide import SETTINGS, applied_pool, live, outcome_for, system
@@ -58,7 +59,7 @@ def test_a_system_without_spec_frontend_gets_no_frontend(split_plan):
     assert applied(actions, "ConfigMap") == []
     assert all(b["metadata"]["labels"][builders.naming.CHILD_KIND_LABEL] != "frontend"
                for b in applied(actions, "Deployment") + applied(actions, "Service"))
-    assert frontend_status(system(), SETTINGS) is None
+    assert frontend_status(system(), SETTINGS, outcome_for(split_plan, applied_pool(split_plan))) is None
 
 
 def test_a_system_with_spec_frontend_gets_its_config_deployment_and_service(split_plan):
@@ -73,7 +74,20 @@ def test_a_system_with_spec_frontend_gets_its_config_deployment_and_service(spli
     config = frontend_file(actions)
     assert config["system"] == "traffic"  # the model name clients use, not the operator's namespace/name key
     assert config["settings"]["maxInFlight"] == 64
-    assert frontend_status(system(**FRONTEND), SETTINGS) == {"address": f"{name}.shop.svc:{SETTINGS.frontend_port}"}
+    outcome = outcome_for(split_plan, applied_pool(split_plan))
+    assert frontend_status(system(**FRONTEND), SETTINGS, outcome) == {"address": f"{name}.shop.svc:{SETTINGS.frontend_port}"}
+
+
+def test_a_system_never_planned_shows_no_frontend_address():
+    invalid = PoolOutcome(invalid={"shop/traffic": ("SloUnreachable", "no variant meets 1 ms")})
+    assert frontend_status(system(**FRONTEND), SETTINGS, invalid) is None
+
+
+def test_an_invalid_system_shows_the_address_of_the_frontend_its_last_good_plan_runs(split_plan):
+    planned, _ = decision(split_plan, [system(**FRONTEND)])
+    running = live_children([live(body) for body, _ in planned.values()], [system(**FRONTEND)])
+    invalid = PoolOutcome(invalid={"shop/traffic": ("SloUnreachable", "no variant meets 1 ms")}, live=running)
+    assert frontend_status(system(**FRONTEND), SETTINGS, invalid) is not None
 
 
 def test_the_config_routes_each_configuration_by_its_planned_capacity_through_its_own_service(split_plan):

@@ -46,11 +46,12 @@ def test_a_stored_plan_stands_while_its_systems_and_pool_are_unchanged():
     a, b = read_system(_system("a")), read_system(_system("b"))
     hashes = {"ns/a": "h-a", "ns/b": "h-b"}
     state = {"plan": "{...}", "pool": "pool-1", "systems": json.dumps(hashes)}
-    assert stored_plan_stands(state, "pool-1", [a, b], hashes)
-    assert stored_plan_stands(state, "pool-1", [a], hashes), "b turned invalid: a's plan stands"
-    assert not stored_plan_stands(state, "pool-2", [a, b], hashes), "the pool changed"
-    assert not stored_plan_stands(state, "pool-1", [a, b], {**hashes, "ns/b": "h-b2"}), "b's spec changed"
-    assert not stored_plan_stands({}, "pool-1", [a], hashes)
+    present = set(hashes)
+    assert stored_plan_stands(state, "pool-1", [a, b], hashes, present)
+    assert stored_plan_stands(state, "pool-1", [a], hashes, present), "b turned invalid: a's plan stands"
+    assert not stored_plan_stands(state, "pool-2", [a, b], hashes, present), "the pool changed"
+    assert not stored_plan_stands(state, "pool-1", [a, b], {**hashes, "ns/b": "h-b2"}, present), "b's spec changed"
+    assert not stored_plan_stands({}, "pool-1", [a], hashes, present)
 
 
 def test_node_heartbeats_do_not_wake_the_reconciler_but_mig_labels_do():
