@@ -35,6 +35,8 @@ from typing import cast
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from tessera.planner.latency import DEFAULT_CONNECTIONS
+
 Z99 = 2.3263478740408408  # the standard normal's 99th percentile
 
 
@@ -61,7 +63,7 @@ class Policies(BaseModel):
     model_config = ConfigDict(frozen=True)  # safe as a default argument
 
     balancing: Balancing = Balancing.PER_CONNECTION
-    connections: int = Field(default=16, ge=1, description="Client connections to each task's Service.")
+    connections: int = Field(default=DEFAULT_CONNECTIONS, ge=1, description="Client connections to each task's Service.")
     batcher: Batcher = Batcher.WHEN_FREE
     dispatch: Dispatch = Dispatch.EARLIEST_FREE
     early_dropping: bool = False
