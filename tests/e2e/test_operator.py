@@ -148,3 +148,20 @@ def test_deleting_the_systems_leaves_no_tessera_object(run_operator, core, custo
         return not (deployments or services or pods or [c for c in state if c.metadata.name.startswith("tessera-pool-")])
     wait_for(nothing_left, 60, "no tessera object left", interval=0.5)
     assert operator.alive()
+
+
+def test_deleting_the_system_that_fills_a_pool_plans_the_others_again(run_operator, custom, kubectl):
+    """One node of 8 GPUs: `filler` takes 30 of its 56 slices, `waiting` needs as many. The joint plan
+    cannot serve both; once `filler` is deleted, the pool plans again and `waiting` is served in full
+    (a stored plan made for a deleted system no longer stands)."""
+    operator = run_operator(nodes=1).start()
+    kubectl("apply", "-n", operator.namespace, "-f", "-", input=system_yaml("filler", demandRequestsPerSecond=40000))
+    wait_ready(custom, operator.namespace, ["filler"], READY_TIMEOUT_S, operator)
+    kubectl("apply", "-n", operator.namespace, "-f", "-", input=system_yaml("waiting", demandRequestsPerSecond=40000))
+    wait_for(lambda: (s := systems(custom, operator.namespace).get("waiting")) and condition(s, "Ready")
+             and not is_true(s, "Ready") and s, 120, "waiting planned and not Ready")
+
+    kubectl("delete", "compoundinferencesystem", "filler", "-n", operator.namespace)
+    found = wait_ready(custom, operator.namespace, ["waiting"], READY_TIMEOUT_S, operator)
+    summary = found["waiting"]["status"]["plan"]
+    assert summary["servedRequestsPerSecond"] == summary["demandRequestsPerSecond"]
