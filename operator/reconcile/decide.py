@@ -248,9 +248,8 @@ def frontend_status(system: SystemObject, settings: OperatorSettings, outcome: P
     never planned, or whose plan leaves a task unserved, has no frontend and shows no address.
     """
     service = ("Service", system.ref.namespace, frontend_children.frontend_name(system.ref))
-    deploys_now = (system.spec is not None and system.spec.frontend is not None and outcome.plan is not None
-                   and system.ref.key not in outcome.invalid
-                   and frontend_children.serves_every_task(system.spec, outcome.plan))
+    deploys_now = (system.spec is not None and outcome.plan is not None and system.ref.key not in outcome.invalid
+                   and frontend_children.runs_under(system.spec, outcome.plan))
     if service not in outcome.live and not deploys_now:
         return None
     return {"address": frontend_children.address(system.ref, settings)}

@@ -64,6 +64,12 @@ def serves_every_task(spec: SystemSpec, plan: Plan) -> bool:
     return all(task.name in served for task in spec.tasks)
 
 
+def runs_under(spec: SystemSpec, plan: Plan) -> bool:
+    """The system has a frontend under `plan`: spec.frontend asks for one and the plan leaves no task unserved
+    (no route would exist for it)."""
+    return spec.frontend is not None and serves_every_task(spec, plan)
+
+
 def configuration_url(system: SystemRef, task: TaskPlan, config: ConfigPlan, port: int) -> str:
     return (f"http://{configuration_name(system, task, config)}.{system.namespace}.svc:{port}"
             f"/v2/models/{task.variant}/infer")
@@ -162,9 +168,8 @@ def service(system: SystemRef, settings: OperatorSettings) -> Json:
 
 def children(system: SystemRef, spec: SystemSpec, plan: Plan, store: ProfileStore | None,
              settings: OperatorSettings) -> list[Json]:
-    """Everything the system's frontend needs under `plan`; none without spec.frontend or while the plan
-    leaves one of its tasks unserved (no route would exist for it)."""
-    if spec.frontend is None or not serves_every_task(spec, plan):
+    """Everything the system's frontend needs under `plan`; none while it has no frontend there."""
+    if not runs_under(spec, plan):
         return []
     return [config_map(system, spec, plan, store, settings), *configuration_services(system, plan, settings),
             service(system, settings), deployment(system, settings, replicas(spec, plan, settings))]
