@@ -15,6 +15,7 @@ from datetime import datetime, timezone
 from tessera.operator import naming
 from tessera.operator.api.v1alpha1 import (ConditionType, ConfigurationSummary, Phase, ProfileSourceCounts, SystemPlanSummary,
                                   TaskPlanSummary)
+from tessera.operator.api.adapter_pools import PoolRef
 from tessera.operator.api.systems import SystemRef
 from tessera.planner.plan import Plan
 from tessera.planner.profiles import ProfileSource
@@ -29,8 +30,9 @@ PROFILES_ESTIMATED = ConditionType.PROFILES_ESTIMATED
 PROFILING_COMPLETE = ConditionType.PROFILING_COMPLETE
 INVALID = ConditionType.INVALID
 METRICS_AVAILABLE = ConditionType.METRICS_AVAILABLE
+ADAPTERS_PLACED = ConditionType.ADAPTERS_PLACED  # an AdapterPool's
 CONDITION_ORDER = (READY, PLANNED, PROGRESSING, DEGRADED, MIG_LAYOUT_APPLIED, PROFILES_ESTIMATED, PROFILING_COMPLETE,
-                   INVALID, METRICS_AVAILABLE)
+                   INVALID, METRICS_AVAILABLE, ADAPTERS_PLACED)
 
 # Reasons.
 INVALID_SPEC = "InvalidSpec"
@@ -57,6 +59,7 @@ PROFILING = "Profiling"
 PROFILES_MEASURED = "ProfilesMeasured"
 PROFILING_FAILED = "ProfilingFailed"
 NO_PROFILING_INSTANCE = "NoInstanceToProfileOn"
+ALL_ADAPTERS_PLACED = "AllAdaptersPlaced"
 
 # Phases, shown by `kubectl get` (the API's; MIG partitioning is part of deploying).
 PHASE_INVALID = Phase.INVALID
@@ -137,12 +140,12 @@ def events_for(previous: dict, new: dict) -> list[EventSpec]:
     return events
 
 
-def event_body(system: SystemRef, event: EventSpec, now: str) -> dict:
+def event_body(system: SystemRef | PoolRef, event: EventSpec, now: str, kind: str = "CompoundInferenceSystem") -> dict:
     name = f"{system.name[:200]}.{naming.digest([system.uid, event.reason, event.message, now])[:16]}"
     return {
         "apiVersion": "v1", "kind": "Event",
         "metadata": {"name": name, "namespace": system.namespace},
-        "involvedObject": {"apiVersion": system.owner_reference()["apiVersion"], "kind": "CompoundInferenceSystem",
+        "involvedObject": {"apiVersion": system.owner_reference()["apiVersion"], "kind": kind,
                            "name": system.name, "namespace": system.namespace, "uid": system.uid},
         "type": event.type, "reason": event.reason, "message": event.message[:1024],
         "source": {"component": "tessera-operator"}, "reportingComponent": "tessera.ai/operator",

@@ -1,7 +1,7 @@
 """Observe: what one reconcile reads of the cluster, as one immutable value, before anything is decided.
 
-The systems (with the demand hysteresis decided from Prometheus), the GPU
-pools from the nodes' labels, tessera's children, the mig-parted ConfigMap
+The systems (with the demand hysteresis decided from Prometheus), the
+AdapterPools, the GPU pools from the nodes' labels, tessera's children, the mig-parted ConfigMap
 and the configs any node names, and each pool's stored plan. Two reads stay
 with their decision, because what they read depends on it: the solver's
 outcome (the reconciler runs the solve), and the GPU pods of the nodes a plan
@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from tessera.operator import naming
+from tessera.operator.api.adapter_pools import PLURAL as ADAPTER_POOLS, AdapterPoolObject, read_adapter_pool
 from tessera.operator.api.systems import SystemObject, read_system
 from tessera.operator.cluster import Cluster
 from tessera.operator.demand.planning import DemandPlanner
@@ -37,6 +38,7 @@ class Snapshot:
     """The MIG configs any node of the cluster names (also nodes outside tessera's selector)."""
     pool_states: Mapping[str, Mapping[str, str]]
     """Pool key -> its stored plan ConfigMap's data (empty: none stored)."""
+    adapter_pools: tuple[AdapterPoolObject, ...] = ()
 
     @property
     def mig_configs(self) -> MigConfigs:
@@ -57,4 +59,5 @@ def observe(cluster: Cluster, settings: OperatorSettings, demand: DemandPlanner)
         systems=tuple(systems), pools=tuple(pools), children=tuple(children), mig_configmap=mig_configmap,
         configmap=cluster.read_configmap(settings.gpu_operator_namespace, mig_configmap),
         configs_in_use=frozenset(cluster.mig_configs_in_use()),
-        pool_states={pool.key: cluster.read_pool_state(pool.key) for pool in pools})
+        pool_states={pool.key: cluster.read_pool_state(pool.key) for pool in pools},
+        adapter_pools=tuple(read_adapter_pool(obj) for obj in cluster.list_systems(ADAPTER_POOLS)))
