@@ -77,12 +77,17 @@ class PoolServers:
 
 # -- which GPU pool -------------------------------------------------------------
 
-def assign_adapter_pools(objects: list[AdapterPoolObject], pools: list[Pool]) -> dict[str | None, list[AdapterPoolObject]]:
-    """Each AdapterPool to the GPU pool of its spec.gpuProduct (the largest such), in name order; None: no such pool
-    (or a spec too broken to name one)."""
+def assign_adapter_pools(objects: list[AdapterPoolObject], pools: list[Pool],
+                         children: list[Json]) -> dict[str | None, list[AdapterPoolObject]]:
+    """Each AdapterPool to the GPU pool of its spec.gpuProduct (the largest such), in name order; a spec too broken to
+    name one to the pool its running servers are on (their GPUs stay reserved there); None: no such pool."""
     members: dict[str | None, list[AdapterPoolObject]] = {}
     for obj in sorted(objects, key=lambda o: o.ref.key):
-        matching = [p for p in pools if obj.spec is not None and p.gpu.name == obj.spec.gpu]
+        if obj.spec is not None:
+            matching = [p for p in pools if p.gpu.name == obj.spec.gpu]
+        else:
+            nodes = {node for node, _ in server_slots(children, obj.ref).values()}
+            matching = [p for p in pools if nodes & {n.name for n in p.nodes}]
         key = max(matching, key=lambda p: (p.gpus, p.key)).key if matching else None
         members.setdefault(key, []).append(obj)
     return members

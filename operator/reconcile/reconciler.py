@@ -85,7 +85,7 @@ class Reconciler:
         seen = observe(self.cluster, self.settings, self.demand)
         systems, pools, children, configs = list(seen.systems), list(seen.pools), list(seen.children), seen.mig_configs
         members = assign_to_pools(systems, pools)
-        adapter_members = assign_adapter_pools(list(seen.adapter_pools), pools)
+        adapter_members = assign_adapter_pools(list(seen.adapter_pools), pools, children)
         self.profiling.collect()
         outcomes = {}
         adapter_servers = {}

@@ -71,9 +71,18 @@ def servers_of(obj, pool, **kwargs):
 
 def test_an_adapter_pool_goes_to_the_gpu_pool_of_its_product():
     h100 = gpu_pool()
-    members = assign_adapter_pools([adapter_pool(), adapter_pool(gpuProduct="A100-80GB")], [h100])
+    members = assign_adapter_pools([adapter_pool(), adapter_pool(gpuProduct="A100-80GB")], [h100], [])
     assert [o.spec.gpu for o in members[h100.key]] == ["H100-80GB"]
     assert [o.spec.gpu for o in members[None]] == ["A100-80GB"]
+
+
+def test_a_pool_whose_spec_names_no_product_stays_with_the_gpus_its_running_servers_hold():
+    pool = gpu_pool()
+    _, planned = servers_of(adapter_pool(), pool)
+    broken = read_adapter_pool({**pool_object(), "spec": {**pool_object()["spec"], "gpuProduct": "no-such-gpu"}})
+    assert broken.spec is None
+    assert assign_adapter_pools([broken], [pool], [live(b) for b, _ in planned]) == {pool.key: [broken]}
+    assert assign_adapter_pools([broken], [pool], []) == {None: [broken]}
 
 
 def test_new_servers_take_whole_gpus_no_compound_plan_holds_from_the_pools_last_gpu_backwards():
