@@ -37,6 +37,8 @@ class Snapshot:
     """The MIG configs any node of the cluster names (also nodes outside tessera's selector)."""
     pool_states: Mapping[str, Mapping[str, str]]
     """Pool key -> its stored plan ConfigMap's data (empty: none stored)."""
+    pool_annotations: Mapping[str, Mapping[str, str]]
+    """Pool key -> the annotations of that ConfigMap (a pause: reconcile/pause.py)."""
 
     @property
     def mig_configs(self) -> MigConfigs:
@@ -53,8 +55,11 @@ def observe(cluster: Cluster, settings: OperatorSettings, demand: DemandPlanner)
     children = cluster.list_children()
     systems = demand.apply(systems, children)
     mig_configmap = cluster.mig_configmap_name()
+    pool_objects = {pool.key: cluster.read_pool_configmap(pool.key) or {} for pool in pools}
     return Snapshot(
         systems=tuple(systems), pools=tuple(pools), children=tuple(children), mig_configmap=mig_configmap,
         configmap=cluster.read_configmap(settings.gpu_operator_namespace, mig_configmap),
         configs_in_use=frozenset(cluster.mig_configs_in_use()),
-        pool_states={pool.key: cluster.read_pool_state(pool.key) for pool in pools})
+        pool_states={key: found.get("data") or {} for key, found in pool_objects.items()},
+        pool_annotations={key: (found.get("metadata") or {}).get("annotations") or {}
+                          for key, found in pool_objects.items()})
