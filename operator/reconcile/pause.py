@@ -39,13 +39,16 @@ def is_paused(annotations: Mapping[str, str]) -> bool:
     return annotations.get(naming.PAUSED, "").strip().lower() == "true"
 
 
-def paused_systems(systems: list[SystemObject], pool_annotations: Mapping[str, str],
-                   pool_configmap: str) -> dict[str, str]:
-    """System key -> what pauses it. An unreadable spec is not paused: its last good plan runs on anyway, and its
-    status must say what is wrong with it."""
-    if is_paused(pool_annotations):
-        why = f"the pool is paused ({naming.PAUSED} on ConfigMap {pool_configmap})"
-        return {s.ref.key: why for s in systems if s.valid}
+def pool_pause(pool_annotations: Mapping[str, str], pool_configmap: str) -> str | None:
+    """What pauses the pool (its plan ConfigMap's annotation); None: it is not paused."""
+    return f"the pool is paused ({naming.PAUSED} on ConfigMap {pool_configmap})" if is_paused(pool_annotations) else None
+
+
+def paused_systems(systems: list[SystemObject], pool_paused: str | None) -> dict[str, str]:
+    """System key -> what pauses it: its pool's pause, else its own. An unreadable spec is not paused: its last
+    good plan runs on anyway, and its status must say what is wrong with it."""
+    if pool_paused is not None:
+        return {s.ref.key: pool_paused for s in systems if s.valid}
     return {s.ref.key: f"paused ({naming.PAUSED} on the system)" for s in systems if s.valid and is_paused(s.annotations)}
 
 
@@ -78,11 +81,10 @@ def pause_message(why: str, changes: list[str]) -> str:
 
 
 def held_nodes(paused: Mapping[str, str], outcome: PoolOutcome, node_names: list[str],
-               pool_paused: bool) -> dict[str, str]:
+               pool_paused: str | None) -> dict[str, str]:
     """Node -> why it keeps its layout: every node of a paused pool, else the nodes paused systems' servers run on."""
-    if pool_paused and paused:
-        why = next(iter(paused.values()))
-        return {name: why for name in node_names}
+    if pool_paused is not None:
+        return {name: pool_paused for name in node_names}
     held: dict[str, str] = {}
     for key, why in sorted(paused.items()):
         for server in outcome.placement.servers_of(key):

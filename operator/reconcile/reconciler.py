@@ -47,8 +47,9 @@ from tessera.operator.reconcile.decide import (STATE_FORMAT, PoolOutcome, about,
                                                reserved_gpus, stored_plan_stands, stored_pool_plan, system_status,
                                                frontend_status, spec_digest)
 from tessera.operator.reconcile.node_changes import NodeHold
-from tessera.operator.reconcile.pause import (held_mig_configs, held_nodes, is_paused, pause_message, paused_status,
-                                              paused_systems, planned_hashes, waiting_changes, without_paused)
+from tessera.operator.reconcile.pause import (held_mig_configs, held_nodes, pause_message, paused_status,
+                                              paused_systems, planned_hashes, pool_pause, waiting_changes,
+                                              without_paused)
 from tessera.operator.settings import OperatorSettings
 from tessera.operator.testhooks import checkpoint
 from tessera.planner.contract import (
@@ -87,15 +88,15 @@ class Reconciler:
         members = assign_to_pools(systems, pools)
         self.profiling.collect()
         outcomes = {}
-        pool_paused = {pool.key: is_paused(seen.pool_annotations[pool.key]) for pool in pools}
-        paused = {pool.key: paused_systems(members.get(pool.key, []), seen.pool_annotations[pool.key],
-                                           f"{self.settings.state_namespace}/{self.cluster.pool_state_name(pool.key)}")
-                  for pool in pools}
+        pool_paused = {pool.key: pool_pause(seen.pool_annotations[pool.key],
+                                            f"{self.settings.state_namespace}/{self.cluster.pool_state_name(pool.key)}")
+                       for pool in pools}
+        paused = {pool.key: paused_systems(members.get(pool.key, []), pool_paused[pool.key]) for pool in pools}
         for pool in pools:
             outcome = outcomes[pool.key] = PoolOutcome()
             self.profiling.prepare(pool, members.get(pool.key, []))
             self.plan_pool(pool, members.get(pool.key, []), outcome, configs, seen.pool_states[pool.key],
-                           paused[pool.key], pool_paused[pool.key])
+                           paused[pool.key], pool_paused[pool.key] is not None)
             outcome.mig = desired_mig(pool, outcome.placement)
             for node_name, node_plan in self.profiling.launch(pool, outcome.plan, members.get(pool.key, []),
                                                               self.settings.planner.batches,
@@ -106,7 +107,7 @@ class Reconciler:
         # One ConfigMap serves every pool: its configs are decided for all pools at once.
         wanted: dict[str, list[Json]] = {}
         for key, outcome in outcomes.items():
-            wanted.update(held_mig_configs(outcome.mig, set(configs)) if pool_paused[key]
+            wanted.update(held_mig_configs(outcome.mig, set(configs)) if pool_paused[key] is not None
                           else {mig.config: mig.entries for mig in outcome.mig.values()})
         write, written = decide_mig_configs(wanted, self.settings.gpu_operator_namespace, seen.mig_configmap,
                                             seen.configmap, set(seen.configs_in_use), time.time())
@@ -119,7 +120,7 @@ class Reconciler:
             self.relabel_nodes(pool, outcome, written, NodeHold.of(held, self.settings.maintenance_window))
             self.reconcile_children(pool, members.get(pool.key, []), children, outcome, paused[pool.key])
             state = seen.pool_states[pool.key]
-            pool_changed = pool_paused[pool.key] and state.get("pool") != self.pool_hash(pool)
+            pool_changed = pool_paused[pool.key] is not None and state.get("pool") != self.pool_hash(pool)
             for system in members.get(pool.key, []):
                 why = paused[pool.key].get(system.ref.key)
                 phase, conditions, summary = (

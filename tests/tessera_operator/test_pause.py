@@ -20,7 +20,7 @@ from tessera.operator.reconcile.decide import (decide_mig_configs, decide_relabe
                                                system_status)
 from tessera.operator.reconcile.node_changes import MaintenanceWindow, NodeHold
 from tessera.operator.reconcile.pause import (held_mig_configs, held_nodes, paused_status, paused_systems,
-                                              pause_message, waiting_changes, without_paused)
+                                              pause_message, pool_pause, waiting_changes, without_paused)
 from tessera.operator.settings import OperatorSettings
 
 from .conftest import gpu_node, pool_of
@@ -40,16 +40,17 @@ def at(hour: int, minute: int = 0) -> float:
 # -- who is paused --------------------------------------------------------------
 
 def test_a_system_is_paused_by_its_annotation_true_and_by_nothing_else():
-    assert paused_systems([system()], {}, POOL_CONFIGMAP) == {}
-    assert paused_systems([with_annotations(PAUSED)], {}, POOL_CONFIGMAP) == {
-        KEY: f"paused ({naming.PAUSED} on the system)"}
-    assert paused_systems([with_annotations({naming.PAUSED: "false"})], {}, POOL_CONFIGMAP) == {}
+    assert paused_systems([system()], None) == {}
+    assert paused_systems([with_annotations(PAUSED)], None) == {KEY: f"paused ({naming.PAUSED} on the system)"}
+    assert paused_systems([with_annotations({naming.PAUSED: "false"})], None) == {}
+    assert pool_pause({naming.PAUSED: "false"}, POOL_CONFIGMAP) is None and pool_pause({}, POOL_CONFIGMAP) is None
 
 
 def test_a_paused_pool_pauses_each_of_its_readable_systems_and_not_one_whose_spec_is_unreadable():
     broken = with_annotations({}, name="broken", edges=[{"source": "object-detection", "target": "object-detection"}])
-    paused = paused_systems([system(), broken], PAUSED, POOL_CONFIGMAP)
-    assert paused == {KEY: f"the pool is paused ({naming.PAUSED} on ConfigMap {POOL_CONFIGMAP})"}
+    why = pool_pause(PAUSED, POOL_CONFIGMAP)
+    assert why == f"the pool is paused ({naming.PAUSED} on ConfigMap {POOL_CONFIGMAP})"
+    assert paused_systems([system(), broken], why) == {KEY: why}
 
 
 def with_annotations(annotations: dict, name: str = "traffic", **spec):
@@ -74,7 +75,7 @@ def test_a_paused_systems_children_are_neither_applied_changed_nor_deleted(plan)
 def test_the_nodes_a_paused_systems_servers_run_on_are_not_relabelled(plan):
     pool = pool_with()
     outcome = outcome_for(plan, pool)
-    held = held_nodes({KEY: "paused"}, outcome, ["gpu-a", "gpu-b"], pool_paused=False)
+    held = held_nodes({KEY: "paused"}, outcome, ["gpu-a", "gpu-b"], pool_paused=None)
     assert held == {"gpu-a": f"{KEY} is paused", "gpu-b": f"{KEY} is paused"}
     states, relabels, _ = decide_relabels(pool, outcome.mig, {}, {}, NOW, propagation_s=0,
                                           poll_s=SETTINGS.mig_poll_s, hold=NodeHold.of(held, None))
@@ -86,8 +87,8 @@ def test_the_nodes_a_paused_systems_servers_run_on_are_not_relabelled(plan):
 def test_every_node_of_a_paused_pool_keeps_its_layout_even_one_no_paused_system_runs_on(plan):
     outcome = outcome_for(plan, pool_with())
     why = "the pool is paused"
-    assert held_nodes({KEY: why}, outcome, ["gpu-a", "gpu-b", "gpu-c"], pool_paused=True) == {
-        "gpu-a": why, "gpu-b": why, "gpu-c": why}
+    assert held_nodes({}, outcome, ["gpu-a", "gpu-b", "gpu-c"], pool_paused=why) == {
+        "gpu-a": why, "gpu-b": why, "gpu-c": why}, "also with no readable system in it"
 
 
 def test_a_paused_pool_adds_no_mig_config_and_drops_none_its_plan_wants(plan):
