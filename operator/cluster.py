@@ -314,9 +314,9 @@ class Cluster:
     def pool_state_name(self, pool_key: str) -> str:
         return naming.dns_label(f"{POOL_STATE_PREFIX}{pool_key}")
 
-    def read_pool_state(self, pool_key: str) -> dict[str, str]:
-        found = self.read_configmap(self.settings.state_namespace, self.pool_state_name(pool_key))
-        return (found or {}).get("data") or {}
+    def read_pool_configmap(self, pool_key: str) -> dict | None:
+        """The pool's plan ConfigMap: its data (the stored plan) and its annotations (a pause)."""
+        return self.read_configmap(self.settings.state_namespace, self.pool_state_name(pool_key))
 
     def delete_pool_state(self, pool_key: str) -> None:
         self.writes += 1

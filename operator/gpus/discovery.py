@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from tessera.operator import naming
 from tessera.planner.catalog import CATALOG, GpuProduct, MigProfile
 
 PRODUCT_LABEL = "nvidia.com/gpu.product"
@@ -49,6 +50,8 @@ class NodeFacts:
     requested_config: str | None
     advertised: dict[str, AdvertisedProfile] = field(default_factory=dict)
     gpu_memory_mib: int | None = None
+    approved_config: str | None = None
+    """The MIG config an admin approved re-partitioning the node for (annotation tessera.ai/approve-mig-config)."""
 
     def advertised_counts(self) -> dict[str, int]:
         return {name: p.count for name, p in self.advertised.items() if p.count}
@@ -72,6 +75,7 @@ def node_facts(node: dict, requested_annotation: str) -> NodeFacts | None:
         requested_config=(metadata.get("annotations") or {}).get(requested_annotation),
         advertised=_advertised(labels),
         gpu_memory_mib=int(labels[GPU_MEMORY_LABEL]) if labels.get(GPU_MEMORY_LABEL, "").isdigit() else None,
+        approved_config=(metadata.get("annotations") or {}).get(naming.APPROVE_MIG_CONFIG),
     )
 
 

@@ -38,6 +38,8 @@ class Snapshot:
     """The MIG configs any node of the cluster names (also nodes outside tessera's selector)."""
     pool_states: Mapping[str, Mapping[str, str]]
     """Pool key -> its stored plan ConfigMap's data (empty: none stored)."""
+    pool_annotations: Mapping[str, Mapping[str, str]]
+    """Pool key -> the annotations of that ConfigMap (a pause: reconcile/pause.py)."""
     prerequisites: preflight.Seen
     """What the preflight checks: the GPU Operator's namespace and ClusterPolicy, the watched namespaces, the CRDs."""
 
@@ -57,9 +59,12 @@ def observe(cluster: Cluster, settings: OperatorSettings, demand: DemandPlanner)
     systems = demand.apply(systems, children)
     policy = cluster.read_cluster_policy()
     mig_configmap = cluster.mig_configmap_name(policy)
+    pool_objects = {pool.key: cluster.read_pool_configmap(pool.key) or {} for pool in pools}
     return Snapshot(
         systems=tuple(systems), pools=tuple(pools), children=tuple(children), mig_configmap=mig_configmap,
         configmap=cluster.read_configmap(settings.gpu_operator_namespace, mig_configmap),
         configs_in_use=frozenset(cluster.mig_configs_in_use()),
-        pool_states={pool.key: cluster.read_pool_state(pool.key) for pool in pools},
+        pool_states={key: found.get("data") or {} for key, found in pool_objects.items()},
+        pool_annotations={key: (found.get("metadata") or {}).get("annotations") or {}
+                          for key, found in pool_objects.items()},
         prerequisites=cluster.read_prerequisites(policy, list(preflight.expected_crds())))
