@@ -56,6 +56,11 @@ def _selector(_ctx, _param, values: tuple[str, ...]) -> dict[str, str]:
 @click.option("--mig-poll", "mig_poll_s", type=field_range(OperatorSettings, "mig_poll_s"),
               default=DEFAULTS.mig_poll_s, show_default=True,
               help="Seconds between looks at a node that mig-manager is re-partitioning.")
+@click.option("--mig-failure-backoff", "mig_failure_backoff_s",
+              type=field_range(OperatorSettings, "mig_failure_backoff_s"), default=DEFAULTS.mig_failure_backoff_s,
+              show_default=True,
+              help="Seconds a node whose mig-manager reported failed keeps its layout before it is left out of "
+                   "its pool (until its state changes) and the pool plans again without it.")
 @planner_options("--solve-time-limit")
 @click.option("--solve-memory", "solve_memory_mb", type=field_range(OperatorSettings, "solve_memory_mb"), default=DEFAULTS.solve_memory_mb,
               show_default=True, help="Memory cap of the solver process, MB.")

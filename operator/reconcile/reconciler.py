@@ -37,6 +37,7 @@ from tessera.operator.gpus.discovery import Pool
 from tessera.operator.gpus.node_plans import Share, place, placed_gpus, share_of
 from tessera.operator.gpus.planner_input import MigConfigs, planner_pool
 from tessera.operator.profiling.in_cluster import Profiling
+from tessera.operator.reconcile import mig_failures
 from tessera.operator.reconcile.act import Actor
 from tessera.operator.reconcile.actions import DeletePlan, StorePlan
 from tessera.operator.reconcile.snapshot import observe
@@ -81,6 +82,7 @@ class Reconciler:
         self.cancel.clear()  # a trigger from here on means this reconcile read a world that no longer is
         seen = observe(self.cluster, self.settings, self.demand)
         systems, pools, children, configs = list(seen.systems), list(seen.pools), list(seen.children), seen.mig_configs
+        self.actor.apply(list(mig_failures.decide_failure_records(seen.pool_nodes, seen.at)))
         members = assign_to_pools(systems, pools)
         self.profiling.collect()
         outcomes = {}
@@ -104,6 +106,8 @@ class Reconciler:
         requeue: list[float] = []
         for pool in pools:
             outcome = outcomes[pool.key]
+            outcome.failed_nodes = mig_failures.in_backoff(pool.nodes, seen.at, self.settings.mig_failure_backoff_s)
+            requeue.extend(mig_failures.backoff_requeue(outcome.failed_nodes, time.time()))
             self.relabel_nodes(pool, outcome, written)
             self.reconcile_children(pool, members.get(pool.key, []), children, outcome)
             for system in members.get(pool.key, []):
