@@ -28,7 +28,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from tessera.operator import metrics, naming
+from tessera.operator import metrics, naming, preflight
 from tessera.operator.api import status as st
 from tessera.operator.api.systems import SystemObject
 from tessera.operator.cluster import Cluster, dumps
@@ -75,12 +75,16 @@ class Reconciler:
         self.actor = Actor(cluster)
         self.profiling = Profiling(cluster, settings)
         self.demand = DemandPlanner(settings.demand)
+        self.preflight = preflight.Reporter()
 
     # -- the whole cluster -----------------------------------------------------
     def reconcile(self) -> ReconcileResult:
         writes_before = self.cluster.writes
         self.cancel.clear()  # a trigger from here on means this reconcile read a world that no longer is
         seen = observe(self.cluster, self.settings, self.demand)
+        found = preflight.findings(seen.prerequisites, self.settings, preflight.expected_crds())
+        self.preflight.report(found)
+        prerequisites = preflight.condition(found)
         systems, pools, children, configs = list(seen.systems), list(seen.pools), list(seen.children), seen.mig_configs
         self.actor.apply(list(mig_failures.decide_failure_records(seen.pool_nodes, seen.at)))
         members = assign_to_pools(systems, pools)
@@ -101,26 +105,32 @@ class Reconciler:
         wanted = {mig.config: mig.entries for outcome in outcomes.values() for mig in outcome.mig.values()}
         write, written = decide_mig_configs(wanted, self.settings.gpu_operator_namespace, seen.mig_configmap,
                                             seen.configmap, set(seen.configs_in_use), time.time())
-        if write is not None:
+        # Without the GPU Operator's namespace there is nowhere to write MIG configs: no node is relabelled
+        # for one, and the systems' PrerequisitesMet says why (a failing write would hold back their status).
+        mig_writable = seen.prerequisites.namespaces.get(self.settings.gpu_operator_namespace) is not False
+        if write is not None and mig_writable:
             self.actor.apply([write])
         requeue: list[float] = []
         for pool in pools:
             outcome = outcomes[pool.key]
             outcome.failed_nodes = mig_failures.in_backoff(pool.nodes, seen.at, self.settings.mig_failure_backoff_s)
             requeue.extend(mig_failures.backoff_requeue(outcome.failed_nodes, time.time()))
-            self.relabel_nodes(pool, outcome, written)
+            if mig_writable:
+                self.relabel_nodes(pool, outcome, written)
             self.reconcile_children(pool, members.get(pool.key, []), children, outcome)
             for system in members.get(pool.key, []):
                 phase, conditions, summary = system_status(system, outcome)
                 profiled = self.profiling.condition(system, pool) if summary is not None else []
-                self.write_status(system, outcome, *self.demand.decorate(system, phase, conditions + profiled, summary))
+                self.write_status(system, outcome, *self.demand.decorate(system, phase, [*conditions, *profiled,
+                                                                                        prerequisites], summary))
             metrics.record_pool(pool.key, outcome.plan, pool.gpus, [
                 layout for node, node_plan in outcome.placement.nodes.items()
                 if outcome.mig.get(node) and outcome.mig[node].applied for layout in node_plan.layouts.values()])
             if outcome.requeue_after is not None:
                 requeue.append(outcome.requeue_after)
         for system in members.get(None, []):
-            self.write_status(system, PoolOutcome(), *no_pool_status(system, pools))
+            phase, conditions, summary = no_pool_status(system, pools)
+            self.write_status(system, PoolOutcome(), phase, [*conditions, prerequisites], summary)
         if self.demand.watching(systems):
             requeue.append(self.settings.demand.poll_s)
         return ReconcileResult(min(requeue, default=None), self.cluster.writes - writes_before)

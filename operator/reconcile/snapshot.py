@@ -3,7 +3,8 @@
 The systems (with the demand hysteresis decided from Prometheus), the GPU
 pools from the nodes' labels (less the nodes a persisting mig-manager
 `failed` leaves out, mig_failures.py), tessera's children, the mig-parted ConfigMap
-and the configs any node names, and each pool's stored plan. Two reads stay
+and the configs any node names, each pool's stored plan, and what the preflight
+checks (operator/preflight.py). Two reads stay
 with their decision, because what they read depends on it: the solver's
 outcome (the reconciler runs the solve), and the GPU pods of the nodes a plan
 would re-partition (`decide.nodes_to_relabel`). Profiling reads its own
@@ -16,7 +17,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from tessera.operator import naming
+from tessera.operator import naming, preflight
 from tessera.operator.api.systems import SystemObject, read_system
 from tessera.operator.cluster import Cluster
 from tessera.operator.demand.planning import DemandPlanner
@@ -39,6 +40,8 @@ class Snapshot:
     """The MIG configs any node of the cluster names (also nodes outside tessera's selector)."""
     pool_states: Mapping[str, Mapping[str, str]]
     """Pool key -> its stored plan ConfigMap's data (empty: none stored)."""
+    prerequisites: preflight.Seen
+    """What the preflight checks: the GPU Operator's namespace and ClusterPolicy, the watched namespaces, the CRDs."""
     pool_nodes: tuple[NodeFacts, ...] = ()
     """Every node a pool would have, also those left out of it after a mig-manager `failed` (their records)."""
     at: float = 0.0
@@ -61,10 +64,12 @@ def observe(cluster: Cluster, settings: OperatorSettings, demand: DemandPlanner)
     pools, _unknown = group_pools([f for f in facts if not mig_failures.left_out(f, at, settings.mig_failure_backoff_s)])
     children = cluster.list_children()
     systems = demand.apply(systems, children)
-    mig_configmap = cluster.mig_configmap_name()
+    policy = cluster.read_cluster_policy()
+    mig_configmap = cluster.mig_configmap_name(policy)
     return Snapshot(
         systems=tuple(systems), pools=tuple(pools), children=tuple(children), mig_configmap=mig_configmap,
         configmap=cluster.read_configmap(settings.gpu_operator_namespace, mig_configmap),
         configs_in_use=frozenset(cluster.mig_configs_in_use()),
         pool_states={pool.key: cluster.read_pool_state(pool.key) for pool in pools},
+        prerequisites=cluster.read_prerequisites(policy, list(preflight.expected_crds())),
         pool_nodes=pool_nodes, at=at)

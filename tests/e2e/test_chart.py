@@ -138,7 +138,9 @@ def test_a_namespace_scoped_install_grants_workload_rights_only_in_its_namespace
     documents = render(helm, "--set", "watchNamespaces={team-a}")
     (cluster_role,) = [d for d in documents if d["kind"] == "ClusterRole" and d["metadata"]["name"].endswith("-operator")]
     assert {r for rule in cluster_role["rules"] for r in rule["resources"]} == {
-        "nodes", "pods", "clusterpolicies", "namespaces"}
+        "nodes", "pods", "clusterpolicies", "namespaces", "customresourcedefinitions"}
+    (namespaces,) = [rule for rule in cluster_role["rules"] if rule["resources"] == ["namespaces"]]
+    assert set(namespaces["resourceNames"]) == {"tessera-system", "gpu-operator", "team-a"}  # read, for the preflight
     workloads = [d for d in documents if d["kind"] == "Role" and d["metadata"]["namespace"] == "team-a"]
     assert len(workloads) == 1 and "deployments" in str(workloads[0]["rules"])
 
