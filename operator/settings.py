@@ -41,6 +41,11 @@ class OperatorSettings(BaseModel):
         description="When set, a node whose GPUs serve is cordoned or re-partitioned only inside this daily UTC "
                     "window (HH:MM-HH:MM, may wrap midnight; 'never': never by itself) or once its annotation "
                     "tessera.ai/approve-mig-config names the MIG config it waits for. Unset: no such rule.")
+    mig_failure_backoff_s: float = Field(
+        default=300.0, ge=0, le=86400,
+        description="Seconds a node whose mig-manager reported `failed` stays in its pool, keeping its layout and "
+                    "getting no server, before it is left out of the pool (until its state changes) and the pool "
+                    "plans again on the healthy nodes.")
     planner: PlannerOptions = Field(
         default_factory=PlannerOptions,
         description="The planner's options for every pool plan: the solver's time limit, grids, and each "

@@ -23,7 +23,7 @@ from tessera.operator.api.systems import SystemObject
 from tessera.operator.gpus.discovery import Pool, node_profile_name
 from tessera.operator.gpus.node_plans import NodePlan, Placement, PlacedGpu, Share
 from tessera.operator.profiling.jobs import PlannedNode, in_transition
-from tessera.operator.reconcile import builders, frontend_children
+from tessera.operator.reconcile import builders, frontend_children, mig_failures
 from tessera.operator.reconcile.node_changes import NO_HOLD, NodeHold
 from tessera.operator.reconcile.actions import (Action, ApplyChild, DeleteChild, Json, LabelNode, PatchStatus,
                                                 PostEvent, WriteMigConfigs)
@@ -69,6 +69,8 @@ class PoolOutcome:
     """system key -> the Deployments its plan wants (applied or waiting for MIG)."""
     live: dict[tuple[str, str, str], Json] = field(default_factory=dict)
     requeue_after: float | None = None
+    failed_nodes: dict[str, mig_failures.NodeFailure] = field(default_factory=dict)
+    """The pool's nodes whose mig-manager `failed` is inside its back-off (mig_failures.py)."""
 
 
 # -- MIG ------------------------------------------------------------------------
@@ -377,7 +379,8 @@ def system_status(system: SystemObject, outcome: PoolOutcome) -> Verdict:
 
     gpus = outcome.gpus_of.get(key, [])
     summary = st.plan_summary(plan, key, gpus=len(gpus), slices=_slices(plan, gpus, key))
-    conditions = [valid, _planned(plan, summary, outcome), _degraded(plan, key, summary),
+    mig_failed = mig_failures.failure_condition(outcome.failed_nodes, {k.node for k in outcome.placement.servers_of(key)})
+    conditions = [valid, _planned(plan, summary, outcome), mig_failed or _degraded(plan, key, summary),
                   _profiles_estimated(summary)]
     mig = _mig_condition(outcome, key)
     servers = _servers_condition(system, outcome)
@@ -386,13 +389,13 @@ def system_status(system: SystemObject, outcome: PoolOutcome) -> Verdict:
     if ready:
         conditions.append(st.Condition(st.READY, True, st.SERVERS_READY, servers.message))
         conditions.append(st.Condition(st.PROGRESSING, False, st.RECONCILED, "the cluster matches the plan"))
-        degraded = not _serves_all(summary)
+        degraded = not _serves_all(summary) or mig_failed is not None
         return (st.PHASE_DEGRADED if degraded else st.PHASE_READY), conditions, summary
     blocker = servers if mig.status else mig
     conditions.append(st.Condition(st.READY, False, blocker.reason, blocker.message))
     stuck = blocker.reason in (st.MIG_FAILED, st.NODE_IN_USE, st.NODE_CHANGE_HELD)
     conditions.append(st.Condition(st.PROGRESSING, not stuck, blocker.reason, blocker.message))
-    return st.PHASE_DEPLOYING, conditions, summary
+    return (st.PHASE_DEGRADED if mig_failed else st.PHASE_DEPLOYING), conditions, summary
 
 
 def _planned(plan: Plan, summary: Json, outcome: PoolOutcome) -> st.Condition:

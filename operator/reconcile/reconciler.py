@@ -37,6 +37,7 @@ from tessera.operator.gpus.discovery import Pool
 from tessera.operator.gpus.node_plans import Share, place, placed_gpus, share_of
 from tessera.operator.gpus.planner_input import MigConfigs, planner_pool
 from tessera.operator.profiling.in_cluster import Profiling
+from tessera.operator.reconcile import mig_failures
 from tessera.operator.reconcile.act import Actor
 from tessera.operator.reconcile.actions import DeletePlan, Json, StorePlan
 from tessera.operator.reconcile.snapshot import observe
@@ -89,6 +90,7 @@ class Reconciler:
         self.preflight.report(found)
         prerequisites = preflight.condition(found)
         systems, pools, children, configs = list(seen.systems), list(seen.pools), list(seen.children), seen.mig_configs
+        self.actor.apply(list(mig_failures.decide_failure_records(seen.pool_nodes, seen.at)))
         members = assign_to_pools(systems, pools)
         self.profiling.collect()
         outcomes = {}
@@ -124,6 +126,8 @@ class Reconciler:
         for pool in pools:
             outcome = outcomes[pool.key]
             held = held_nodes(paused[pool.key], outcome, [n.name for n in pool.nodes], pool_paused[pool.key])
+            outcome.failed_nodes = mig_failures.in_backoff(pool.nodes, seen.at, self.settings.mig_failure_backoff_s)
+            requeue.extend(mig_failures.backoff_requeue(outcome.failed_nodes, time.time()))
             if mig_writable:
                 self.relabel_nodes(pool, outcome, written, NodeHold.of(held, self.settings.maintenance_window))
             self.reconcile_children(pool, members.get(pool.key, []), children, outcome, paused[pool.key])
