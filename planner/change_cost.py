@@ -32,8 +32,11 @@ from tessera.planner.nodes import PoolGpus
 # "a few minutes" and a node reboot where the driver needs one; an estimate until
 # measured on a GPU (bench/README.md).
 DEFAULT_RECONFIGURE_S = 120.0
-# How long a plan is expected to stand before the next re-plan changes it again.
-DEFAULT_HORIZON_S = 3600.0
+# How long a change's saving is counted. The operator does not yet move a serving node's
+# replicas elsewhere before re-partitioning it (issue 28, "make before break"), so a change
+# drops what the node serves: by default it must save more than the node carries (a share of
+# 1). Once changes are made before they break, set it to how long plans stand.
+DEFAULT_HORIZON_S = DEFAULT_RECONFIGURE_S
 
 
 @dataclass(frozen=True)
@@ -86,6 +89,7 @@ class ChangeSummary(BaseModel):
     forgone_slices: int = Field(
         default=0, description="Slices the cheapest plan regardless of change would save beyond this one: "
                                "changes declined because they do not pay for their price.")
+    forgone_gpus: int = Field(default=0, description="GPUs likewise.")
     forgone_nodes: int = Field(default=0, description="The nodes that cheapest plan would change beyond this one.")
 
     @property
@@ -100,8 +104,9 @@ class ChangeSummary(BaseModel):
         elif changed:
             text += ": needed, no plan keeping them serves as much"
         if self.forgone_nodes > 0:
-            text += (f"; keeps {self.forgone_nodes} more: changing them would save {self.forgone_slices} slices, "
-                     "less than their price")
+            gpus = f" and {self.forgone_gpus} GPU{'s' if self.forgone_gpus != 1 else ''}" if self.forgone_gpus else ""
+            text += (f"; keeps {self.forgone_nodes} more: changing them would save {self.forgone_slices} slices"
+                     f"{gpus}, less than their price")
         return text + f" (price {self.price:.1f})"
 
 

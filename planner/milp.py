@@ -737,6 +737,10 @@ class CompoundMilp:
                    for k, g in enumerate(d.node_groups))
 
     @property
+    def carrying_nodes(self) -> int:
+        return sum(len(g.nodes) for g in self.data.node_groups)
+
+    @property
     def prices_change(self) -> bool:
         return bool(self.data.node_groups)
 

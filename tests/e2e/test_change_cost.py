@@ -1,4 +1,4 @@
-"""A change-aware plan on the test cluster: a second system lands on free capacity, the first's node untouched.
+"""A change-aware plan on the test cluster: a second system is served on free capacity, the first's node untouched.
 
 The operator never re-partitions a node whose GPUs serve (NodeInUse); a
 plan that prices a change (planner/change_cost.py) is what lets a second
@@ -11,17 +11,18 @@ from cluster.gpu_nodes import create_gpu_nodes, gpu_states
 from cluster.kube import wait_node_ready
 
 from .operator_fixtures import crds, custom, run_operator  # noqa: F401  (fixtures)
-from .operator_harness import H100, POOL_LABEL, children, pinned_node, system_yaml, wait_ready
+from .operator_harness import H100, POOL_LABEL, system_yaml, wait_ready
 
 READY_TIMEOUT_S = 120
 
 
-def test_a_second_system_runs_on_a_fresh_node_without_touching_the_first_systems_node(run_operator, core, custom,
-                                                                                      api_client, kubectl):
-    """`first` runs on some GPUs of the pool's one node; `second`, applied later, would fit on that node's
-    other GPUs only by re-partitioning it, which the operator does not do while it serves. Once a fresh
-    node joins, `second` runs there and the first node keeps every GPU's layout (before the change price,
-    the joint re-plan put `second` on the first node's free GPUs and `second` never deployed)."""
+def test_a_second_system_is_served_on_free_capacity_without_touching_the_first_systems_node(
+        run_operator, core, custom, kubectl):
+    """`first` runs on some GPUs of the pool's one node; `second`, applied later with a fresh node, fits on
+    free capacity: idle instances and the fresh node. Its plan keeps the first node's layout, and both are
+    served in full (before the change price, the joint re-plan re-partitioned the first node to save a
+    GPU: NodeInUse, and `second` never deployed; the same test with the price off, `--reconfigure-s 0`,
+    fails at its second wait_ready)."""
     operator = run_operator(nodes=1).start()
     namespace = operator.namespace
     kubectl("apply", "-n", namespace, "-f", "-", input=system_yaml("first", demandRequestsPerSecond=10000))
@@ -35,10 +36,11 @@ def test_a_second_system_runs_on_a_fresh_node_without_touching_the_first_systems
     operator.pool.nodes.append(fresh)  # deleted with the pool
     core.patch_node(fresh, {"metadata": {"labels": {POOL_LABEL: operator.pool.id}}})
     wait_node_ready(core, fresh)
-    wait_ready(custom, namespace, ["first", "second"], READY_TIMEOUT_S, operator)
+    found = wait_ready(custom, namespace, ["first", "second"], READY_TIMEOUT_S, operator)
 
+    for name in ("first", "second"):
+        summary = found[name]["status"]["plan"]
+        assert summary["servedRequestsPerSecond"] == summary["demandRequestsPerSecond"], name
     assert gpu_states(core.read_node(first_node)) == before
-    deployments, _ = children(api_client, namespace)
-    second = [d for d in deployments if d.metadata.labels["tessera.ai/system"] == "second"]
-    assert second and {pinned_node(d) for d in second} == {fresh}
-    assert all(d.status.available_replicas == d.spec.replicas for d in deployments)
+    # Not checked: which of `first`'s replicas stay on their instances. The cost stage may move them (the
+    # price counts layouts, not replica moves): docs/planner.md, "What a change costs".
