@@ -22,7 +22,7 @@ import os
 import time
 from pathlib import Path
 
-from tessera.planner.change_cost import nodes_changed
+from tessera.planner.change_cost import nodes_changed, serving_nodes
 from tessera.planner.model import Pool
 from tessera.planner.nodes import pool_gpus
 from tessera.planner.profile_sources import build_profile_store
@@ -54,7 +54,7 @@ def main() -> None:
             result, wall, cpu = setting.timed(
                 lambda: plan(demand, nodes, store, options=options, current=base))  # noqa: B023
             chosen = {(g.node, g.device): tuple(sorted(g.layout)) for g in result.gpus}
-            changed, _ = nodes_changed(pool_gpus(nodes), chosen)
+            changed, _ = nodes_changed(pool_gpus(nodes), chosen, serving_nodes(base))
             rows.append({"run": name, "repeat": repeat, "wall_s": wall, "cpu_s": cpu, "gpus": result.gpus_used,
                          "slices": result.slices_used, "nodes_changed": len(changed),
                          "status": result.solver.status, "stages": result.solver.stages,

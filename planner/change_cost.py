@@ -22,10 +22,15 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 
+from typing import TYPE_CHECKING
+
 from pydantic import BaseModel, Field
 
 from tessera.planner.catalog import GpuProduct, Layout, layout_compute_slices
 from tessera.planner.nodes import PoolGpus
+
+if TYPE_CHECKING:
+    from tessera.planner.plan import Plan
 
 # What mig-manager takes to re-partition one node: stop the GPU clients, apply the
 # layout, restart the device plugin and the clients. NVIDIA's GPU Operator docs give
@@ -59,15 +64,16 @@ class NodeGroup:
         return gpu_weight * len(carrying) + sum(layout_compute_slices(gpu, layout) for layout in carrying)
 
 
-def node_groups(pool: PoolGpus) -> list[NodeGroup]:
-    """The named nodes whose re-partitionable GPUs carry MIG instances, grouped by those layouts.
+def node_groups(pool: PoolGpus, serving: set[str]) -> list[NodeGroup]:
+    """The named nodes that serve (`serving`: the current plan runs a replica there) on re-partitionable
+    GPUs with MIG instances, grouped by those layouts.
 
-    GPUs of fixed nodes keep their layouts anyway, and a node with no
-    instance carries nothing a change could stop.
+    GPUs of fixed nodes keep their layouts anyway, and a node that runs
+    nothing loses nothing to a change.
     """
     by_node: dict[str, list[Layout]] = defaultdict(list)
     for gpu in pool.free:
-        if gpu.node is not None and gpu.current is not None:
+        if gpu.node in serving and gpu.current is not None:
             by_node[gpu.node].append(gpu.current)
     groups: dict[tuple[Layout, ...], list[str]] = defaultdict(list)
     for node, layouts in by_node.items():
@@ -110,12 +116,20 @@ class ChangeSummary(BaseModel):
         return text + f" (price {self.price:.1f})"
 
 
-def nodes_changed(pool: PoolGpus, chosen: dict[tuple[str | None, int | None], Layout]) -> tuple[list[str], list[str]]:
-    """(changed, kept) among the nodes that carry instances, by the layouts the plan gives their GPUs."""
+def serving_nodes(current: Plan | None) -> set[str]:
+    """The nodes on which the current plan runs a replica."""
+    if current is None:
+        return set()
+    return {g.node for g in current.gpus if g.node is not None and any(i.system for i in g.instances)}
+
+
+def nodes_changed(pool: PoolGpus, chosen: dict[tuple[str | None, int | None], Layout],
+                  serving: set[str]) -> tuple[list[str], list[str]]:
+    """(changed, kept) among the serving nodes with instances, by the layouts the plan gives their GPUs."""
     changed: set[str] = set()
     carrying: set[str] = set()
     for gpu in pool.free:
-        if gpu.node is None or gpu.current is None:
+        if gpu.node not in serving or gpu.current is None:
             continue
         if gpu.current:
             carrying.add(gpu.node)

@@ -31,7 +31,7 @@ from tessera.planner.assignment import assign_gpus, current_layout_counts, curre
 from tessera.planner.candidates import allowed_variants, budget_levels, enumerate_candidates
 from tessera.planner.catalog import COMPUTE_SLICES, gpu_product, valid_layouts
 from tessera.planner.change_cost import (DEFAULT_HORIZON_S, DEFAULT_RECONFIGURE_S, ChangeSummary, node_groups,
-                                         nodes_changed)
+                                         nodes_changed, serving_nodes)
 from tessera.planner.checker import check_plan
 from tessera.planner.diagnosis import diagnose
 from tessera.planner.errors import InfeasibleError, NoPlanError, PlannerBug, TimeLimitError
@@ -115,7 +115,7 @@ class PlannerOptions(BaseModel):
                     "reconfigure_s / change_horizon_s (docs/planner.md).")
     max_nodes_changed: int | None = Field(
         default=None, ge=0,
-        description="The most nodes carrying MIG instances one re-plan may re-partition (None: no bound).")
+        description="The most nodes the current plan serves on that one re-plan may re-partition (None: no bound).")
 
     @field_validator("batches")
     @classmethod
@@ -405,7 +405,7 @@ def _change_references(solver: _StagedSolver, milp: CompoundMilp, abs_gap: float
 def _change_summary(pool: PoolGpus, plan_: Plan, milp: CompoundMilp, solver: _StagedSolver) -> ChangeSummary:
     """What the plan changes, measured on its GPUs, beside the reference plans' costs."""
     chosen = {(g.node, g.device): tuple(sorted(g.layout)) for g in plan_.gpus}
-    changed, kept = nodes_changed(pool, chosen)
+    changed, kept = nodes_changed(pool, chosen, {n for g in milp.data.node_groups for n in g.nodes})
     price = sum(milp.data.change_share * group.capacity(milp.data.gpu, milp.gpu_weight)
                 for group in milp.data.node_groups for node in group.nodes if node in changed)
     weight = milp.gpu_weight
@@ -467,7 +467,7 @@ def _milp_input(systems: list[SystemSpec], pool: PoolGpus, store: ProfileStore, 
         current_layouts=pool.current_free_layouts() or (current_layout_counts(current) if current else {}),
         current_replicas=current_replica_counts(current) if current else {},
         free_gpus=len(pool.free), fixed_groups=pool.fixed_groups(),
-        node_groups=node_groups(pool) if options.prices_change else [],
+        node_groups=node_groups(pool, serving_nodes(current)) if options.prices_change else [],
         change_share=options.change_share, max_nodes_changed=options.max_nodes_changed,
     )
     check_milp_input(data)

@@ -91,7 +91,7 @@ def planner_options(time_limit_flag: str = "--time-limit") -> Callable[[Any], An
                      help="Seconds a plan is expected to stand: a changed node costs its capacity x "
                           "--reconfigure-s / this."),
         click.option("--max-nodes-changed", type=BoundedInt(0, MAX_POOL_GPUS), default=None,
-                     help="The most nodes with MIG instances one re-plan may re-partition (default: no bound)."),
+                     help="The most serving nodes one re-plan may re-partition (default: no bound)."),
         click.option("--slice-tolerance", type=FiniteFloat(0, COMPUTE_SLICES * MAX_POOL_GPUS, min_open=True),
                      default=DEFAULTS.slice_tolerance, show_default=True,
                      help="Slices the cost may stay above its proven bound (1: the fewest)."),
