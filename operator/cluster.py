@@ -19,7 +19,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 from pydantic import ValidationError
 
-from tessera.operator import naming
+from tessera.operator import naming, preflight
 from tessera.operator.gpus import mig_configmap
 from tessera.operator.settings import OperatorSettings
 from tessera.operator.api.systems import PLURAL
@@ -42,6 +42,7 @@ CLIENT_CALLS: dict[type, tuple[str, ...]] = {
     client.BatchV1Api: ("list_job_for_all_namespaces", "list_namespaced_job", "patch_namespaced_job"),
     client.CustomObjectsApi: ("list_cluster_custom_object", "list_namespaced_custom_object",
                               "get_cluster_custom_object", "patch_namespaced_custom_object_status"),
+    client.ApiextensionsV1Api: ("read_custom_resource_definition",),
     client.CoordinationV1Api: ("read_namespaced_lease", "create_namespaced_lease", "replace_namespaced_lease"),
 }
 """Every kubernetes-client method tessera calls (tests/tessera_operator/test_client_validators.py keeps it whole)."""
@@ -73,6 +74,7 @@ class Cluster:
         self.apps = client.AppsV1Api(api_client)
         self.batch = client.BatchV1Api(api_client)
         self.custom = client.CustomObjectsApi(api_client)
+        self.extensions = client.ApiextensionsV1Api(api_client)
         self.writes = 0
         self.mig_mismatch = mig_configmap.MismatchReporter()
 
@@ -145,15 +147,19 @@ class Cluster:
                     break
         return holding
 
-    def mig_configmap_name(self) -> str:
-        """The ConfigMap tessera writes MIG configs into; a ClusterPolicy naming another is reported."""
+    def read_cluster_policy(self) -> dict | None:
+        """The GPU Operator's ClusterPolicy; None when there is none."""
         group, version, plural = CLUSTER_POLICY
         try:
             policy: Any = self.custom.get_cluster_custom_object(group, version, plural, self.settings.cluster_policy)
+            return policy
         except ApiException as error:
             if error.status != 404:
                 raise
-            policy = None
+            return None
+
+    def mig_configmap_name(self, policy: dict | None) -> str:
+        """The ConfigMap tessera writes MIG configs into; a ClusterPolicy naming another is reported."""
         config = (((policy or {}).get("spec") or {}).get("migManager") or {}).get("config") or {}
         named = None if policy is None else (config.get("name") or DEFAULT_MIG_CONFIGMAP)
         resolved = mig_configmap.resolve(named, self.settings.mig_configmap, self.settings.mig_configmap_fallback)
@@ -162,6 +168,34 @@ class Cluster:
             self.post_event(mig_configmap.event_body(policy, resolved.mismatch, self.settings.state_namespace,
                                                      now.strftime("%Y-%m-%dT%H:%M:%SZ"), f"{now:%Y%m%d%H%M%S%f}"))
         return resolved.name
+
+    def read_prerequisites(self, policy: dict | None, crd_names: list[str]) -> preflight.Seen:
+        """What the preflight checks, read only: the namespaces tessera needs, its CRDs; what it may not read."""
+        namespaces: dict[str, bool] = {}
+        crds: dict[str, dict | None] = {}
+        forbidden: list[str] = []
+        for name in dict.fromkeys([self.settings.gpu_operator_namespace, *self.settings.namespaces]):
+            try:
+                self.core.read_namespace(name, _preload_content=False)
+                namespaces[name] = True
+            except ApiException as error:
+                if error.status == 403:
+                    forbidden.append(f"namespace {name!r}")
+                elif error.status == 404:
+                    namespaces[name] = False
+                else:
+                    raise
+        for name in crd_names:
+            try:
+                crds[name] = self._json(self.extensions.read_custom_resource_definition(name, _preload_content=False))
+            except ApiException as error:
+                if error.status == 403:
+                    forbidden.append(f"CRD {name}")
+                elif error.status == 404:
+                    crds[name] = None
+                else:
+                    raise
+        return preflight.Seen(namespaces=namespaces, cluster_policy=policy, crds=crds, forbidden=tuple(forbidden))
 
     def read_configmap(self, namespace: str, name: str) -> dict | None:
         try:
@@ -280,9 +314,9 @@ class Cluster:
     def pool_state_name(self, pool_key: str) -> str:
         return naming.dns_label(f"{POOL_STATE_PREFIX}{pool_key}")
 
-    def read_pool_state(self, pool_key: str) -> dict[str, str]:
-        found = self.read_configmap(self.settings.state_namespace, self.pool_state_name(pool_key))
-        return (found or {}).get("data") or {}
+    def read_pool_configmap(self, pool_key: str) -> dict | None:
+        """The pool's plan ConfigMap: its data (the stored plan) and its annotations (a pause)."""
+        return self.read_configmap(self.settings.state_namespace, self.pool_state_name(pool_key))
 
     def delete_pool_state(self, pool_key: str) -> None:
         self.writes += 1

@@ -39,6 +39,9 @@ DEMAND_UNKNOWN_READINGS = Counter("tessera_demand_unknown_total", "Readings that
                                   ["system", "reason"])
 MIG_CONFIGMAP_MISMATCH = Gauge("tessera_mig_configmap_mismatch",
                                "1 while the ClusterPolicy names another mig-parted ConfigMap than the one tessera is set to write.")
+PREREQUISITE_MISSING = Gauge("tessera_prerequisite_missing",
+                             "Missing prerequisites the preflight found, by reason (0: none; docs/operator.md).",
+                             ["reason"])
 
 
 def record_pool(pool: str, plan: Plan | None, pool_gpus: int, applied_layouts: list) -> None:

@@ -30,6 +30,13 @@ MIG_CONFIG_WRITTEN_PREFIX = f"written.{GROUP}/"
 """ConfigMap annotation per tessera MIG config: when it was first written (its propagation clock)."""
 MIG_CONFIG_REQUESTED = f"{GROUP}/mig-config-requested"
 """Node annotation: the MIG config tessera last asked mig-manager for."""
+PAUSED = f"{GROUP}/paused"
+"""On a CompoundInferenceSystem, or on its pool's plan ConfigMap: "true" freezes what runs (docs/operator.md, Pause)."""
+APPROVE_MIG_CONFIG = f"{GROUP}/approve-mig-config"
+"""On a node: an admin's approval to re-partition it (or cordon it for that) for the MIG config it names."""
+MIG_FAILURE = f"{GROUP}/mig-failure"
+"""Node annotation: the MIG config mig-manager reported `failed` for and when tessera first saw it (JSON), so the
+back-off survives a restart (operator/reconcile/mig_failures.py)."""
 
 MAX_NAME = 63
 HASH_CHARS = 8

@@ -36,6 +36,16 @@ class OperatorSettings(BaseModel):
         default=60.0, ge=1, le=3600, description="Longest wait before retrying a failed reconcile (it doubles from 2 s).")
     mig_poll_s: float = Field(
         default=2.0, gt=0, le=300, description="Seconds between looks at a node that mig-manager is re-partitioning.")
+    maintenance_window: str | None = Field(
+        default=None, pattern=r"^(([01][0-9]|2[0-3]):[0-5][0-9]-([01][0-9]|2[0-3]):[0-5][0-9]|never)$",
+        description="When set, a node whose GPUs serve is cordoned or re-partitioned only inside this daily UTC "
+                    "window (HH:MM-HH:MM, may wrap midnight; 'never': never by itself) or once its annotation "
+                    "tessera.ai/approve-mig-config names the MIG config it waits for. Unset: no such rule.")
+    mig_failure_backoff_s: float = Field(
+        default=300.0, ge=0, le=86400,
+        description="Seconds a node whose mig-manager reported `failed` stays in its pool, keeping its layout and "
+                    "getting no server, before it is left out of the pool (until its state changes) and the pool "
+                    "plans again on the healthy nodes.")
     planner: PlannerOptions = Field(
         default_factory=PlannerOptions,
         description="The planner's options for every pool plan: the solver's time limit, grids, and each "

@@ -56,6 +56,14 @@ def _selector(_ctx, _param, values: tuple[str, ...]) -> dict[str, str]:
 @click.option("--mig-poll", "mig_poll_s", type=field_range(OperatorSettings, "mig_poll_s"),
               default=DEFAULTS.mig_poll_s, show_default=True,
               help="Seconds between looks at a node that mig-manager is re-partitioning.")
+@click.option("--maintenance-window", default=DEFAULTS.maintenance_window, metavar="HH:MM-HH:MM|never",
+              help="Re-partition or cordon a node whose GPUs serve only inside this daily UTC window, or once the "
+                   "node's annotation tessera.ai/approve-mig-config names the config it waits for. Default: no rule.")
+@click.option("--mig-failure-backoff", "mig_failure_backoff_s",
+              type=field_range(OperatorSettings, "mig_failure_backoff_s"), default=DEFAULTS.mig_failure_backoff_s,
+              show_default=True,
+              help="Seconds a node whose mig-manager reported failed keeps its layout before it is left out of "
+                   "its pool (until its state changes) and the pool plans again without it.")
 @planner_options("--solve-time-limit")
 @click.option("--solve-memory", "solve_memory_mb", type=field_range(OperatorSettings, "solve_memory_mb"), default=DEFAULTS.solve_memory_mb,
               show_default=True, help="Memory cap of the solver process, MB.")

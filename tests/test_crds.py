@@ -102,9 +102,10 @@ def test_both_kinds_have_the_typed_status(kind):
     assert crd(kind)["spec"]["versions"][0]["subresources"] == {"status": {}}
 
 
-def test_condition_types_are_the_designs_ten():
+def test_condition_types_are_the_designs_ten_and_the_preflights():
     assert set(CONDITION_TYPES) == {"Ready", "Planned", "Progressing", "Degraded", "Invalid", "MigLayoutApplied",
-                                    "ProfilesEstimated", "ProfilingComplete", "MetricsAvailable", "AdaptersPlaced"}
+                                    "ProfilesEstimated", "ProfilingComplete", "MetricsAvailable", "AdaptersPlaced",
+                                    "PrerequisitesMet"}
     assert ConditionType.READY == "Ready"
 
 

@@ -38,6 +38,7 @@ class ConditionType:
     PROFILING_COMPLETE = "ProfilingComplete"
     METRICS_AVAILABLE = "MetricsAvailable"
     ADAPTERS_PLACED = "AdaptersPlaced"
+    PREREQUISITES_MET = "PrerequisitesMet"
 
 
 class Phase:

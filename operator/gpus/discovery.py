@@ -8,9 +8,11 @@ the API.
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field
 
+from tessera.operator import naming
 from tessera.planner.catalog import CATALOG, GpuProduct, MigProfile
 
 PRODUCT_LABEL = "nvidia.com/gpu.product"
@@ -19,6 +21,8 @@ GPU_MEMORY_LABEL = "nvidia.com/gpu.memory"
 MIG_CAPABLE_LABEL = "nvidia.com/mig.capable"
 MIG_CONFIG_LABEL = "nvidia.com/mig.config"
 MIG_STATE_LABEL = "nvidia.com/mig.config.state"
+MIG_REBOOTING = "rebooting"
+"""mig-manager's state while the host reboots to finish a MIG mode change: work in progress, not a failure."""
 MIG_PREFIX = "nvidia.com/mig-"
 MIG_RESOURCE_PREFIX = MIG_PREFIX
 WHOLE_GPU_RESOURCE = "nvidia.com/gpu"
@@ -37,6 +41,14 @@ class AdvertisedProfile:
     compute_slices: int | None
 
 
+@dataclass(frozen=True)
+class MigFailure:
+    """mig-manager reported `failed` for `config` on a node; tessera first saw it at `since` (Unix seconds)."""
+
+    config: str
+    since: float
+
+
 @dataclass
 class NodeFacts:
     name: str
@@ -49,6 +61,10 @@ class NodeFacts:
     requested_config: str | None
     advertised: dict[str, AdvertisedProfile] = field(default_factory=dict)
     gpu_memory_mib: int | None = None
+    approved_config: str | None = None
+    """The MIG config an admin approved re-partitioning the node for (annotation tessera.ai/approve-mig-config)."""
+    mig_failure: MigFailure | None = None
+    """tessera's record of a `failed` on this node (annotation naming.MIG_FAILURE), as last written."""
 
     def advertised_counts(self) -> dict[str, int]:
         return {name: p.count for name, p in self.advertised.items() if p.count}
@@ -72,14 +88,27 @@ def node_facts(node: dict, requested_annotation: str) -> NodeFacts | None:
         requested_config=(metadata.get("annotations") or {}).get(requested_annotation),
         advertised=_advertised(labels),
         gpu_memory_mib=int(labels[GPU_MEMORY_LABEL]) if labels.get(GPU_MEMORY_LABEL, "").isdigit() else None,
+        approved_config=(metadata.get("annotations") or {}).get(naming.APPROVE_MIG_CONFIG),
+        mig_failure=_mig_failure((metadata.get("annotations") or {}).get(naming.MIG_FAILURE)),
     )
 
 
+def _mig_failure(text: str | None) -> MigFailure | None:
+    """The recorded failure; None for none or one that cannot be read (it is then recorded afresh)."""
+    try:
+        record = json.loads(text) if text else None
+        return MigFailure(str(record["config"]), float(record["since"])) if isinstance(record, dict) else None
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
 def _schedulable(node: dict) -> bool:
+    """Not cordoned, and Ready or rebooting for mig-manager (a MIG reboot is not a node that left)."""
     if (node.get("spec") or {}).get("unschedulable"):
         return False
     conditions = (node.get("status") or {}).get("conditions") or []
-    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+    rebooting = ((node.get("metadata") or {}).get("labels") or {}).get(MIG_STATE_LABEL) == MIG_REBOOTING
+    return rebooting or any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
 
 
 def _advertised(labels: dict[str, str]) -> dict[str, AdvertisedProfile]:

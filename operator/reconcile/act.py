@@ -1,7 +1,7 @@
 """Applies decided actions to the cluster, one at a time, in the order given.
 
 The order of a reconcile (docs/operator.md, "The order of writes"): the
-pool's plan, the mig-parted ConfigMap, node relabels, Services, then
+records of mig-manager failures, the pool's plan, the mig-parted ConfigMap, node relabels, Services, then
 ConfigMaps (a frontend's config) and Deployments (only onto nodes whose layout is applied), stale children,
 then each system's status and its Events. Every action is idempotent (apply
 is server-side apply, a delete tolerates a child already gone, a status
@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import logging
 
+from tessera.operator import naming
 from tessera.operator.cluster import Cluster
 from tessera.operator.reconcile.actions import (Action, ApplyChild, DeleteChild, DeletePlan, LabelNode, PatchStatus,
-                                                PostEvent, StorePlan, WriteMigConfigs)
+                                                PostEvent, RecordMigFailure, StorePlan, WriteMigConfigs)
 from tessera.operator.testhooks import checkpoint
 
 log = logging.getLogger("tessera.operator")
@@ -47,6 +48,9 @@ class Actor:
             self.cluster.patch_node(action.node, action.patch)
             log.info("node %s: asked mig-manager for MIG config %s", action.node, action.config)
             checkpoint("after-node-relabel")
+        elif isinstance(action, RecordMigFailure):
+            self.cluster.patch_node(action.node, {"metadata": {"annotations": {naming.MIG_FAILURE: action.record}}})
+            log.info("node %s: %s", action.node, action.reason)
         elif isinstance(action, ApplyChild):
             if action.kind == "Deployment":
                 checkpoint("after-mig-success")  # the node's layout is applied; nothing of it serves yet

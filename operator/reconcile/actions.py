@@ -52,6 +52,15 @@ class LabelNode:
 
 
 @dataclass(frozen=True)
+class RecordMigFailure:
+    """Write (or, with None, remove) tessera's record of a node's mig-manager `failed` (a node annotation)."""
+
+    node: str
+    record: str | None
+    reason: str
+
+
+@dataclass(frozen=True)
 class ApplyChild:
     """Server-side apply of a Service or Deployment."""
 
@@ -89,4 +98,5 @@ class PostEvent:
     reason: str
 
 
-Action = StorePlan | DeletePlan | WriteMigConfigs | LabelNode | ApplyChild | DeleteChild | PatchStatus | PostEvent
+Action = (StorePlan | DeletePlan | WriteMigConfigs | LabelNode | RecordMigFailure | ApplyChild | DeleteChild
+          | PatchStatus | PostEvent)

@@ -41,6 +41,8 @@ NVIDIA_DEFAULT_CONFIGS = {
 MPS_PIPE_DIRECTORY = "/tmp/nvidia-mps"
 MPS_LOG_DIRECTORY = "/tmp/nvidia-mps-log"
 SERVER_CONTAINER = "server"
+MODEL_SERVER = "model-server"
+"""The component label (naming.CHILD_KIND_LABEL) of model-server Deployments."""
 CONFIGURATION_LABEL = f"{naming.GROUP}/configuration"
 """On the servers of a system with a frontend: their task configuration, which its Service selects on every node."""
 
@@ -173,7 +175,7 @@ def deployment(system: SystemRef, spec: SystemSpec, key: ServerKey, task: TaskPl
     config = task.configs[key.config]
     variant = spec.task(task.task).variant(task.variant)
     name = deployment_name(system, key, task, config)
-    labels = naming.child_labels(system.name, task.task, "model-server")
+    labels = naming.child_labels(system.name, task.task, MODEL_SERVER)
     pod_labels = {**naming.selector_labels(system.name, task.task), naming.SCHEMA_LABEL: naming.SCHEMA_VERSION,
                   "tessera.ai/deployment": name}
     if spec.frontend is not None:

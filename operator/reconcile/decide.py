@@ -23,7 +23,8 @@ from tessera.operator.api.systems import SystemObject
 from tessera.operator.gpus.discovery import Pool, node_profile_name
 from tessera.operator.gpus.node_plans import NodePlan, Placement, PlacedGpu, ServerKey, Share
 from tessera.operator.profiling.jobs import PlannedNode, in_transition
-from tessera.operator.reconcile import builders, frontend_children
+from tessera.operator.reconcile import builders, frontend_children, mig_failures
+from tessera.operator.reconcile.node_changes import NO_HOLD, NodeHold
 from tessera.operator.reconcile.actions import (Action, ApplyChild, DeleteChild, Json, LabelNode, PatchStatus,
                                                 PostEvent, WriteMigConfigs)
 from tessera.operator.settings import OperatorSettings
@@ -49,6 +50,8 @@ class NodeMig:
     applied: bool = False
     failed: bool = False
     blocked_by: list[str] = field(default_factory=list)
+    waiting: str | None = None
+    """Why the node's change is held back (a pause, the maintenance window: node_changes.py); None: not held."""
 
 
 @dataclass
@@ -66,6 +69,8 @@ class PoolOutcome:
     """system key -> the Deployments its plan wants (applied or waiting for MIG)."""
     live: dict[tuple[str, str, str], Json] = field(default_factory=dict)
     requeue_after: float | None = None
+    failed_nodes: dict[str, mig_failures.NodeFailure] = field(default_factory=dict)
+    """The pool's nodes whose mig-manager `failed` is inside its back-off (mig_failures.py)."""
 
 
 # -- MIG ------------------------------------------------------------------------
@@ -135,10 +140,11 @@ def nodes_to_relabel(pool: Pool, mig: dict[str, NodeMig]) -> list[str]:
 
 
 def decide_relabels(pool: Pool, mig: dict[str, NodeMig], written: dict[str, float], gpu_pods: dict[str, list[str]],
-                    now: float, propagation_s: float, poll_s: float
+                    now: float, propagation_s: float, poll_s: float, hold: NodeHold = NO_HOLD
                     ) -> tuple[dict[str, NodeMig], list[LabelNode], list[float]]:
     """Part 1 of MIG: nodes whose GPUs no pod holds get their planned layout, once its config had time to reach
-    mig-manager. Returns each node's MIG state, the relabels, and when to look again."""
+    mig-manager, unless `hold` holds the change back. Returns each node's MIG state, the relabels, and when to
+    look again."""
     states: dict[str, NodeMig] = {}
     relabels: list[LabelNode] = []
     requeue: list[float] = []
@@ -152,9 +158,10 @@ def decide_relabels(pool: Pool, mig: dict[str, NodeMig], written: dict[str, floa
                 requeue.append(poll_s)
             continue
         blocked_by = list(gpu_pods.get(node_name, []))
-        states[node_name] = replace(planned, blocked_by=blocked_by)
-        if blocked_by:
-            continue  # re-partitioning a serving node (cordon, move, relabel) is not done yet
+        waits = hold.waits(node, planned.config, serving=bool(blocked_by), now=now)
+        states[node_name] = replace(planned, blocked_by=blocked_by, waiting=waits)
+        if waits or blocked_by:
+            continue  # held back; or a serving node, whose re-partitioning (cordon, move, relabel) is not done yet
         wait = written.get(planned.config, now) + propagation_s - now
         if wait > 0:
             requeue.append(wait)
@@ -283,6 +290,12 @@ def stored_plan_stands(state: Mapping[str, str], pool_hash: str, candidates: lis
     return all(planned.get(s.ref.key) == spec_hash[s.ref.key] for s in candidates)
 
 
+def spec_digest(system: SystemObject) -> str:
+    """The hash of a (readable) spec that the pool's stored plan records per system."""
+    assert system.spec is not None
+    return naming.digest(system.spec.model_dump(mode="json"))
+
+
 def stored_pool_plan(state: Mapping[str, str]) -> Plan | None:
     """The pool's stored plan; None for none or one of an older format (the pool plans again)."""
     if not state.get("plan") or state.get("format") != str(STATE_FORMAT):
@@ -366,7 +379,8 @@ def system_status(system: SystemObject, outcome: PoolOutcome) -> Verdict:
 
     gpus = outcome.gpus_of.get(key, [])
     summary = st.plan_summary(plan, key, gpus=held_gpus(system, outcome), slices=_slices(plan, gpus, key))
-    conditions = [valid, _planned(plan, summary, len(gpus), outcome), _degraded(plan, key, summary),
+    mig_failed = mig_failures.failure_condition(outcome.failed_nodes, {k.node for k in outcome.placement.servers_of(key)})
+    conditions = [valid, _planned(plan, summary, len(gpus), outcome), mig_failed or _degraded(plan, key, summary),
                   _profiles_estimated(summary)]
     mig = _mig_condition(outcome, key)
     servers = _servers_condition(system, outcome)
@@ -375,13 +389,13 @@ def system_status(system: SystemObject, outcome: PoolOutcome) -> Verdict:
     if ready:
         conditions.append(st.Condition(st.READY, True, st.SERVERS_READY, servers.message))
         conditions.append(st.Condition(st.PROGRESSING, False, st.RECONCILED, "the cluster matches the plan"))
-        degraded = not _serves_all(summary)
+        degraded = not _serves_all(summary) or mig_failed is not None
         return (st.PHASE_DEGRADED if degraded else st.PHASE_READY), conditions, summary
     blocker = servers if mig.status else mig
     conditions.append(st.Condition(st.READY, False, blocker.reason, blocker.message))
-    stuck = blocker.reason in (st.MIG_FAILED, st.NODE_IN_USE)
+    stuck = blocker.reason in (st.MIG_FAILED, st.NODE_IN_USE, st.NODE_CHANGE_HELD)
     conditions.append(st.Condition(st.PROGRESSING, not stuck, blocker.reason, blocker.message))
-    return st.PHASE_DEPLOYING, conditions, summary
+    return (st.PHASE_DEGRADED if mig_failed else st.PHASE_DEPLOYING), conditions, summary
 
 
 def held_gpus(system: SystemObject, outcome: PoolOutcome) -> int:
@@ -470,11 +484,14 @@ def _mig_condition(outcome: PoolOutcome, key: str) -> st.Condition:
     nodes = sorted({k.node for k in outcome.placement.servers_of(key)})
     states = {node: outcome.mig[node] for node in nodes if node in outcome.mig}
     failed = [n for n, m in states.items() if m.failed]
+    waiting = [m.waiting for m in states.values() if m.waiting and not m.applied]
     blocked = [n for n, m in states.items() if m.blocked_by and not m.applied]
     pending = [n for n, m in states.items() if not m.applied]
     if failed:
         return st.Condition(st.MIG_LAYOUT_APPLIED, False, st.MIG_FAILED,
                             f"mig-manager reported failed on {', '.join(failed)}; see its logs on those nodes")
+    if waiting:
+        return st.Condition(st.MIG_LAYOUT_APPLIED, False, st.NODE_CHANGE_HELD, "; ".join(waiting))
     if blocked:
         return st.Condition(st.MIG_LAYOUT_APPLIED, False, st.NODE_IN_USE,
                             f"nodes {', '.join(blocked)} need a new MIG layout but pods hold their GPUs "

@@ -28,7 +28,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from tessera.operator import metrics, naming
+from tessera.operator import metrics, naming, preflight
 from tessera.operator.api import status as st
 from tessera.operator.api.systems import SystemObject
 from tessera.operator.cluster import Cluster, dumps
@@ -37,15 +37,20 @@ from tessera.operator.gpus.discovery import Pool
 from tessera.operator.gpus.node_plans import Share, place, placed_gpus, share_of
 from tessera.operator.gpus.planner_input import MigConfigs, planner_pool
 from tessera.operator.profiling.in_cluster import Profiling
+from tessera.operator.reconcile import mig_failures
 from tessera.operator.reconcile.act import Actor
-from tessera.operator.reconcile.actions import DeletePlan, StorePlan
+from tessera.operator.reconcile.actions import DeletePlan, Json, StorePlan
 from tessera.operator.reconcile.snapshot import observe
 from tessera.operator.reconcile.decide import (STATE_FORMAT, PoolOutcome, about, serves_nothing, assign_to_pools,
                                                decide_children, decide_mig_configs, decide_relabels, decide_status,
                                                desired_mig, free_slots, live_children, no_pool_status,
                                                nodes_to_relabel, planned_children, planned_nodes, profiling_mig,
                                                reserved_gpus, stored_plan_stands, stored_pool_plan, system_status,
-                                               frontend_status)
+                                               frontend_status, spec_digest)
+from tessera.operator.reconcile.node_changes import NodeHold
+from tessera.operator.reconcile.pause import (held_mig_configs, held_nodes, pause_message, paused_status,
+                                              paused_systems, planned_hashes, pool_pause, waiting_changes,
+                                              without_paused)
 from tessera.operator.settings import OperatorSettings
 from tessera.operator.testhooks import checkpoint
 from tessera.planner.contract import (
@@ -74,20 +79,30 @@ class Reconciler:
         self.actor = Actor(cluster)
         self.profiling = Profiling(cluster, settings)
         self.demand = DemandPlanner(settings.demand)
+        self.preflight = preflight.Reporter()
 
     # -- the whole cluster -----------------------------------------------------
     def reconcile(self) -> ReconcileResult:
         writes_before = self.cluster.writes
         self.cancel.clear()  # a trigger from here on means this reconcile read a world that no longer is
         seen = observe(self.cluster, self.settings, self.demand)
+        found = preflight.findings(seen.prerequisites, self.settings, preflight.expected_crds())
+        self.preflight.report(found)
+        prerequisites = preflight.condition(found)
         systems, pools, children, configs = list(seen.systems), list(seen.pools), list(seen.children), seen.mig_configs
+        self.actor.apply(list(mig_failures.decide_failure_records(seen.pool_nodes, seen.at)))
         members = assign_to_pools(systems, pools)
         self.profiling.collect()
         outcomes = {}
+        pool_paused = {pool.key: pool_pause(seen.pool_annotations[pool.key],
+                                            f"{self.settings.state_namespace}/{self.cluster.pool_state_name(pool.key)}")
+                       for pool in pools}
+        paused = {pool.key: paused_systems(members.get(pool.key, []), pool_paused[pool.key]) for pool in pools}
         for pool in pools:
             outcome = outcomes[pool.key] = PoolOutcome()
             self.profiling.prepare(pool, members.get(pool.key, []))
-            self.plan_pool(pool, members.get(pool.key, []), outcome, configs, seen.pool_states[pool.key])
+            self.plan_pool(pool, members.get(pool.key, []), outcome, configs, seen.pool_states[pool.key],
+                           paused[pool.key], pool_paused[pool.key] is not None)
             outcome.mig = desired_mig(pool, outcome.placement)
             for node_name, node_plan in self.profiling.launch(pool, outcome.plan, members.get(pool.key, []),
                                                               self.settings.planner.batches,
@@ -96,44 +111,62 @@ class Reconciler:
                 if mig is not None:
                     outcome.mig[node_name] = mig
         # One ConfigMap serves every pool: its configs are decided for all pools at once.
-        wanted = {mig.config: mig.entries for outcome in outcomes.values() for mig in outcome.mig.values()}
+        wanted: dict[str, list[Json]] = {}
+        for key, outcome in outcomes.items():
+            wanted.update(held_mig_configs(outcome.mig, set(configs)) if pool_paused[key] is not None
+                          else {mig.config: mig.entries for mig in outcome.mig.values()})
         write, written = decide_mig_configs(wanted, self.settings.gpu_operator_namespace, seen.mig_configmap,
                                             seen.configmap, set(seen.configs_in_use), time.time())
-        if write is not None:
+        # Without the GPU Operator's namespace there is nowhere to write MIG configs: no node is relabelled
+        # for one, and the systems' PrerequisitesMet says why (a failing write would hold back their status).
+        mig_writable = seen.prerequisites.namespaces.get(self.settings.gpu_operator_namespace) is not False
+        if write is not None and mig_writable:
             self.actor.apply([write])
         requeue: list[float] = []
         for pool in pools:
             outcome = outcomes[pool.key]
-            self.relabel_nodes(pool, outcome, written)
-            self.reconcile_children(pool, members.get(pool.key, []), children, outcome)
+            held = held_nodes(paused[pool.key], outcome, [n.name for n in pool.nodes], pool_paused[pool.key])
+            outcome.failed_nodes = mig_failures.in_backoff(pool.nodes, seen.at, self.settings.mig_failure_backoff_s)
+            requeue.extend(mig_failures.backoff_requeue(outcome.failed_nodes, time.time()))
+            if mig_writable:
+                self.relabel_nodes(pool, outcome, written, NodeHold.of(held, self.settings.maintenance_window))
+            self.reconcile_children(pool, members.get(pool.key, []), children, outcome, paused[pool.key])
+            state = seen.pool_states[pool.key]
+            pool_changed = pool_paused[pool.key] is not None and state.get("pool") != self.pool_hash(pool)
             for system in members.get(pool.key, []):
-                phase, conditions, summary = system_status(system, outcome)
+                why = paused[pool.key].get(system.ref.key)
+                phase, conditions, summary = (
+                    system_status(system, outcome) if why is None else paused_status(system, outcome, pause_message(
+                        why, waiting_changes(system, spec_digest(system), state, pool_changed))))
                 profiled = self.profiling.condition(system, pool) if summary is not None else []
-                self.write_status(system, outcome, *self.demand.decorate(system, phase, conditions + profiled, summary))
+                self.write_status(system, outcome, *self.demand.decorate(system, phase, [*conditions, *profiled,
+                                                                                        prerequisites], summary))
             metrics.record_pool(pool.key, outcome.plan, pool.gpus, [
                 layout for node, node_plan in outcome.placement.nodes.items()
                 if outcome.mig.get(node) and outcome.mig[node].applied for layout in node_plan.layouts.values()])
             if outcome.requeue_after is not None:
                 requeue.append(outcome.requeue_after)
         for system in members.get(None, []):
-            self.write_status(system, PoolOutcome(), *no_pool_status(system, pools))
+            phase, conditions, summary = no_pool_status(system, pools)
+            self.write_status(system, PoolOutcome(), phase, [*conditions, prerequisites], summary)
         if self.demand.watching(systems):
             requeue.append(self.settings.demand.poll_s)
         return ReconcileResult(min(requeue, default=None), self.cluster.writes - writes_before)
 
     # -- one pool's plan ---------------------------------------------------------
     def plan_pool(self, pool: Pool, systems: list[SystemObject], outcome: PoolOutcome, configs: MigConfigs,
-                  state: Mapping[str, str]) -> None:
-        """The pool's plan: the stored one while its inputs are unchanged, else a new solve."""
+                  state: Mapping[str, str], paused: Mapping[str, str], pool_paused: bool) -> None:
+        """The pool's plan: the stored one while its inputs are unchanged or the pool is paused, else a new solve.
+        Paused systems keep their last plan's share (pause.py)."""
         stored_plan = stored_pool_plan(state)
         kept = {k: Share.model_validate(v) for k, v in json.loads(state.get("kept", "{}")).items()}
         known_invalid = json.loads(state.get("invalid", "{}"))
         previous_gpus = placed_gpus(stored_plan) if stored_plan else []
 
-        spec_hash = {s.ref.key: naming.digest(s.spec.model_dump(mode="json")) for s in systems if s.spec is not None}
+        spec_hash = {s.ref.key: spec_digest(s) for s in systems if s.spec is not None}
         invalid = {key: (entry["reason"], entry["message"]) for key, entry in known_invalid.items()
                    if spec_hash.get(key) == entry["hash"]}
-        candidates = [s for s in systems if s.valid and s.ref.key not in invalid]
+        candidates = [s for s in systems if s.valid and s.ref.key not in invalid and s.ref.key not in paused]
 
         def keep_last_good(keys: set[str]) -> None:
             """Systems left out keep their last good share; systems fixed or deleted give theirs back."""
@@ -145,7 +178,9 @@ class Reconciler:
 
         keep_last_good({s.ref.key for s in systems} - {s.ref.key for s in candidates})
         plan = stored_plan
-        if not candidates and not kept:
+        if pool_paused:
+            pass  # nothing is solved, stored or deleted: the plan that runs is the one shown
+        elif not candidates and not kept:
             plan = None
             if state:
                 self.actor.apply([DeletePlan(pool.key, reason="no system plans on the pool any more")])
@@ -174,6 +209,7 @@ class Reconciler:
                     "plan": plan.model_dump_json() if plan else "",
                     "format": str(STATE_FORMAT),
                     "kept": dumps({k: v.model_dump(mode="json") for k, v in kept.items()}),
+                    "paused": dumps({k: h for k, h in planned_hashes(state).items() if k in paused}),
                     "invalid": dumps({key: {"hash": spec_hash[key], "reason": reason, "message": message}
                                       for key, (reason, message) in invalid.items() if key in spec_hash}),
                 })])
@@ -289,12 +325,13 @@ class Reconciler:
             return outcome
 
     # -- MIG -------------------------------------------------------------------
-    def relabel_nodes(self, pool: Pool, outcome: PoolOutcome, written: dict[str, float]) -> None:
-        """Reads the GPU pods of the nodes to re-partition, decides the relabels, applies them."""
+    def relabel_nodes(self, pool: Pool, outcome: PoolOutcome, written: dict[str, float], hold: NodeHold) -> None:
+        """Reads the GPU pods of the nodes to re-partition, decides the relabels (less those `hold` holds back),
+        applies them."""
         gpu_pods = {name: self.cluster.gpu_pods_on(name) for name in nodes_to_relabel(pool, outcome.mig)}
         outcome.mig, relabels, requeue = decide_relabels(pool, outcome.mig, written, gpu_pods, time.time(),
                                                          self.settings.mig_config_propagation_s,
-                                                         self.settings.mig_poll_s)
+                                                         self.settings.mig_poll_s, hold)
         self.actor.apply(list(relabels))
         if outcome.requeue_after is not None:
             requeue.append(outcome.requeue_after)
@@ -302,11 +339,11 @@ class Reconciler:
 
     # -- Deployments and Services ---------------------------------------------
     def reconcile_children(self, pool: Pool, systems: list[SystemObject], children: list[dict[str, object]],
-                           outcome: PoolOutcome) -> None:
+                           outcome: PoolOutcome, paused: Mapping[str, str]) -> None:
         planned, outcome.deployments = planned_children(pool, systems, outcome, self.settings,
                                                         self.profiling.store(pool.key))
         outcome.live = live_children(children, systems)
-        self.actor.apply(decide_children(planned, systems, outcome.live, outcome))
+        self.actor.apply(without_paused(decide_children(planned, systems, outcome.live, outcome), paused))
 
     # -- status ----------------------------------------------------------------
     def write_status(self, system: SystemObject, outcome: PoolOutcome, phase: str, conditions: list[st.Condition],

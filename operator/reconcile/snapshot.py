@@ -1,8 +1,10 @@
 """Observe: what one reconcile reads of the cluster, as one immutable value, before anything is decided.
 
 The systems (with the demand hysteresis decided from Prometheus), the GPU
-pools from the nodes' labels, tessera's children, the mig-parted ConfigMap
-and the configs any node names, and each pool's stored plan. Two reads stay
+pools from the nodes' labels (less the nodes a persisting mig-manager
+`failed` leaves out, mig_failures.py), tessera's children, the mig-parted ConfigMap
+and the configs any node names, each pool's stored plan, and what the preflight
+checks (operator/preflight.py). Two reads stay
 with their decision, because what they read depends on it: the solver's
 outcome (the reconciler runs the solve), and the GPU pods of the nodes a plan
 would re-partition (`decide.nodes_to_relabel`). Profiling reads its own
@@ -11,16 +13,17 @@ Jobs and results (profiling/in_cluster.py).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from tessera.operator import naming
+from tessera.operator import naming, preflight
 from tessera.operator.api.systems import SystemObject, read_system
 from tessera.operator.cluster import Cluster
 from tessera.operator.demand.planning import DemandPlanner
-from tessera.operator.gpus.discovery import Pool, group_pools, node_facts
+from tessera.operator.gpus.discovery import NodeFacts, Pool, group_pools, node_facts
 from tessera.operator.gpus.planner_input import MigConfigs, mig_configs
-from tessera.operator.reconcile import builders
+from tessera.operator.reconcile import builders, mig_failures
 from tessera.operator.reconcile.actions import Json
 from tessera.operator.settings import OperatorSettings
 
@@ -37,6 +40,14 @@ class Snapshot:
     """The MIG configs any node of the cluster names (also nodes outside tessera's selector)."""
     pool_states: Mapping[str, Mapping[str, str]]
     """Pool key -> its stored plan ConfigMap's data (empty: none stored)."""
+    pool_annotations: Mapping[str, Mapping[str, str]]
+    """Pool key -> the annotations of that ConfigMap (a pause: reconcile/pause.py)."""
+    prerequisites: preflight.Seen
+    """What the preflight checks: the GPU Operator's namespace and ClusterPolicy, the watched namespaces, the CRDs."""
+    pool_nodes: tuple[NodeFacts, ...] = ()
+    """Every node a pool would have, also those left out of it after a mig-manager `failed` (their records)."""
+    at: float = 0.0
+    """When it was read (Unix seconds): the clock of the MIG failure back-off."""
 
     @property
     def mig_configs(self) -> MigConfigs:
@@ -48,13 +59,22 @@ class Snapshot:
 
 def observe(cluster: Cluster, settings: OperatorSettings, demand: DemandPlanner) -> Snapshot:
     systems = [read_system(obj) for obj in cluster.list_systems()]
+    at = time.time()
     facts = [f for f in (node_facts(n, naming.MIG_CONFIG_REQUESTED) for n in cluster.list_nodes()) if f]
-    pools, _unknown = group_pools(facts)
+    candidates, _unknown = group_pools(facts)
+    pool_nodes = tuple(node for pool in candidates for node in pool.nodes)
+    pools, _unknown = group_pools([f for f in facts if not mig_failures.left_out(f, at, settings.mig_failure_backoff_s)])
     children = cluster.list_children()
     systems = demand.apply(systems, children)
-    mig_configmap = cluster.mig_configmap_name()
+    policy = cluster.read_cluster_policy()
+    mig_configmap = cluster.mig_configmap_name(policy)
+    pool_objects = {pool.key: cluster.read_pool_configmap(pool.key) or {} for pool in pools}
     return Snapshot(
         systems=tuple(systems), pools=tuple(pools), children=tuple(children), mig_configmap=mig_configmap,
         configmap=cluster.read_configmap(settings.gpu_operator_namespace, mig_configmap),
         configs_in_use=frozenset(cluster.mig_configs_in_use()),
-        pool_states={pool.key: cluster.read_pool_state(pool.key) for pool in pools})
+        pool_states={key: found.get("data") or {} for key, found in pool_objects.items()},
+        pool_annotations={key: (found.get("metadata") or {}).get("annotations") or {}
+                          for key, found in pool_objects.items()},
+        prerequisites=cluster.read_prerequisites(policy, list(preflight.expected_crds())),
+        pool_nodes=pool_nodes, at=at)

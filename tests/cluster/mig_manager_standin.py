@@ -14,10 +14,17 @@ KWOK's fake nodes, so the operator can be tested against it:
   config written just before relabelling may not be seen yet.
 - It sets `failed` for a missing config name, a malformed config, a layout the
   hardware would refuse (unknown profile, too many instances, invalid
-  placement; see mig_table.py, its own table), or while pods still hold that
-  node's GPUs (it does not drain). Otherwise it rewrites the node's allocatable
+  placement; see mig_table.py, its own table), while pods still hold that
+  node's GPUs (it does not drain), or on a node a test made faulty
+  (`refuse`). A `failed` leaves the node's GPUs, resources and labels as they
+  were. Otherwise it rewrites the node's allocatable
   `nvidia.com/mig-<profile>` / `nvidia.com/gpu` resources and GFD labels to the
   applied layout and sets `success`.
+- On a node a test marked with `reboot`, it passes through `rebooting` first,
+  as mig-manager does when a MIG mode change needs a host reboot
+  (WITH_REBOOT): `pending`, `rebooting`, then the apply and `success`.
+- `heal` ends a node's fault and applies the node's config again, as a
+  restarted mig-manager pod does with the config its label names.
 """
 
 from __future__ import annotations
@@ -59,6 +66,9 @@ class MigManagerStandIn:
         self.cluster_policy = cluster_policy
         self._snapshots: deque[tuple[float, str | None]] = deque()
         self.errors: dict[str, str] = {}  # node -> reason of the last `failed`
+        self.reboot_seconds = 3.0
+        self._faulty: dict[str, str] = {}  # node -> why its hardware refuses every layout (`refuse`)
+        self._rebooting: set[str] = set()  # nodes whose applies pass through `rebooting` (`reboot`)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="mig-manager-standin", daemon=True)
 
@@ -69,6 +79,20 @@ class MigManagerStandIn:
     def stop(self) -> None:
         self._stop.set()
         self._thread.join(timeout=10)
+
+    # -- faults a test injects ----------------------------------------------
+    def refuse(self, node_name: str, why: str = "the GPUs refuse the MIG configuration") -> None:
+        """From now on every apply on the node fails, as on hardware that refuses MIG changes."""
+        self._faulty[node_name] = why
+
+    def heal(self, node_name: str) -> None:
+        """The node's fault is repaired and mig-manager restarted: it applies the config the label names again."""
+        self._faulty.pop(node_name, None)
+        self.api.patch_node(node_name, {"metadata": {"annotations": {HANDLED_ANNOTATION: None}}})
+
+    def reboot(self, node_name: str) -> None:
+        """From now on every apply on the node goes through `rebooting` (a host reboot) before it succeeds."""
+        self._rebooting.add(node_name)
 
     # -- loop -------------------------------------------------------------
     def _run(self) -> None:
@@ -131,8 +155,13 @@ class MigManagerStandIn:
         self.api.patch_node(name, {"metadata": {"labels": {MIG_STATE: "pending"},
                                                 "annotations": {HANDLED_ANNOTATION: wanted}}})
         time.sleep(self.apply_seconds)
+        if name in self._rebooting:
+            self._set_state(name, "rebooting")
+            time.sleep(self.reboot_seconds)
         node = self.api.read_node(name)
         try:
+            if name in self._faulty:
+                raise mig_table.LayoutRefused(f"{name}: {self._faulty[name]}")
             self._refuse_if_gpus_in_use(name)
             product = node.metadata.labels["nvidia.com/gpu.product"]
             gpus = self._apply(product, gpu_nodes.gpu_states(node), wanted)

@@ -26,8 +26,8 @@ def run_operator(cluster, core, tmp_path, crds, mig_manager):
     """Factory: a fresh pool of fake H100 nodes, a namespace, and an operator process watching them."""
     started = []
 
-    def make(nodes: int, resync_s: float = 5.0) -> OperatorProcess:
-        pool = make_pool(core, nodes)
+    def make(nodes: int, resync_s: float = 5.0, gpus_per_node: int = 8) -> OperatorProcess:
+        pool = make_pool(core, nodes, gpus_per_node)
         operator = OperatorProcess(cluster.kubeconfig, tmp_path, new_namespace(core, "op"), pool,
                                    state_namespace=f"tessera-{pool.id}", resync_s=resync_s)
         started.append(operator)

@@ -81,6 +81,12 @@ def test_every_value_reaches_the_operators_command_line(helm):
     assert all(option in check.stdout for option in options), options
 
 
+def test_a_maintenance_window_reaches_the_command_line_only_when_set(helm):
+    assert not [a for a in operator_args(render(helm)) if a.startswith("--maintenance-window")]
+    assert "--maintenance-window=02:00-04:00" in operator_args(
+        render(helm, "--set", "reconcile.maintenanceWindow=02:00-04:00"))
+
+
 def operator_args(documents: list[dict]) -> list[str]:
     (deployment,) = [d for d in documents if d["kind"] == "Deployment"]
     args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
@@ -138,7 +144,9 @@ def test_a_namespace_scoped_install_grants_workload_rights_only_in_its_namespace
     documents = render(helm, "--set", "watchNamespaces={team-a}")
     (cluster_role,) = [d for d in documents if d["kind"] == "ClusterRole" and d["metadata"]["name"].endswith("-operator")]
     assert {r for rule in cluster_role["rules"] for r in rule["resources"]} == {
-        "nodes", "pods", "clusterpolicies", "namespaces"}
+        "nodes", "pods", "clusterpolicies", "namespaces", "customresourcedefinitions"}
+    (namespaces,) = [rule for rule in cluster_role["rules"] if rule["resources"] == ["namespaces"]]
+    assert set(namespaces["resourceNames"]) == {"tessera-system", "gpu-operator", "team-a"}  # read, for the preflight
     workloads = [d for d in documents if d["kind"] == "Role" and d["metadata"]["namespace"] == "team-a"]
     assert len(workloads) == 1 and "deployments" in str(workloads[0]["rules"])
 
@@ -161,9 +169,11 @@ def test_a_namespace_scoped_install_grants_workload_rights_only_in_its_namespace
     (["--set", "demand.templates.Bad_Name=up"], "Bad_Name"),
     (["--set", "profiling.jobsPerPool=0"], "jobsPerPool"),
     (["--set", "profiling.repartition=yes"], "repartition"),
+    (["--set", "reconcile.maintenanceWindow=2-4"], "maintenanceWindow"),
 ], ids=["no-replica", "gpu-operators-own-configmap", "short-lease", "bad-namespace", "tiny-solver", "unknown-key",
         "tier-below-exact", "spread-below-one", "queueing-not-a-boolean", "unknown-routing", "batch-zero", "url-without-scheme", "bad-secret-name", "no-scale-down-step",
-        "bad-template-name", "no-profiler-job", "repartition-not-a-boolean"])
+        "bad-template-name", "no-profiler-job", "repartition-not-a-boolean",
+        "window-not-a-range"])
 def test_the_values_schema_refuses_bad_values_naming_the_field(helm, values, field):
     refused = helm("template", "tessera", str(CHART), *values, check=False)
     assert refused.returncode != 0 and field in refused.stderr, refused.stderr

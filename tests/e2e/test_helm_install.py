@@ -463,6 +463,7 @@ def test_the_crd_upgrade_as_notes_writes_it_replaces_the_crds_helm_installed_kee
 MATRIX = {
     ("cluster", "nodes", "list"), ("cluster", "nodes", "watch"), ("cluster", "nodes", "patch"),
     ("cluster", "pods", "list"), ("cluster", "clusterpolicies", "get"), ("cluster", "namespaces", "get"),
+    ("cluster", "customresourcedefinitions", "get"),
     ("release", "configmaps", "get"), ("release", "configmaps", "list"), ("release", "configmaps", "create"),
     ("release", "configmaps", "patch"), ("release", "configmaps", "delete"),
     ("release", "leases", "create"), ("release", "leases", "get"), ("release", "leases", "update"),
