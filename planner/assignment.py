@@ -4,7 +4,9 @@ The MILP decides how many GPUs use each layout (and how many of each group
 of fixed GPUs tessera uses); this cheap step decides which GPU of which node
 gets which. It keeps every GPU whose current layout is still wanted (a
 re-partition stops its pods), whole nodes first (mig-manager re-partitions
-a node at a time), and every replica on the instance it already has.
+a node at a time): first as many nodes of each group as the MILP's change
+price kept (change_cost.py), GPUs without instances there included, and
+every replica on the instance it already has.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from collections import Counter, deque
 from collections.abc import Sequence
 
 from tessera.planner.catalog import Layout
+from tessera.planner.change_cost import NodeGroup
 from tessera.planner.errors import PlannerBug
 from tessera.planner.nodes import PlannableGpu, PoolGpus
 from tessera.planner.plan import ConfigPlan, GpuPlan, InstancePlan, Plan, TaskPlan
@@ -70,6 +73,7 @@ class _Chooser:
         self.current = {self.key(g): g.current if g.current is not None else previous.get(self.key(g))
                         for g in pool.gpus}
         self.chosen: dict[int, Layout] = {}
+        self.blank: set[int] = set()  # GPUs without instances on nodes kept whole: they stay so
 
     @staticmethod
     def key(gpu: PlannableGpu) -> GpuKey:
@@ -84,12 +88,28 @@ class _Chooser:
             for gpu in group[:count]:
                 self.chosen[gpu.index] = layout
 
-    def free(self, layout_counts: list[tuple[Layout, int]]) -> None:
+    def kept_whole(self, kept_nodes: Sequence[tuple[NodeGroup, int]], wanted: Counter[Layout]) -> None:
+        """The nodes the MILP keeps, as many of each group as it says, those tessera ran on first."""
+        for group, count in kept_nodes:
+            nodes = sorted(group.nodes, key=lambda n: not any(k[0] == n for k in self.ran_tessera))[:count]
+            for gpu in self.pool.free:
+                if gpu.node not in nodes:
+                    continue
+                layout = self.current[self.key(gpu)]
+                if layout:
+                    self._take(gpu, layout, wanted)
+                else:
+                    self.blank.add(gpu.index)
+
+    def free(self, layout_counts: list[tuple[Layout, int]], kept_nodes: Sequence[tuple[NodeGroup, int]] = ()) -> None:
         wanted = Counter(dict(layout_counts))
-        free = self.pool.free
+        self.kept_whole(kept_nodes, wanted)
+        free = [g for g in self.pool.free if g.index not in self.blank]
         for node in dict.fromkeys(g.node for g in free if g.node is not None):
             kept = [(g, layout) for g in free if g.node == node and (layout := self.current[self.key(g)])]
             needs = Counter(layout for _, layout in kept)
+            if any(g.index in self.chosen for g, _ in kept):
+                continue
             if kept and all(wanted[layout] >= count for layout, count in needs.items()):
                 for gpu, layout in kept:
                     self._take(gpu, layout, wanted)
@@ -113,10 +133,10 @@ class _Chooser:
 
 def assign_gpus(tasks: list[TaskPlan], pool: PoolGpus, layout_counts: list[tuple[Layout, int]],
                 fixed_counts: Sequence[tuple[Layout, Layout, int]] = (), current: Plan | None = None,
-                ) -> list[GpuPlan]:
+                kept_nodes: Sequence[tuple[NodeGroup, int]] = ()) -> list[GpuPlan]:
     chooser = _Chooser(pool, current)
     chooser.fixed(list(fixed_counts))
-    chooser.free(layout_counts)
+    chooser.free(layout_counts, kept_nodes)
     gpus = {g.index: g for g in pool.gpus}
     waiting: dict[ConfigKey, deque[Replica]] = {}
     for task in tasks:

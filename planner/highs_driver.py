@@ -173,6 +173,13 @@ class HighsModel:
             raise RuntimeError("no solve has found a solution yet")
         return self._solution
 
+    def last_solution(self) -> SolutionCopy:
+        return self._found()
+
+    def start_from(self, solution: SolutionCopy) -> None:
+        """The next solve starts from this earlier solution (feasible for it) instead of the last one."""
+        self._solution = solution
+
     def load_into_model(self) -> None:
         values = self._found().col_value
         for var_id, column in self._column.items():

@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 import pyomo.environ as pyo
 
 from tessera.planner.candidates import Candidate
+from tessera.planner.change_cost import NodeGroup
 from tessera.planner.catalog import COMPUTE_SLICES, GpuProduct, Layout, layout_compute_slices
 from tessera.planner.latency import (DEFAULT_CONNECTIONS, Routing, arrival_dispersion, max_replica_load_rps,
                                      min_segment_load_rps, usable_load_rps)
@@ -82,6 +83,11 @@ class MilpInput:
     # How requests reach a task's replicas: whether a parent's bulk is split over them (latency.Routing).
     routing: Routing = Routing.ONE_REPLICA
     connections: int = DEFAULT_CONNECTIONS
+    # Nodes that carry instances, grouped by layouts, and what changing one costs (change_cost.py):
+    # the share of its capacity a change loses over the plan's horizon, and the most nodes changed.
+    node_groups: list[NodeGroup] = field(default_factory=list)
+    change_share: float = 0.0
+    max_nodes_changed: int | None = None
 
     @property
     def splits_bulks(self) -> bool:
@@ -370,6 +376,8 @@ class CompoundMilp:
             self._full_demand_cuts()
         if data.current_layouts or data.current_replicas:
             self._change_variables()
+        if data.node_groups:
+            self._node_change_variables()
 
     # -- indexing -----------------------------------------------------------------
 
@@ -699,6 +707,51 @@ class CompoundMilp:
         for i, c in enumerate(d.candidates):
             current = d.current_replicas.get(candidate_key(c), 0)
             m.cons.add(sum(m.n[o] for o in replicas.get(i, [])) - current == m.up[i] - m.down[i])
+
+    def _node_change_variables(self) -> None:
+        """stay[k]: nodes of group k that keep every GPU's layout; their layouts come out of the counts g
+        and their GPUs without instances out of the GPUs left without a layout."""
+        m, d = self.m, self.data
+        index = {layout: j for j, layout in enumerate(d.layouts)}
+        groups = d.node_groups
+        m.stay = pyo.Var(range(len(groups)), domain=pyo.NonNegativeIntegers,
+                         bounds=lambda _, k: (0, len(groups[k].nodes) if set(groups[k].counts()) <= set(index)
+                                              else 0))
+        for layout in sorted({layout for group in groups for layout in group.counts()} & set(index)):
+            m.cons.add(sum(group.counts()[layout] * m.stay[k] for k, group in enumerate(groups)
+                           if layout in group.counts()) <= m.g[index[layout]])
+        if any(group.empty_gpus for group in groups):
+            m.cons.add(sum(group.empty_gpus * m.stay[k] for k, group in enumerate(groups))
+                       <= d.repartitionable_gpus - sum(m.g[j] for j in range(len(d.layouts))))
+        if d.max_nodes_changed is not None:
+            m.cons.add(self.nodes_changed() <= d.max_nodes_changed)
+
+    def nodes_changed(self) -> Any:
+        """Nodes carrying instances whose layouts change (0 without node groups)."""
+        return sum(len(g.nodes) - self.m.stay[k] for k, g in enumerate(self.data.node_groups))
+
+    def change_price(self) -> Any:
+        """The changed nodes' capacity in the cost's units, times the share a change loses (change_cost.py)."""
+        d = self.data
+        return sum(d.change_share * g.capacity(d.gpu, self.gpu_weight) * (len(g.nodes) - self.m.stay[k])
+                   for k, g in enumerate(d.node_groups))
+
+    @property
+    def carrying_nodes(self) -> int:
+        return sum(len(g.nodes) for g in self.data.node_groups)
+
+    @property
+    def prices_change(self) -> bool:
+        return bool(self.data.node_groups)
+
+    def priced_cost(self) -> Any:
+        """The cost plus the price of the nodes it changes: a change is made where it pays."""
+        return self.cost() + self.change_price() if self.prices_change else self.cost()
+
+    def kept_nodes(self) -> list[tuple[NodeGroup, int]]:
+        """(group, nodes the solution keeps) of each node group."""
+        return [(g, round(pyo.value(self.m.stay[k], exception=False) or 0))
+                for k, g in enumerate(self.data.node_groups)]
 
     # -- solution -----------------------------------------------------------------
 

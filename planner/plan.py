@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from tessera.planner.change_cost import ChangeSummary
 from tessera.planner.latency import DEFAULT_CONNECTIONS, Routing
 from tessera.planner.profiles import ProfileSource, SegmentType
 
@@ -142,6 +143,9 @@ class Plan(BaseModel):
     profile_sources: dict[str, int]
     solver: SolverReport
     diagnosis: list[str] = Field(default_factory=list, description="Why demand is not fully served, when it is not.")
+    changes: ChangeSummary | None = Field(
+        default=None, description="On a pool of nodes with MIG instances: the nodes the plan re-partitions, what "
+                                  "that saves and what declined changes would have (planner/change_cost.py).")
 
     def task(self, system: str, task: str) -> TaskPlan:
         for plan in self.tasks:

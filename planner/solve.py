@@ -10,7 +10,9 @@ model, each stage fixing the value the previous one reached:
 3. cost: fewest GPUs, then fewest compute slices (one weighted sum, a GPU
    outweighing every slice), proven in its own units: to an absolute gap
    below `slice_tolerance` slices, which proves the GPUs exactly too; no
-   relative gap leaves slices unproven on a large pool;
+   relative gap leaves slices unproven on a large pool; on a pool of nodes
+   that carry MIG instances, plus the price of the nodes the plan changes
+   (change_cost.py), after two reference solves that say what a change saves;
 4. accuracy of every system (tie-break among equally cheap plans);
 5. least change from the current plan, when one is given.
 """
@@ -28,6 +30,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from tessera.planner.assignment import assign_gpus, current_layout_counts, current_replica_counts
 from tessera.planner.candidates import allowed_variants, budget_levels, enumerate_candidates
 from tessera.planner.catalog import COMPUTE_SLICES, gpu_product, valid_layouts
+from tessera.planner.change_cost import (DEFAULT_HORIZON_S, DEFAULT_RECONFIGURE_S, ChangeSummary, node_groups,
+                                         nodes_changed, serving_nodes)
 from tessera.planner.checker import check_plan
 from tessera.planner.diagnosis import diagnose
 from tessera.planner.errors import InfeasibleError, NoPlanError, PlannerBug, TimeLimitError
@@ -101,6 +105,18 @@ class PlannerOptions(BaseModel):
     connections: int = Field(default=DEFAULT_CONNECTIONS, ge=1, le=1024,
                              description="Client connections to each task's Service (per-connection routing).")
 
+    reconfigure_s: float = Field(
+        default=DEFAULT_RECONFIGURE_S, ge=0,
+        description="Seconds mig-manager takes to re-partition a node, its capacity lost meanwhile (an estimate "
+                    "until measured on a GPU); 0 prices no change.")
+    change_horizon_s: float = Field(
+        default=DEFAULT_HORIZON_S, gt=0,
+        description="Seconds a plan is expected to stand: a node's change costs its capacity times "
+                    "reconfigure_s / change_horizon_s (docs/planner.md).")
+    max_nodes_changed: int | None = Field(
+        default=None, ge=0,
+        description="The most nodes the current plan serves on that one re-plan may re-partition (None: no bound).")
+
     @field_validator("batches")
     @classmethod
     def _batches_positive(cls, batches: tuple[int, ...]) -> tuple[int, ...]:
@@ -111,6 +127,15 @@ class PlannerOptions(BaseModel):
     @property
     def utilisation(self) -> float:
         return 1 / (1 + self.headroom)
+
+    @property
+    def change_share(self) -> float:
+        """The share of a changed node's capacity a change loses over the plan's horizon."""
+        return self.reconfigure_s / self.change_horizon_s
+
+    @property
+    def prices_change(self) -> bool:
+        return self.change_share > 0 or self.max_nodes_changed is not None
 
     def exact_for(self, pool_gpus: int) -> bool:
         return pool_gpus <= self.exact_up_to_gpus
@@ -144,6 +169,8 @@ class _StagedSolver:
         self.rounded: StageResult | None = None  # relax-and-fix's start
         self.start_seconds = 0.0  # what relax-and-fix's two solves took
         self.relax_and_fix_start = False
+        # The reference plans a change is weighed between: stage name -> (cost, nodes changed).
+        self.references: dict[str, tuple[float, int]] = {}
 
     def _solve(self, name: str, expression: Any, sense: Any, share: float,
                abs_gap: float | None = None) -> StageResult | None:
@@ -277,9 +304,12 @@ def plan(
         _solve_after_serving(solver, milp, systems, current is not None or bool(data.current_layouts))
 
     result = extract_plan(milp, features, options.headroom, options.latency_spread)
-    placed = assign_gpus(result.tasks, gpus, milp.layout_counts(), milp.fixed_counts(), current)
+    placed = assign_gpus(result.tasks, gpus, milp.layout_counts(), milp.fixed_counts(), current,
+                         milp.kept_nodes())
     report = _solver_report(solver, milp, build_s, options)
     plan_ = result.finish(placed, report)
+    if milp.prices_change:
+        plan_.changes = _change_summary(gpus, plan_, milp, solver)
     check_capacity_covers_demand(plan_, systems)
     plan_.diagnosis = diagnose(plan_, systems, data.candidates, data.levels)
     errors = check_plan(plan_, systems, pool, store, features, options)
@@ -312,7 +342,7 @@ def _solve_after_serving(solver: _StagedSolver, milp: CompoundMilp, systems: lis
     stages = []
     if accuracy_first:
         stages.append(("accuracy-first", milp.accuracy_score(accuracy_first), pyo.maximize))
-    stages.append(("cost", milp.cost(), pyo.minimize))
+    stages.append(("cost", milp.priced_cost(), pyo.minimize))
     stages.append(("accuracy", milp.accuracy_score(), pyo.maximize))
     if replanning:
         stages.append(("least-change", milp.change(), pyo.maximize))
@@ -326,6 +356,8 @@ def _solve_after_serving(solver: _StagedSolver, milp: CompoundMilp, systems: lis
         # The cost is proven in its own units: an absolute gap below the slice
         # tolerance proves the GPUs exactly too (see _cost_proof).
         abs_gap = solver.options.slice_tolerance - 1e-6 if name == "cost" else None
+        if name == "cost" and milp.prices_change:
+            _change_references(solver, milp, abs_gap)
         stage = solver.run(name, expression, sense, share=share, abs_gap=abs_gap)
         if position == 1:
             if stage is None:
@@ -334,6 +366,60 @@ def _solve_after_serving(solver: _StagedSolver, milp: CompoundMilp, systems: lis
                 return None
             first = stage
     return first
+
+
+REFERENCE_ANY_CHANGE = "cost-any-change"
+REFERENCE_NO_CHANGE = "cost-no-change"
+
+
+def _change_references(solver: _StagedSolver, milp: CompoundMilp, abs_gap: float | None) -> None:
+    """The two plans a change is weighed between, solved (not held) before the priced cost stage: the
+    cheapest regardless of change, and, where that one changes nodes, the cheapest that changes none.
+
+    They cost a solve or two of the cost stage on a re-plan, and say in the plan what a change saves or
+    what a declined one would have (ChangeSummary).
+    """
+    solver.references.clear()
+    # Among the cheapest plans, one that changes the fewest nodes: a tie-break worth less than a slice in all.
+    fewest = milp.cost() + milp.nodes_changed() / (milp.carrying_nodes + 1)
+    cheapest = solver.optimise(REFERENCE_ANY_CHANGE, fewest, pyo.minimize, share=0.25, abs_gap=abs_gap)
+    if cheapest is None:
+        return
+    solver.references[REFERENCE_ANY_CHANGE] = (pyo.value(milp.cost()), round(pyo.value(milp.nodes_changed())))
+    if solver.references[REFERENCE_ANY_CHANGE][1] == 0:
+        solver.references[REFERENCE_NO_CHANGE] = solver.references[REFERENCE_ANY_CHANGE]
+        return
+    cheapest_priced, cheapest_solution = pyo.value(milp.priced_cost()), solver.highs.last_solution()
+    stay = list(milp.m.stay.values())
+    for var in stay:
+        solver.highs.set_bounds([var], var.ub, var.ub)
+    unchanged = solver.optimise(REFERENCE_NO_CHANGE, milp.cost(), pyo.minimize, share=0.25, abs_gap=abs_gap)
+    solver.highs.restore_bounds(stay)
+    if unchanged is not None:
+        solver.references[REFERENCE_NO_CHANGE] = (unchanged.value, 0)
+    # The priced stage starts from whichever reference its price makes cheaper (both are feasible there).
+    if unchanged is None or cheapest_priced < unchanged.value:
+        solver.highs.start_from(cheapest_solution)
+
+
+def _change_summary(pool: PoolGpus, plan_: Plan, milp: CompoundMilp, solver: _StagedSolver) -> ChangeSummary:
+    """What the plan changes, measured on its GPUs, beside the reference plans' costs."""
+    chosen = {(g.node, g.device): tuple(sorted(g.layout)) for g in plan_.gpus}
+    changed, kept = nodes_changed(pool, chosen, {n for g in milp.data.node_groups for n in g.nodes})
+    price = sum(milp.data.change_share * group.capacity(milp.data.gpu, milp.gpu_weight)
+                for group in milp.data.node_groups for node in group.nodes if node in changed)
+    weight = milp.gpu_weight
+    summary = ChangeSummary(nodes_changed=changed, nodes_kept=kept, price=price)
+    unchanged = solver.references.get(REFERENCE_NO_CHANGE)
+    if changed and unchanged is not None:
+        gpus, slices = divmod(round(unchanged[0]), weight)
+        summary.gpus_saved, summary.slices_saved = gpus - plan_.gpus_used, slices - plan_.slices_used
+    cheapest = solver.references.get(REFERENCE_ANY_CHANGE)
+    if cheapest is not None and cheapest[1] > len(changed):
+        summary.forgone_nodes = cheapest[1] - len(changed)
+        gpus, slices = divmod(round(cheapest[0]), weight)
+        summary.forgone_gpus, summary.forgone_slices = plan_.gpus_used - gpus, plan_.slices_used - slices
+    return summary
 
 
 def _time_limit_message(solver: _StagedSolver) -> str:
@@ -381,6 +467,8 @@ def _milp_input(systems: list[SystemSpec], pool: PoolGpus, store: ProfileStore, 
         current_layouts=pool.current_free_layouts() or (current_layout_counts(current) if current else {}),
         current_replicas=current_replica_counts(current) if current else {},
         free_gpus=len(pool.free), fixed_groups=pool.fixed_groups(),
+        node_groups=node_groups(pool, serving_nodes(current)) if options.prices_change else [],
+        change_share=options.change_share, max_nodes_changed=options.max_nodes_changed,
     )
     check_milp_input(data)
     return data
@@ -425,7 +513,8 @@ def _cost_proof(stages: dict[str, StageResult], milp: CompoundMilp,
                 options: PlannerOptions) -> CostProof | None:
     """GPUs and slices beside the lower bounds the weighted cost's bound B gives them.
 
-    cost = W x GPUs + slices with slices <= S x GPUs (S = COMPUTE_SLICES), so
+    cost = W x GPUs + slices with slices <= S x GPUs (S = COMPUTE_SLICES) (a priced stage's cost less the
+    plan's change price), so
     every plan has GPUs >= B / (W + S), and every plan with as many GPUs as
     this one has slices >= B - W x GPUs. When the solve proved the cost to
     within less than one slice, both bounds meet the counts: W exceeds
@@ -434,8 +523,10 @@ def _cost_proof(stages: dict[str, StageResult], milp: CompoundMilp,
     if "cost" not in stages:
         return None
     cost, weight = stages["cost"], milp.gpu_weight
-    gpus, slices = divmod(round(cost.value), weight)
-    bound = cost.bound if math.isfinite(cost.bound) else 0.0
+    # A priced cost stage's bound, less the plan's change price, holds among plans with that price.
+    price = pyo.value(milp.change_price()) if milp.prices_change else 0.0
+    gpus, slices = divmod(round(cost.value - price), weight)
+    bound = cost.bound - price if math.isfinite(cost.bound) else 0.0
     return CostProof(gpus=gpus, gpus_lower_bound=min(gpus, max(0, math.ceil(bound / (weight + COMPUTE_SLICES) - 1e-6))),
                      slices=slices, slices_lower_bound=min(slices, max(0, math.ceil(bound - weight * gpus - 1e-6))),
                      slice_tolerance=options.slice_tolerance)

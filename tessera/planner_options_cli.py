@@ -83,6 +83,15 @@ def planner_options(time_limit_flag: str = "--time-limit") -> Callable[[Any], An
         click.option("--connections", type=BoundedInt(1, MAX_CONNECTIONS), default=DEFAULTS.connections,
                      show_default=True, help="Client connections to each task's Service (--routing "
                                              "per-connection)."),
+        click.option("--reconfigure-s", "reconfigure_s", type=FiniteFloat(0, MAX_TIME_LIMIT_S),
+                     default=DEFAULTS.reconfigure_s, show_default=True,
+                     help="Seconds mig-manager takes to re-partition a node (an estimate); 0 prices no change."),
+        click.option("--change-horizon-s", "change_horizon_s", type=FiniteFloat(1, MAX_TIME_LIMIT_S),
+                     default=DEFAULTS.change_horizon_s, show_default=True,
+                     help="Seconds a plan is expected to stand: a changed node costs its capacity x "
+                          "--reconfigure-s / this."),
+        click.option("--max-nodes-changed", type=BoundedInt(0, MAX_POOL_GPUS), default=None,
+                     help="The most serving nodes one re-plan may re-partition (default: no bound)."),
         click.option("--slice-tolerance", type=FiniteFloat(0, COMPUTE_SLICES * MAX_POOL_GPUS, min_open=True),
                      default=DEFAULTS.slice_tolerance, show_default=True,
                      help="Slices the cost may stay above its proven bound (1: the fewest)."),
@@ -97,7 +106,7 @@ def planner_options(time_limit_flag: str = "--time-limit") -> Callable[[Any], An
 
 PLANNER_PARAMETERS = ("levels", "headroom", "time_limit", "batches", "max_batch", "max_mps", "tier_ratio",
                       "busy_instances", "exact_up_to_gpus", "latency_spread", "queueing", "routing", "connections",
-                      "slice_tolerance")
+                      "slice_tolerance", "reconfigure_s", "change_horizon_s", "max_nodes_changed")
 
 
 def take_planner_options(parameters: dict[str, Any]) -> PlannerOptions:

@@ -109,6 +109,8 @@ def summary_table(plan: Plan) -> Table:
     table.add_row("objective stages", ", ".join(f"{k}={v:.4g}" for k, v in solver.objective.items()))
     if solver.cost:
         table.add_row("cost proof", _cost_proof(solver.cost))
+    if plan.changes:
+        table.add_row("layout changes", plan.changes.summary)
     if solver.time_limited:
         table.add_row(Text("time limit", style="yellow"), f"stopped {', '.join(solver.time_limited)}")
     for line in plan.diagnosis:

@@ -230,3 +230,8 @@ def test_batches_and_max_batch_reach_the_planner(write, measurements):
                                                    "--max-batch", 64).stdout))
     assert max(c.batch for t in wide.tasks for c in t.configs) > 32
     assert max(c.batch for t in capped.tasks for c in t.configs) <= 64
+
+
+def test_plan_refuses_a_negative_bound_on_nodes_changed(write):
+    result = invoke("plan", write(system_document()), *FAST, "--max-nodes-changed", -1)
+    assert result.exit_code == 2 and "--max-nodes-changed" in result.output

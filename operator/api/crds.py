@@ -64,7 +64,7 @@ KINDS = {kind.name: kind for kind in (
         columns=(
             _column("Ready", READY, "string", "Whether the plan is applied and every server ready."),
             _column("Phase", ".status.phase", "string", "Where the system is."),
-            _column("GPUs", ".status.plan.gpus", "integer", "GPUs holding this system's servers."),
+            _column("GPUs", ".status.plan.gpus", "integer", "GPUs holding this system's servers now (available pods)."),
             _column("Slices", ".status.plan.slices", "integer", "Compute slices (sevenths of a GPU) used."),
             _column("Accuracy", ".status.plan.predictedAccuracy", "number", "Predicted worst-path accuracy."),
             _column("Latency-ms", ".status.plan.predictedLatencyMilliseconds", "number",

@@ -128,16 +128,34 @@ def build_status(generation: int, phase: str, conditions: list[Condition], summa
         status["plan"] = summary
     elif previous.get("plan") is not None:
         status["plan"] = previous["plan"]  # the last good plan's summary stays while it keeps running
-    if demand is not None:
-        status["demand"] = demand
+    if demand is not None or previous.get("demand") is not None:
+        status["demand"] = demand  # None removes it (a merge patch): the demandSource was removed
     if frontend is not None or previous.get("frontend") is not None:
         status["frontend"] = frontend  # None removes it (a merge patch): spec.frontend was unset
     return status
 
 
 def status_changed(previous: dict, new: dict) -> bool:
-    keys = ("observedGeneration", "phase", "conditions", "plan", "demand", "frontend")
-    return any(previous.get(key) != new.get(key) for key in keys)
+    """Whether writing `new` (a JSON merge patch) would change the status stored: else nothing is written.
+
+    Asked of the patch's result, not of the keys tessera writes: a key the
+    patch cannot remove would be "changed" at every reconcile, and written
+    again each time.
+    """
+    return merge_patched(previous, new) != previous
+
+
+def merge_patched(target: dict, patch: dict) -> dict:
+    """`target` after the JSON merge patch `patch` (RFC 7386): None removes, objects merge, the rest replaces."""
+    merged = dict(target)
+    for key, value in patch.items():
+        if value is None:
+            merged.pop(key, None)
+        elif isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = merge_patched(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
 
 
 def events_for(previous: dict, new: dict) -> list[EventSpec]:

@@ -135,7 +135,7 @@ class SystemPlanSummary(Spec):
     """The plan in force for a CompoundInferenceSystem, in brief."""
 
     gpu: str = Field(alias="gpuProduct", max_length=64, description="GPU product of the pool planned on.")
-    gpus: int = Field(ge=0, le=100_000, description="GPUs holding at least one of this system's servers.")
+    gpus: int = Field(ge=0, le=100_000, description="GPUs holding at least one of this system's servers now (a Deployment with an available pod); the plan's count is in the Planned condition.")
     slices: int = Field(ge=0, le=700_000, description="Compute slices (sevenths of a GPU) this system's servers use.")
     predicted_latency_ms: float = Field(
         alias="predictedLatencyMilliseconds", ge=0, le=3_600_000,

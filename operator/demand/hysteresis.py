@@ -17,7 +17,10 @@ node's servers), so demand moves the plan asymmetrically:
   between them was not seen).
 
 The state is plain data that the operator keeps in the system's status, so a
-restarted operator resumes its windows rather than starting them again.
+restarted operator resumes its windows rather than starting them again. A
+decision that keeps the plan names no reading in its message (the reading is
+in `observedRequestsPerSecond`): the message is status, and a status that
+moved with every poll's jitter would be written at every poll.
 """
 
 from __future__ import annotations
@@ -88,10 +91,11 @@ def decide(state: DemandState, reading_rps: float | None, now: datetime, windows
                                              now),
                         f"scaled up from {planned:g} to {wanted:g} requests/s")
     if wanted >= planned * (1 - TOLERANCE) or planned == 0:
-        return Decision(Move.HOLD, _restart_window(state), f"{wanted:g} requests/s is within the plan's {planned:g}")
+        return Decision(Move.HOLD, _restart_window(state),
+                        f"readings within {100 * TOLERANCE:g}% of the plan's {planned:g} requests/s")
     if not pods_ready:
         return Decision(Move.WAIT, _restart_window(state),
-                        f"{wanted:g} requests/s is below the plan's {planned:g}, but a pod of the system is not "
+                        f"readings below the plan's {planned:g} requests/s, but a pod of the system is not "
                         "Ready: its counters may be missing, so no scale-down")
     since = state.below_since or now
     peak = max(state.window_peak_rps or 0.0, wanted)
@@ -101,7 +105,7 @@ def decide(state: DemandState, reading_rps: float | None, now: datetime, windows
                    _after(state.last_repartition, windows.repartition_s))
     if now < ready_at:
         return Decision(Move.WAIT, waiting,
-                        f"{wanted:g} requests/s is below the plan's {planned:g}; scale-down not before "
+                        f"readings below the plan's {planned:g} requests/s; scale-down not before "
                         f"{ready_at.strftime('%Y-%m-%dT%H:%M:%SZ')}")
     target = max(peak, planned * (1 - windows.step), minimum_rps)
     if target >= planned * (1 - TOLERANCE):

@@ -17,7 +17,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from typing import Any, overload
 
 from tessera.operator import metrics
@@ -25,6 +25,7 @@ from tessera.operator.demand import hysteresis as hy
 from tessera.operator.api import status as st
 from tessera.operator.api.v1alpha1 import ConditionType, DemandStatus
 from tessera.operator.demand.settings import DemandSettings
+from tessera.operator.demand.shown import ShownReading, shown_reading
 from tessera.operator.demand.templates import FRONTEND_TEMPLATE, render
 from tessera.operator.demand.prometheus import PrometheusClient, Reading, Reason, unknown
 from tessera.operator.demand.promql import QueryRejected, confine
@@ -66,8 +67,8 @@ class DemandPlanner:
         self.windows = hy.Windows(settings.stabilization_s, settings.repartition_window_s, settings.scale_down_step)
         self.verdicts: dict[str, Verdict] = {}
         self.states: dict[str, hy.DemandState] = {}
-        """The last decision's state per system: status holds the same, but refreshes observedTime only
-        every half gap (a status write per poll would be a write per system every few seconds)."""
+        """The last decision's state per system: status holds the same, but shows a reading only once it
+        moved (demand/shown.py: a status write per poll would be a write per system every few seconds)."""
 
     def watching(self, systems: list[SystemObject]) -> bool:
         return any(_source(s) is not None for s in systems)
@@ -184,18 +185,15 @@ class DemandPlanner:
         return resized
 
     # -- status ------------------------------------------------------------------
-    def _observed_time(self, system: SystemObject, verdict: Verdict) -> datetime | None:
-        """The reading's time, or the one status has while it is recent: status is not rewritten at every
-        poll, yet a restarted operator finds readings close enough to go on with its window."""
-        if not verdict.reading.known:
-            return None
-        before = (system.status.get("demand") or {}).get("observedTime")
-        if before is not None and (system.status.get("demand") or {}).get("observedRequestsPerSecond") == \
-                _rounded(verdict.reading.value):
-            kept = datetime.fromisoformat(before.replace("Z", "+00:00"))
-            if verdict.observed_time - kept < timedelta(seconds=self._windows(system).max_gap_s / 2):
-                return kept
-        return verdict.observed_time
+    def shown(self, system: SystemObject, verdict: Verdict) -> ShownReading:
+        """The reading status shows (demand/shown.py): the one it shows while readings jitter around it."""
+        demand = system.status.get("demand") or {}
+        before = demand.get("observedTime")
+        shown = ShownReading(demand.get("observedRequestsPerSecond"),
+                             datetime.fromisoformat(before.replace("Z", "+00:00")) if before else None)
+        reading = _rounded(verdict.reading.value) if verdict.reading.known else None
+        return shown_reading(shown, reading, verdict.observed_time, verdict.decision.state.below_since is not None,
+                             self._windows(system).max_gap_s / 2)
 
     def decorate(self, system: SystemObject, phase: str, conditions: list[st.Condition],
                  summary: dict | None) -> tuple[str, list[st.Condition], dict | None]:
@@ -206,7 +204,7 @@ class DemandPlanner:
         reading = verdict.reading
         if reading.known:
             metrics = st.Condition(METRICS_AVAILABLE, True, DEMAND_READ,
-                                   f"demand {reading.value:g} requests/s; {verdict.decision.message}")
+                                   f"demand {self.shown(system, verdict).rps:g} requests/s; {verdict.decision.message}")
         else:
             metrics = st.Condition(METRICS_AVAILABLE, False, reading.reason,
                                    f"{reading.message}; demand Unknown, the plan for "
@@ -228,10 +226,9 @@ class DemandPlanner:
         state = verdict.decision.state
         if _repartition_started(system, conditions):
             state = hy.record_repartition(state, verdict.observed_time)
-        reading = verdict.reading
+        shown = self.shown(system, verdict)
         status = DemandStatus(
-            source="Prometheus", observed_rps=_rounded(reading.value),
-            observed_time=self._observed_time(system, verdict),
+            source="Prometheus", observed_rps=shown.rps, observed_time=shown.time,
             planned_rps=_rounded(verdict.applied_rps), recommended_rps=_rounded(state.planned_rps),
             decision=verdict.decision.message[:256], dry_run=verdict.dry_run,
             below_since=state.below_since, window_peak_rps=_rounded(state.window_peak_rps),

@@ -120,9 +120,20 @@ def service_name(system: SystemRef, task: str) -> str:
     return child_name(system.name, task)
 
 
-def batch_delay_ms(task: TaskPlan, config: ConfigPlan) -> float:
-    """How long a server may hold a partial batch: the task's budget less the batch in progress and its own."""
-    return max(0.0, round(task.budget_ms - 2 * config.batch_latency_ms, 1))
+def batch_delay_ms(config: ConfigPlan) -> float:
+    """How long a server may hold a partial batch: one batch latency of its own configuration (none at batch 1).
+
+    Of the configuration alone, never of the plan: the task's budget is a
+    level the pool's joint solve picks, and it moves when another system or
+    a node changes, which would roll this server for nothing. One batch
+    latency is what every budget the planner can give the configuration
+    allows: a budget holds at least two batch latencies (planner
+    `latency.fits_budget`), and a stage stays within its budget while its
+    batches form within the budget less one batch latency
+    (docs/model-server-contract.md). A batch that forms slower than that is
+    below the segment's capacity, so cutting it short costs no throughput.
+    """
+    return 0.0 if config.batch == 1 else round(config.batch_latency_ms, 1)
 
 
 def downstream_urls(system: SystemRef, spec: SystemSpec, task: str, port: int) -> dict[str, str]:
@@ -141,7 +152,7 @@ def server_env(system: SystemRef, spec: SystemSpec, task: TaskPlan, config: Conf
         "TESSERA_MODEL_NAME": task.variant,  # the model name in the Open Inference Protocol's paths
         "TESSERA_MIG_PROFILE": config.segment.mig_profile,
         "TESSERA_BATCH_SIZE": str(config.batch),
-        "TESSERA_MAX_BATCH_DELAY_MS": f"{batch_delay_ms(task, config):g}",
+        "TESSERA_MAX_BATCH_DELAY_MS": f"{batch_delay_ms(config):g}",
         "TESSERA_PROCESSES": str(config.segment.mps),
         "TESSERA_PORT": str(port),
         "TESSERA_GRAPH": "frontend" if spec.frontend is not None else "servers",

@@ -21,7 +21,7 @@ from tessera.operator import naming
 from tessera.operator.api import status as st
 from tessera.operator.api.systems import SystemObject
 from tessera.operator.gpus.discovery import Pool, node_profile_name
-from tessera.operator.gpus.node_plans import NodePlan, Placement, PlacedGpu, Share
+from tessera.operator.gpus.node_plans import NodePlan, Placement, PlacedGpu, ServerKey, Share
 from tessera.operator.profiling.jobs import PlannedNode, in_transition
 from tessera.operator.reconcile import builders, frontend_children, mig_failures
 from tessera.operator.reconcile.node_changes import NO_HOLD, NodeHold
@@ -29,7 +29,7 @@ from tessera.operator.reconcile.actions import (Action, ApplyChild, DeleteChild,
                                                 PostEvent, WriteMigConfigs)
 from tessera.operator.settings import OperatorSettings
 from tessera.planner.catalog import gpu_product
-from tessera.planner.plan import Plan
+from tessera.planner.plan import InstancePlan, Plan
 from tessera.planner.profiles import ProfileStore
 
 POOL_ANNOTATION = "tessera.ai/gpu-product"
@@ -378,9 +378,9 @@ def system_status(system: SystemObject, outcome: PoolOutcome) -> Verdict:
                                   st.Condition(st.PROGRESSING, True, reason, message), valid], None
 
     gpus = outcome.gpus_of.get(key, [])
-    summary = st.plan_summary(plan, key, gpus=len(gpus), slices=_slices(plan, gpus, key))
+    summary = st.plan_summary(plan, key, gpus=held_gpus(system, outcome), slices=_slices(plan, gpus, key))
     mig_failed = mig_failures.failure_condition(outcome.failed_nodes, {k.node for k in outcome.placement.servers_of(key)})
-    conditions = [valid, _planned(plan, summary, outcome), mig_failed or _degraded(plan, key, summary),
+    conditions = [valid, _planned(plan, summary, len(gpus), outcome), mig_failed or _degraded(plan, key, summary),
                   _profiles_estimated(summary)]
     mig = _mig_condition(outcome, key)
     servers = _servers_condition(system, outcome)
@@ -398,9 +398,31 @@ def system_status(system: SystemObject, outcome: PoolOutcome) -> Verdict:
     return (st.PHASE_DEGRADED if mig_failed else st.PHASE_DEPLOYING), conditions, summary
 
 
-def _planned(plan: Plan, summary: Json, outcome: PoolOutcome) -> st.Condition:
+def held_gpus(system: SystemObject, outcome: PoolOutcome) -> int:
+    """The GPUS column: planned GPUs that hold a server of the system now, not those it is planned to hold.
+
+    A GPU counts once a Deployment of one of its instances of the system has
+    an available pod: the API shows which Deployment serves, not which GPU of
+    its node a pod holds, so a Deployment's GPUs count together.
+    """
+    def serving(node: str, instance: InstancePlan) -> bool:
+        if instance.system != system.ref.key or instance.task is None or instance.config is None:
+            return False
+        task = outcome.placement.tasks.get((instance.system, instance.task))
+        if task is None:
+            return False
+        key = ServerKey(instance.system, instance.task, instance.config, node)
+        name = builders.deployment_name(system.ref, key, task, task.configs[instance.config])
+        live = outcome.live.get(("Deployment", system.ref.namespace, name))
+        return live is not None and ((live.get("status") or {}).get("availableReplicas") or 0) > 0
+
+    return sum(1 for gpu in outcome.gpus_of.get(system.ref.key, [])
+               if any(serving(gpu.node, instance) for instance in gpu.instances))
+
+
+def _planned(plan: Plan, summary: Json, planned_gpus: int, outcome: PoolOutcome) -> st.Condition:
     gap = plan.solver.mip_gap
-    text = (f"{summary['slices']} compute slices on {summary['gpus']} GPU(s) of {plan.gpu}; solver "
+    text = (f"{summary['slices']} compute slices on {planned_gpus} GPU(s) of {plan.gpu}; solver "
             f"{plan.solver.status}, MIP gap {f'{100 * gap:.2f}%' if math.isfinite(gap) else 'unknown'}")
     if outcome.solve_error:
         return st.Condition(st.PLANNED, True, st.LAST_GOOD_PLAN,

@@ -102,3 +102,33 @@ def test_a_layout_kept_without_a_rise_in_demand_is_not_degraded(prometheus):
     hook.apply([original], [])
     phase, conditions, _ = hook.decorate(original, "Ready", [blocked_layout()], None)
     assert phase == "Ready" and not [c for c in conditions if c.type == "Degraded"]
+
+
+def test_readings_that_jitter_within_the_plan_leave_the_status_and_its_conditions_as_they_were(prometheus):
+    """Each poll reads another rate near the plan's 500: what a reconcile writes stays the same, so the
+    status-changed rule (decide.decide_status) finds nothing to patch."""
+    now = [T0]
+    hook = planner(prometheus.url, lambda: now[0])
+    status: dict = {}
+    written = []
+    for second, value in enumerate(("500", "503.17", "498.2", "501.9", "496.04")):
+        prometheus.values = (value,)
+        now[0] = T0 + timedelta(seconds=5 * second)
+        current = system(status=status)
+        hook.apply([current], [])
+        _, conditions, _ = hook.decorate(current, "Ready", [], None)
+        status = {"demand": hook.status_of(current, conditions)}
+        written.append((status["demand"], [(c.type, c.reason, c.message) for c in conditions]))
+    assert all(entry == written[1] for entry in written[1:]), written
+    assert written[1][0]["observedRequestsPerSecond"] == 500
+
+
+def test_a_reading_that_moved_beyond_the_tolerance_is_in_status_at_once(prometheus):
+    hook = planner(prometheus.url, lambda: T0)
+    first = system()
+    hook.apply([first], [])
+    status = {"demand": hook.status_of(first, [])}
+    prometheus.values = ("560",)
+    moved = system(status=status)
+    hook.apply([moved], [])
+    assert hook.status_of(moved, [])["observedRequestsPerSecond"] == 560

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import threading
 import time
 
 import pytest
@@ -21,7 +22,7 @@ from cluster.kube import wait_for
 from cluster.prometheus import DemandExporter, Prometheus
 
 from .operator_fixtures import crds, custom, run_operator  # noqa: F401  (fixtures)
-from .operator_harness import EXAMPLES, MANAGED, condition, systems, wait_ready
+from .operator_harness import EXAMPLES, MANAGED, audit_lines, condition, operator_writes, systems, wait_ready
 
 METRIC = "tessera_test_requests"
 TOKEN = "tessera-test-token-7f3a9c"
@@ -190,3 +191,46 @@ def test_demand_from_prometheus_scales_up_and_never_down_on_bad_data(
     log = operator.log.read_text(errors="replace")
     assert TOKEN not in log and TOKEN not in statuses and TOKEN not in events
     assert "demand" in statuses and "PrometheusUnreachable" in events and "MetricsAvailable" in log + events
+
+
+def test_an_idle_resync_with_jittering_demand_patches_no_status(
+        run_operator, tenant_prometheus, cluster, custom, kubectl, tmp_path):
+    """Readings that move by up to 2% at every poll (checked: several distinct rates read meanwhile) write no
+    status: the plan holds, and status shows a reading only once it moves beyond 5% (demand/shown.py)."""
+    exporter, prom = tenant_prometheus
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN)
+    operator = run_operator(nodes=1, resync_s=3.0)
+    operator.extra_args = ["--prometheus-url", prom.url, "--prometheus-token-file", str(token_file),
+                           "--demand-poll", "1", "--scale-down-stabilization", "600"]
+    ns = operator.namespace
+    series = (ns, "classifier", "a")
+    exporter.set_rate(series, 200.0)
+    stop = threading.Event()
+
+    def jitter() -> None:
+        step = 0
+        while not stop.wait(0.5):
+            step += 1
+            exporter.set_rate(series, 200.0 * (1 + 0.02 * math.sin(step)))
+    threading.Thread(target=jitter, daemon=True).start()
+    try:
+        operator.start()
+        kubectl("apply", "-n", ns, "-f", "-", input=_system("classifier", QUERY))
+        wait_ready(custom, ns, ["classifier"], READY_TIMEOUT_S, operator)
+        _wait(custom, operator, lambda: "within" in (_metrics(custom, ns, "classifier") or {}).get("message", ""),
+              60, "readings within the plan")
+        # With a demand source, each poll is a reconcile (logged "reconciled (requeue"), reading Prometheus.
+        reconciles = operator.log.read_text().count("reconciled (")
+        start = audit_lines(cluster.audit_log)
+        seen = set()
+        deadline = time.monotonic() + 60
+        while operator.log.read_text().count("reconciled (") < reconciles + 8:
+            assert time.monotonic() < deadline, f"no eight reconciles in 60 s:\n{operator.log_text()}"
+            seen.update(round(float(r["value"][1]), 3) for r in prom.query(
+                f'rate({METRIC}_total{{namespace="{ns}",model="classifier"}}[5s])'))
+            time.sleep(0.5)
+        assert len(seen) >= 3, f"the readings did not jitter: {seen}"
+        assert [w["objectRef"].get("resource") for w in operator_writes(cluster.audit_log, start)] == []
+    finally:
+        stop.set()

@@ -95,10 +95,43 @@ def test_the_environment_carries_batch_delay_processes_and_downstream_service_ur
                                    2, "gpu-a", "3g.40gb", SETTINGS))
     assert env["TESSERA_BATCH_SIZE"] == "8"
     assert env["TESSERA_PROCESSES"] == "1"
-    assert env["TESSERA_MAX_BATCH_DELAY_MS"] == "85"  # budget 125 - 2 x 20 ms batch latency
+    assert env["TESSERA_MAX_BATCH_DELAY_MS"] == "20"  # one batch latency of the configuration
     url = f"http://{builders.service_name(system_ref, 'car-classification')}.shop.svc:8000"
     assert env["TESSERA_DOWNSTREAM_CAR_CLASSIFICATION_URL"] == url
     assert env["TESSERA_DOWNSTREAM_URLS"] == f"car-classification={url}"
+
+
+def _template(plan, spec, system_ref, task_name: str) -> dict:
+    placement = _placement(plan)
+    key = next(k for k in placement.servers if k.task == task_name)
+    return builders.deployment(system_ref, spec, key, placement.tasks[(key.system, key.task)], 2, key.node,
+                               "3g.40gb", SETTINGS)["spec"]["template"]
+
+
+def test_a_pod_template_depends_on_no_plan_wide_value(plan, spec, system_ref):
+    """A joint re-plan (another system edited, a node added) may pick another budget level, demand, load split,
+    stage latency or GPU for the same configuration: none of them rolls the server."""
+    task = plan.tasks[0]
+    config = task.configs[0].model_copy(update={"load_rps": 31.0, "stage_latency_ms": 44.0, "replicas": 5})
+    moved_task = task.model_copy(update={"budget_ms": 62.5, "demand_rps": 400.0, "stage_latency_ms": 44.0,
+                                         "arrival_dispersion": 3.0, "share_base_rps": 9.0, "configs": [config]})
+    moved_gpus = [g.model_copy(update={"index": 7 - g.index}) for g in plan.gpus]
+    replanned = plan.model_copy(update={"tasks": [moved_task, *plan.tasks[1:]], "gpus": moved_gpus, "pool_gpus": 9})
+    assert _template(replanned, spec, system_ref, task.task) == _template(plan, spec, system_ref, task.task)
+
+
+def test_a_pod_template_changes_with_its_own_configurations_batch_latency(plan, spec, system_ref):
+    task = plan.tasks[0]
+    measured = task.configs[0].model_copy(update={"batch_latency_ms": 12.0})
+    remeasured = plan.model_copy(update={"tasks": [task.model_copy(update={"configs": [measured]}), *plan.tasks[1:]]})
+    template = _template(remeasured, spec, system_ref, task.task)
+    assert {e["name"]: e["value"] for e in template["spec"]["containers"][0]["env"]}[
+        "TESSERA_MAX_BATCH_DELAY_MS"] == "12"
+
+
+def test_a_server_of_batch_one_holds_no_partial_batch(plan):
+    config = plan.tasks[0].configs[0].model_copy(update={"batch": 1})
+    assert builders.batch_delay_ms(config) == 0.0
 
 
 def test_an_mps_configuration_runs_its_processes_in_one_pod_with_an_mps_pipe_directory(plan, spec, system_ref):

@@ -331,6 +331,24 @@ def test_a_server_that_fails_after_ready_reads_servers_unavailable(plan):
     assert (ready.status, ready.reason) == (False, st.SERVERS_UNAVAILABLE)
 
 
+def test_the_gpus_column_counts_the_gpus_holding_an_available_server_not_the_planned_ones(plan):
+    """Planned on two GPUs (gpu-a's GPU 3 for detection, gpu-b's GPU 0 for classification); only detection's
+    Deployment has an available pod: GPUS is 1, while Planned still names the plan's 2."""
+    pool = applied_pool(plan)
+    outcome = outcome_for(plan, pool, applied={"gpu-a", "gpu-b"}, gpus_of={"shop/traffic": placed_gpus(plan)})
+    planned, outcome.deployments = planned_children(pool, [system()], outcome, SETTINGS)
+    by_task = {body["metadata"]["labels"][naming.TASK_LABEL]: body for (kind, _, _), (body, _) in planned.items()
+               if kind == "Deployment"}
+    detection, classification = by_task["object-detection"], by_task["car-classification"]
+    outcome.live = live_children([live(detection, availableReplicas=2), live(classification, availableReplicas=0)],
+                                 [system()])
+    _, conditions, summary = system_status(system(), outcome)
+    assert summary["gpus"] == 1
+    assert "on 2 GPU(s)" in next(c for c in conditions if c.type == st.PLANNED).message
+    outcome.live = {}
+    assert system_status(system(), outcome)[2]["gpus"] == 0
+
+
 # -- the pool's stored plan ------------------------------------------------------
 
 def test_deleting_a_system_makes_its_pool_plan_again():

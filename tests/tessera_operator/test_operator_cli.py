@@ -33,6 +33,12 @@ def test_the_solver_limits_and_grids_reach_the_operators_planner():
     assert planner.slice_tolerance == 2 and planner.headroom == 0.2
 
 
+def test_the_change_price_and_the_bound_on_nodes_changed_reach_the_operators_planner():
+    planner = settings_for("--reconfigure-s", "300", "--change-horizon-s", "600", "--max-nodes-changed", "1").planner
+    assert (planner.reconfigure_s, planner.change_horizon_s, planner.max_nodes_changed) == (300, 600, 1)
+    assert planner.change_share == 0.5
+
+
 def test_demand_options_still_reach_the_demand_settings():
     settings = settings_for("--prometheus-url", "http://prometheus:9090", "--demand-dry-run", "--namespace", "team-a")
     assert str(settings.demand.prometheus_url) == "http://prometheus:9090/" and settings.demand.dry_run

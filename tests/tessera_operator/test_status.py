@@ -57,3 +57,21 @@ def test_an_event_names_the_system_it_is_about(system_ref):
     assert body["involvedObject"]["uid"] == system_ref.uid
     assert body["involvedObject"]["kind"] == "CompoundInferenceSystem"
     assert body["metadata"]["namespace"] == "shop"
+
+
+def test_status_is_changed_only_where_the_merge_patch_would_change_what_is_stored():
+    stored = {"phase": st.PHASE_READY, "plan": {"gpus": 1, "slices": 3}, "foreign": {"kept": True}}
+    assert not st.status_changed(stored, {"phase": st.PHASE_READY, "plan": {"gpus": 1}})
+    assert st.status_changed(stored, {"phase": st.PHASE_READY, "plan": {"gpus": 2}})
+    assert not st.status_changed(stored, {"frontend": None})  # removing what is not there changes nothing
+
+
+def test_a_removed_demand_source_removes_status_demand_once_then_the_status_is_unchanged():
+    before = st.build_status(1, st.PHASE_READY, _conditions(True, st.SERVERS_READY), None, {}, "t1",
+                             demand={"source": "Prometheus", "observedRequestsPerSecond": 5})
+    after = st.build_status(2, st.PHASE_READY, _conditions(True, st.SERVERS_READY), None, before, "t2")
+    assert after["demand"] is None and st.status_changed(before, after)
+    stored = st.merge_patched(before, after)
+    assert "demand" not in stored
+    again = st.build_status(2, st.PHASE_READY, _conditions(True, st.SERVERS_READY), None, stored, "t3")
+    assert not st.status_changed(stored, again)
