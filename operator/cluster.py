@@ -85,13 +85,14 @@ class Cluster:
         return json.loads(response.data)
 
     # -- reads -----------------------------------------------------------------
-    def list_systems(self) -> list[dict]:
+    def list_systems(self, plural: str = PLURAL) -> list[dict]:
+        """The CompoundInferenceSystems (or the objects of another of tessera's kinds) in the watched namespaces."""
         if not self.settings.namespaces:
-            listed: Any = self.custom.list_cluster_custom_object(GROUP, VERSION, PLURAL)
+            listed: Any = self.custom.list_cluster_custom_object(GROUP, VERSION, plural)
             return listed["items"]
         found = []
         for namespace in self.settings.namespaces:
-            listed = self.custom.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL)
+            listed = self.custom.list_namespaced_custom_object(GROUP, VERSION, namespace, plural)
             found += listed["items"]
         return found
 
@@ -292,10 +293,11 @@ class Cluster:
             if error.status not in (404, 409):
                 raise
 
-    def patch_system_status(self, namespace: str, name: str, status: dict) -> None:
+    def patch_system_status(self, namespace: str, name: str, status: dict, plural: str = PLURAL) -> None:
+        """The status of a CompoundInferenceSystem, or of another of tessera's kinds (`plural`)."""
         self.writes += 1
         try:
-            self.custom.patch_namespaced_custom_object_status(GROUP, VERSION, namespace, PLURAL, name,
+            self.custom.patch_namespaced_custom_object_status(GROUP, VERSION, namespace, plural, name,
                                                               {"status": status}, _content_type=MERGE)
         except ApiException as error:
             if error.status != 404:  # deleted meanwhile: nothing to report on

@@ -22,6 +22,8 @@ MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGED_BY_VALUE = "tessera"
 SYSTEM_LABEL = f"{GROUP}/system"
 TASK_LABEL = f"{GROUP}/task"
+POOL_LABEL = f"{GROUP}/pool"
+"""On an AdapterPool's servers: the pool's name (never `tessera.ai/system`, so no system's Service selects them)."""
 SCHEMA_LABEL = f"{GROUP}/schema"
 CHILD_KIND_LABEL = f"{GROUP}/component"
 APPLIED_HASH = f"{GROUP}/applied-hash"
@@ -91,6 +93,12 @@ def child_labels(system: str, task: str | None, component: str) -> dict[str, str
     if task is not None:
         labels[TASK_LABEL] = label_value(task)
     return labels
+
+
+def pool_child_labels(pool: str, component: str) -> dict[str, str]:
+    """Labels of an AdapterPool's children: tessera's, and the pool's name."""
+    return {MANAGED_BY: MANAGED_BY_VALUE, SCHEMA_LABEL: SCHEMA_VERSION, POOL_LABEL: label_value(pool),
+            CHILD_KIND_LABEL: component}
 
 
 def selector_labels(system: str, task: str) -> dict[str, str]:

@@ -48,7 +48,9 @@ def test_an_adapter_pool_status_holds_counts_not_one_entry_per_adapter():
     status = AdapterPoolStatus.model_validate({"plan": {
         "gpuProduct": "H100-80GB", "gpus": 1, "adaptersPlaced": 1999, "adaptersUnplaced": 1,
         "unplacedAdapterExamples": ["cold-one"], "predictedMinServedFraction": 0.97,
-        "servers": [{"name": "pool-0-0123456789", "adapters": 1999, "loraSlots": 32}],
+        "placedRequestsPerSecond": 99.5, "requestsPerSecond": 100.0, "serversReady": 1,
+        "servers": [{"name": "pool-0-0123456789", "adapters": 1999, "loraSlots": 32, "maxLoraRank": 16,
+                     "node": "gpu-a", "gpu": 0, "ready": True}],
         "placementConfigMapName": "pool-placement"}})
     assert status.plan.adapters_placed == 1999
     with pytest.raises(ValidationError, match="unplacedAdapterExamples"):
@@ -87,7 +89,9 @@ def test_the_largest_statuses_stay_far_under_the_object_size_limit():
     pool = AdapterPoolStatus.model_validate({"conditions": conditions, "plan": {
         "gpuProduct": "H200-141GB", "gpus": 256, "adaptersPlaced": 2000, "adaptersUnplaced": 0,
         "unplacedAdapterExamples": ["a" * 63] * 16, "predictedMinServedFraction": 0.9,
-        "servers": [{"name": "s" + f"{i:03d}" * 20 + "xy", "adapters": 2000, "loraSlots": 256} for i in range(256)],
+        "placedRequestsPerSecond": 1e7, "requestsPerSecond": 1e7, "serversReady": 256,
+        "servers": [{"name": "s" + f"{i:03d}" * 20 + "xy", "adapters": 2000, "loraSlots": 256, "maxLoraRank": 512,
+                     "node": "n" * 253, "gpu": 7, "ready": True} for i in range(256)],
         "placementConfigMapName": "c" * 253}})
     for status in (SystemStatus.model_validate(system), pool):
         assert len(status.model_dump_json()) < 150_000

@@ -81,7 +81,8 @@ KINDS = {kind.name: kind for kind in (
         columns=(
             _column("Ready", READY, "string", "Whether the placement is applied and every server ready."),
             _column("Phase", ".status.phase", "string", "Where the pool is."),
-            _column("GPUs", ".status.plan.gpus", "integer", "Servers (one GPU each) in use."),
+            _column("Servers", ".status.plan.serversReady", "integer", "Servers available."),
+            _column("GPUs", ".status.plan.gpus", "integer", "Servers planned (one whole GPU each)."),
             _column("Adapters", ".status.plan.adaptersPlaced", "integer", "Adapters placed on a server."),
             _column("Unplaced", ".status.plan.adaptersUnplaced", "integer", "Adapters that fit no server."),
             AGE,

@@ -15,6 +15,7 @@ from datetime import datetime, timezone
 from tessera.operator import naming
 from tessera.operator.api.v1alpha1 import (ConditionType, ConfigurationSummary, Phase, ProfileSourceCounts, SystemPlanSummary,
                                   TaskPlanSummary)
+from tessera.operator.api.adapter_pools import PoolRef
 from tessera.operator.api.systems import SystemRef
 from tessera.planner.plan import Plan
 from tessera.planner.profiles import ProfileSource
@@ -30,8 +31,9 @@ PROFILING_COMPLETE = ConditionType.PROFILING_COMPLETE
 INVALID = ConditionType.INVALID
 METRICS_AVAILABLE = ConditionType.METRICS_AVAILABLE
 PREREQUISITES_MET = ConditionType.PREREQUISITES_MET
+ADAPTERS_PLACED = ConditionType.ADAPTERS_PLACED  # an AdapterPool's
 CONDITION_ORDER = (READY, PLANNED, PROGRESSING, DEGRADED, MIG_LAYOUT_APPLIED, PROFILES_ESTIMATED, PROFILING_COMPLETE,
-                   INVALID, METRICS_AVAILABLE, PREREQUISITES_MET)
+                   INVALID, METRICS_AVAILABLE, PREREQUISITES_MET, ADAPTERS_PLACED)
 
 # Reasons.
 INVALID_SPEC = "InvalidSpec"
@@ -74,6 +76,7 @@ PREREQUISITE_REASONS = (GPU_OPERATOR_NAMESPACE_MISSING, CLUSTER_POLICY_MISSING, 
                         MIG_MANAGER_DISABLED, WATCHED_NAMESPACE_MISSING, CRD_MISSING, CRD_VERSION_NOT_SERVED,
                         CRD_OUTDATED, READ_FORBIDDEN)
 NO_PROFILING_INSTANCE = "NoInstanceToProfileOn"
+ALL_ADAPTERS_PLACED = "AllAdaptersPlaced"
 
 # Phases, shown by `kubectl get` (the API's; MIG partitioning is part of deploying).
 PHASE_INVALID = Phase.INVALID
@@ -173,12 +176,12 @@ def events_for(previous: dict, new: dict) -> list[EventSpec]:
     return events
 
 
-def event_body(system: SystemRef, event: EventSpec, now: str) -> dict:
+def event_body(system: SystemRef | PoolRef, event: EventSpec, now: str, kind: str = "CompoundInferenceSystem") -> dict:
     name = f"{system.name[:200]}.{naming.digest([system.uid, event.reason, event.message, now])[:16]}"
     return {
         "apiVersion": "v1", "kind": "Event",
         "metadata": {"name": name, "namespace": system.namespace},
-        "involvedObject": {"apiVersion": system.owner_reference()["apiVersion"], "kind": "CompoundInferenceSystem",
+        "involvedObject": {"apiVersion": system.owner_reference()["apiVersion"], "kind": kind,
                            "name": system.name, "namespace": system.namespace, "uid": system.uid},
         "type": event.type, "reason": event.reason, "message": event.message[:1024],
         "source": {"component": "tessera-operator"}, "reportingComponent": "tessera.ai/operator",

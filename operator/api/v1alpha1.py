@@ -159,6 +159,10 @@ class ServerSummary(Spec):
     name: str = Field(max_length=63, pattern=DNS_1035_LABEL, description="The server's Deployment name.")
     adapters: int = Field(ge=0, le=2000, description="Adapters assigned to the server.")
     lora_slots: int = Field(alias="loraSlots", ge=1, le=256, description="Adapter slots (vLLM --max-loras, A_max) of the server.")
+    max_lora_rank: int = Field(alias="maxLoraRank", ge=1, le=512, description="vLLM --max-lora-rank of the server.")
+    node: str = Field(max_length=253, description="The node holding the server's GPU.")
+    gpu: int = Field(ge=0, le=1024, description="Index of the server's whole GPU on its node (MIG off).")
+    ready: bool = Field(description="The server's Deployment is available with its planned spec.")
 
 
 class AdapterPlacementSummary(Spec):
@@ -174,10 +178,19 @@ class AdapterPlacementSummary(Spec):
         default_factory=list, alias="unplacedAdapterExamples", max_length=16,
         description="Up to 16 names of unplaced adapters (all of them are in the ConfigMap).",
     )
-    predicted_min_served_fraction: float = Field(
-        alias="predictedMinServedFraction", ge=0, le=1,
-        description="Predicted served fraction of the least served adapter.",
+    predicted_min_served_fraction: float | None = Field(
+        default=None, alias="predictedMinServedFraction", ge=0, le=1,
+        description="Served fraction of the least served adapter by the twin check; absent where the placement "
+                    "was made by the predictors alone (the operator's, so far).",
     )
+    rate_placed_rps: float = Field(
+        alias="placedRequestsPerSecond", ge=0, le=1e10,
+        description="Expected requests/s of the adapters placed on a server.",
+    )
+    rate_rps: float = Field(
+        alias="requestsPerSecond", ge=0, le=1e10, description="Expected requests/s of all the pool's adapters.",
+    )
+    servers_ready: int = Field(alias="serversReady", ge=0, le=256, description="Servers available.")
     servers: list[ServerSummary] = Field(
         max_length=256, json_schema_extra=list_map("name"), description="Per server: adapters and slots.",
     )

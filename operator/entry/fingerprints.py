@@ -21,6 +21,14 @@ def system_fingerprint(body, event_type: str | None) -> tuple[str, object]:
                                   status.get("observedGeneration"))
 
 
+def adapter_pool_fingerprint(body, event_type: str | None) -> tuple[str, object]:
+    """As a system's: a spec change, a deletion, or a status someone else changed."""
+    metadata = body.get("metadata") or {}
+    observed = (body.get("status") or {}).get("observedGeneration")
+    return _key(body, "adapterpool"), (event_type == "DELETED", metadata.get("uid"), metadata.get("generation"),
+                                       observed)
+
+
 def node_fingerprint(body, event_type: str | None) -> tuple[str, object]:
     metadata = body.get("metadata") or {}
     labels = metadata.get("labels") or {}

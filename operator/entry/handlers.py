@@ -13,8 +13,9 @@ import kopf
 
 from tessera.operator import naming
 from tessera.operator.entry import process
-from tessera.operator.entry.fingerprints import (deployment_fingerprint, job_fingerprint, node_fingerprint,
-                                                  system_fingerprint)
+from tessera.operator.entry.fingerprints import (adapter_pool_fingerprint, deployment_fingerprint, job_fingerprint,
+                                                  node_fingerprint, system_fingerprint)
+from tessera.operator.api.adapter_pools import PLURAL as ADAPTER_POOLS
 from tessera.operator.api.systems import PLURAL
 
 REGISTRY = kopf.OperatorRegistry()
@@ -39,6 +40,11 @@ async def cleanup(memo: kopf.Memo, **_) -> None:
 @kopf.on.event(naming.GROUP, "v1alpha1", PLURAL, registry=REGISTRY)
 async def system_changed(memo: kopf.Memo, body, type, **_) -> None:
     memo.controller.trigger("system", *system_fingerprint(body, type))
+
+
+@kopf.on.event(naming.GROUP, "v1alpha1", ADAPTER_POOLS, registry=REGISTRY)
+async def adapter_pool_changed(memo: kopf.Memo, body, type, **_) -> None:
+    memo.controller.trigger("adapterpool", *adapter_pool_fingerprint(body, type))
 
 
 @kopf.on.event("", "v1", "nodes", registry=REGISTRY)

@@ -60,7 +60,7 @@ class Actor:
             self.cluster.delete_child(action.child)
             checkpoint("after-stale-delete")
         elif isinstance(action, PatchStatus):
-            self.cluster.patch_system_status(action.namespace, action.name, action.status)
+            self.cluster.patch_system_status(action.namespace, action.name, action.status, action.plural)
             checkpoint("after-status")
         elif isinstance(action, PostEvent):
             self.cluster.post_event(action.body)

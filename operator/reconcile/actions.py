@@ -82,12 +82,14 @@ class DeleteChild:
 
 @dataclass(frozen=True)
 class PatchStatus:
-    """Write a system's status."""
+    """Write a system's (or an AdapterPool's) status."""
 
     namespace: str
     name: str
     status: Json
     reason: str
+    plural: str = "compoundinferencesystems"
+    """The kind's plural: a CompoundInferenceSystem's or an AdapterPool's status."""
 
 
 @dataclass(frozen=True)

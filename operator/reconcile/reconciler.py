@@ -40,6 +40,8 @@ from tessera.operator.profiling.in_cluster import Profiling
 from tessera.operator.reconcile import mig_failures
 from tessera.operator.reconcile.act import Actor
 from tessera.operator.reconcile.actions import DeletePlan, Json, StorePlan
+from tessera.operator.reconcile.adapter_pool_decide import assign_adapter_pools
+from tessera.operator.reconcile.adapter_pools import AdapterPools
 from tessera.operator.reconcile.snapshot import observe
 from tessera.operator.reconcile.decide import (STATE_FORMAT, PoolOutcome, about, serves_nothing, assign_to_pools,
                                                decide_children, decide_mig_configs, decide_relabels, decide_status,
@@ -79,6 +81,7 @@ class Reconciler:
         self.actor = Actor(cluster)
         self.profiling = Profiling(cluster, settings)
         self.demand = DemandPlanner(settings.demand)
+        self.adapter_pools = AdapterPools(self.actor, settings)
         self.preflight = preflight.Reporter()
 
     # -- the whole cluster -----------------------------------------------------
@@ -92,17 +95,23 @@ class Reconciler:
         systems, pools, children, configs = list(seen.systems), list(seen.pools), list(seen.children), seen.mig_configs
         self.actor.apply(list(mig_failures.decide_failure_records(seen.pool_nodes, seen.at)))
         members = assign_to_pools(systems, pools)
+        adapter_members = assign_adapter_pools(list(seen.adapter_pools), pools, children)
         self.profiling.collect()
         outcomes = {}
         pool_paused = {pool.key: pool_pause(seen.pool_annotations[pool.key],
                                             f"{self.settings.state_namespace}/{self.cluster.pool_state_name(pool.key)}")
                        for pool in pools}
         paused = {pool.key: paused_systems(members.get(pool.key, []), pool_paused[pool.key]) for pool in pools}
+        adapter_servers, adapter_gpus = {}, {}
         for pool in pools:
             outcome = outcomes[pool.key] = PoolOutcome()
             self.profiling.prepare(pool, members.get(pool.key, []))
+            # AdapterPools first, on whole GPUs the compound solve then leaves alone (adapter_pool_decide.py)
+            servers = adapter_servers[pool.key] = self.adapter_pools.plan(
+                pool, adapter_members.get(pool.key, []), children, seen.pool_states[pool.key])
+            adapter_gpus[pool.key] = self.adapter_pools.reserved(servers, children)
             self.plan_pool(pool, members.get(pool.key, []), outcome, configs, seen.pool_states[pool.key],
-                           paused[pool.key], pool_paused[pool.key] is not None)
+                           paused[pool.key], pool_paused[pool.key] is not None, adapter_gpus[pool.key])
             outcome.mig = desired_mig(pool, outcome.placement)
             for node_name, node_plan in self.profiling.launch(pool, outcome.plan, members.get(pool.key, []),
                                                               self.settings.planner.batches,
@@ -131,8 +140,10 @@ class Reconciler:
             if mig_writable:
                 self.relabel_nodes(pool, outcome, written, NodeHold.of(held, self.settings.maintenance_window))
             self.reconcile_children(pool, members.get(pool.key, []), children, outcome, paused[pool.key])
+            self.adapter_pools.act(pool, adapter_servers[pool.key], children, outcome)
             state = seen.pool_states[pool.key]
-            pool_changed = pool_paused[pool.key] is not None and state.get("pool") != self.pool_hash(pool)
+            pool_changed = (pool_paused[pool.key] is not None
+                            and state.get("pool") != self.pool_hash(pool, adapter_gpus[pool.key]))
             for system in members.get(pool.key, []):
                 why = paused[pool.key].get(system.ref.key)
                 phase, conditions, summary = (
@@ -149,15 +160,18 @@ class Reconciler:
         for system in members.get(None, []):
             phase, conditions, summary = no_pool_status(system, pools)
             self.write_status(system, PoolOutcome(), phase, [*conditions, prerequisites], summary)
+        self.adapter_pools.without_pool(adapter_members.get(None, []), children)
         if self.demand.watching(systems):
             requeue.append(self.settings.demand.poll_s)
         return ReconcileResult(min(requeue, default=None), self.cluster.writes - writes_before)
 
     # -- one pool's plan ---------------------------------------------------------
     def plan_pool(self, pool: Pool, systems: list[SystemObject], outcome: PoolOutcome, configs: MigConfigs,
-                  state: Mapping[str, str], paused: Mapping[str, str], pool_paused: bool) -> None:
+                  state: Mapping[str, str], paused: Mapping[str, str], pool_paused: bool,
+                  adapter_gpus: set[tuple[str, int]]) -> None:
         """The pool's plan: the stored one while its inputs are unchanged or the pool is paused, else a new solve.
-        Paused systems keep their last plan's share (pause.py)."""
+        Paused systems keep their last plan's share (pause.py); `adapter_gpus`, the AdapterPools' servers' GPUs,
+        are left out of it."""
         stored_plan = stored_pool_plan(state)
         kept = {k: Share.model_validate(v) for k, v in json.loads(state.get("kept", "{}")).items()}
         known_invalid = json.loads(state.get("invalid", "{}"))
@@ -184,12 +198,13 @@ class Reconciler:
             plan = None
             if state:
                 self.actor.apply([DeletePlan(pool.key, reason="no system plans on the pool any more")])
-        elif state.get("inputs") != self.inputs_hash(pool, candidates, spec_hash, kept):
+        elif state.get("inputs") != self.inputs_hash(pool, candidates, spec_hash, kept, adapter_gpus):
             while candidates:
-                if stored_plan_stands(state, self.pool_hash(pool), candidates, spec_hash, {s.ref.key for s in systems}):
+                if stored_plan_stands(state, self.pool_hash(pool, adapter_gpus), candidates, spec_hash,
+                                      {s.ref.key for s in systems}):
                     plan = stored_plan  # only systems that turned invalid left it
                     break
-                node_pool = planner_pool(pool, configs, reserved=reserved_gpus(kept))
+                node_pool = planner_pool(pool, configs, reserved=reserved_gpus(kept) | adapter_gpus)
                 plan, found = self.solve(pool.key, candidates, node_pool, stored_plan, outcome)
                 if not found:
                     break
@@ -203,8 +218,8 @@ class Reconciler:
                     plan = None
                 checkpoint("after-solve")
                 self.actor.apply([StorePlan(pool.key, reason="the pool's inputs changed", data={
-                    "inputs": self.inputs_hash(pool, candidates, spec_hash, kept),
-                    "pool": self.pool_hash(pool),
+                    "inputs": self.inputs_hash(pool, candidates, spec_hash, kept, adapter_gpus),
+                    "pool": self.pool_hash(pool, adapter_gpus),
                     "systems": dumps({s.ref.key: spec_hash[s.ref.key] for s in candidates}),
                     "plan": plan.model_dump_json() if plan else "",
                     "format": str(STATE_FORMAT),
@@ -228,16 +243,19 @@ class Reconciler:
             for system in {i.system for i in gpu.instances if i.system}:
                 outcome.gpus_of.setdefault(system, []).append(gpu)
 
-    def pool_hash(self, pool: Pool) -> str:
-        return naming.digest({"format": STATE_FORMAT, "gpu": pool.gpu.name, "slots": [(n.name, i) for n, i in pool.slots()],
+    def pool_hash(self, pool: Pool, adapter_gpus: set[tuple[str, int]]) -> str:
+        """The GPUs a plan is made on: the pool's, less the AdapterPools' (a stored plan stands only on the same)."""
+        return naming.digest({"format": STATE_FORMAT, "gpu": pool.gpu.name,
+                              "slots": [(n.name, i) for n, i in pool.slots() if (n.name, i) not in adapter_gpus],
                               "options": self.settings.planner.model_dump(mode="json"),
                               "measured": self.profiling.digest(pool.key)})
 
     def inputs_hash(self, pool: Pool, candidates: list[SystemObject], spec_hash: dict[str, str],
-                    kept: dict[str, Share]) -> str:
+                    kept: dict[str, Share], adapter_gpus: set[tuple[str, int]]) -> str:
         """Everything the plan depends on: equal hash, the stored plan stands."""
         return naming.digest({
-            "format": STATE_FORMAT, "gpu": pool.gpu.name, "free": free_slots(pool, kept),
+            "format": STATE_FORMAT, "gpu": pool.gpu.name,
+            "free": [slot for slot in free_slots(pool, kept) if slot not in adapter_gpus],
             "systems": sorted((s.ref.key, spec_hash[s.ref.key]) for s in candidates),
             "options": self.settings.planner.model_dump(mode="json"), "measured": self.profiling.digest(pool.key)})
 

@@ -1,7 +1,7 @@
 """Observe: what one reconcile reads of the cluster, as one immutable value, before anything is decided.
 
-The systems (with the demand hysteresis decided from Prometheus), the GPU
-pools from the nodes' labels (less the nodes a persisting mig-manager
+The systems (with the demand hysteresis decided from Prometheus), the
+AdapterPools, the GPU pools from the nodes' labels (less the nodes a persisting mig-manager
 `failed` leaves out, mig_failures.py), tessera's children, the mig-parted ConfigMap
 and the configs any node names, each pool's stored plan, and what the preflight
 checks (operator/preflight.py). Two reads stay
@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from tessera.operator import naming, preflight
+from tessera.operator.api.adapter_pools import PLURAL as ADAPTER_POOLS, AdapterPoolObject, read_adapter_pool
 from tessera.operator.api.systems import SystemObject, read_system
 from tessera.operator.cluster import Cluster
 from tessera.operator.demand.planning import DemandPlanner
@@ -48,6 +49,7 @@ class Snapshot:
     """Every node a pool would have, also those left out of it after a mig-manager `failed` (their records)."""
     at: float = 0.0
     """When it was read (Unix seconds): the clock of the MIG failure back-off."""
+    adapter_pools: tuple[AdapterPoolObject, ...] = ()
 
     @property
     def mig_configs(self) -> MigConfigs:
@@ -77,4 +79,5 @@ def observe(cluster: Cluster, settings: OperatorSettings, demand: DemandPlanner)
         pool_annotations={key: (found.get("metadata") or {}).get("annotations") or {}
                           for key, found in pool_objects.items()},
         prerequisites=cluster.read_prerequisites(policy, list(preflight.expected_crds())),
-        pool_nodes=pool_nodes, at=at)
+        pool_nodes=pool_nodes, at=at,
+        adapter_pools=tuple(read_adapter_pool(obj) for obj in cluster.list_systems(ADAPTER_POOLS)))

@@ -293,6 +293,7 @@ CANNOT = [
 
 def test_the_service_account_can_what_the_operator_does(release, kubectl):
     namespaced = [("list", "compoundinferencesystems.tessera.ai"), ("patch", "compoundinferencesystems.tessera.ai", "--subresource=status"),
+                  ("list", "adapterpools.tessera.ai"), ("patch", "adapterpools.tessera.ai", "--subresource=status"),
                   ("watch", "deployments.apps"), ("create", "deployments.apps"), ("patch", "deployments.apps"),
                   ("delete", "deployments.apps"), ("patch", "services"), ("create", "events")]
     missing = [c for c in CAN if not can_i(kubectl, release, *c)]

@@ -25,10 +25,10 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{/* Rules on tessera's workloads: granted cluster-wide, or per watched namespace. */}}
 {{- define "tessera.workloadRules" -}}
 - apiGroups: [tessera.ai]
-  resources: [compoundinferencesystems]
+  resources: [compoundinferencesystems, adapterpools]
   verbs: [list, watch]
 - apiGroups: [tessera.ai]
-  resources: [compoundinferencesystems/status]
+  resources: [compoundinferencesystems/status, adapterpools/status]
   verbs: [patch]
 # Server-side apply creates a missing object: create and patch.
 - apiGroups: [apps]

@@ -1,0 +1,65 @@
+"""AdapterPool objects as the operator's reconciler sees them (pure).
+
+The spec is validated by the API's own model and mapped to the placement
+problem by `tessera place`'s one mapping (planner/placement/pool_file.py), so
+the operator refuses exactly what the command line refuses, naming the field.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tessera.operator.api.systems import API_VERSION
+from tessera.planner.adapter_pool import AdapterPoolSpec
+from tessera.planner.placement import PlacementProblem
+from tessera.planner.placement.pool_file import PoolFileError, problem_from_spec, spec_from_object
+
+KIND = "AdapterPool"
+PLURAL = "adapterpools"
+
+
+@dataclass(frozen=True)
+class PoolRef:
+    namespace: str
+    name: str
+    uid: str
+    generation: int
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    def owner_reference(self) -> dict:
+        return {"apiVersion": API_VERSION, "kind": KIND, "name": self.name, "uid": self.uid,
+                "controller": True, "blockOwnerDeletion": False}
+
+
+@dataclass(frozen=True)
+class AdapterPoolObject:
+    ref: PoolRef
+    spec: AdapterPoolSpec | None
+    problem: PlacementProblem | None
+    """The placement problem; None with `error` for a spec the placement refuses."""
+    error: str | None
+    status: dict
+
+    @property
+    def valid(self) -> bool:
+        return self.problem is not None
+
+
+def read_adapter_pool(obj: dict) -> AdapterPoolObject:
+    """The object's spec and placement problem, or the reason (with the field) the placement refuses it."""
+    metadata = obj["metadata"]
+    ref = PoolRef(metadata["namespace"], metadata["name"], metadata["uid"], metadata.get("generation", 0))
+    status = obj.get("status") or {}
+    prefix = f"spec ({ref.name}): "
+    try:
+        spec = spec_from_object({**obj, "metadata": {"name": metadata["name"]}}, "spec")
+    except PoolFileError as error:
+        return AdapterPoolObject(ref, None, None, str(error).removeprefix(prefix), status)
+    try:
+        problem = problem_from_spec(spec)
+    except PoolFileError as error:
+        return AdapterPoolObject(ref, spec, None, str(error).removeprefix(prefix), status)
+    return AdapterPoolObject(ref, spec, problem, None, status)

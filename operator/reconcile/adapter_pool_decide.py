@@ -1,0 +1,328 @@
+"""Decide, for AdapterPools: their GPUs, their vLLM servers and their status, from what a reconcile read.
+
+Pure, like decide.py: plain data in (the pools' objects, the GPU pool, the
+compound plan's GPUs, tessera's children, the placement), plain actions out.
+The rules (docs/operator.md, "AdapterPools"):
+
+- An AdapterPool's servers are planned before the compound systems of the
+  same GPU pool, each on one whole GPU (MIG off), and those GPUs are given to
+  the compound solve as reserved: the adapter placement is a fast packing
+  that needs whole GPUs, the compound solve already plans around reserved
+  GPUs (an invalid system's last good share), so the two never claim one GPU.
+- A server keeps its GPU across reconciles (read back from its Deployment's
+  annotation); new servers take free GPUs that no compound plan holds first,
+  from the pool's last GPU backwards, so adapter servers fill nodes from one
+  end and leave whole nodes to the compound systems' MIG layouts.
+- A server whose GPU the compound plan in force still holds (its re-plan
+  failed or has not run), or whose node is being re-partitioned, waits:
+  at no time do both kinds claim one GPU.
+- Adapters beyond the GPUs free for them are unplaced: Degraded says how
+  much of the pool's rate the placed ones carry.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from tessera.operator import naming
+from tessera.operator.api import status as st
+from tessera.operator.api.adapter_pools import PLURAL, AdapterPoolObject, PoolRef
+from tessera.operator.api.v1alpha1 import AdapterPlacementSummary, ServerSummary, child_name
+from tessera.operator.gpus.discovery import HOSTNAME_LABEL, WHOLE_GPU_RESOURCE, Pool
+from tessera.operator.gpus.node_plans import Placement as NodePlacement
+from tessera.operator.gpus.node_plans import Share, placed_gpus
+from tessera.operator.pod_security import RESTRICTED_CONTAINER_SECURITY, RESTRICTED_POD_SECURITY
+from tessera.operator.reconcile.actions import Action, ApplyChild, DeleteChild, Json, PatchStatus, PostEvent
+from tessera.operator.reconcile.builders import SERVER_CONTAINER, applied_hash, with_applied_hash
+# the one rule for an available server Deployment, the compound systems' servers' too
+from tessera.operator.reconcile.decide import NodeMig, stored_pool_plan
+from tessera.operator.reconcile.decide import _available as available
+from tessera.operator.settings import OperatorSettings
+from tessera.planner.adapter_pool import AdapterPoolSpec
+from tessera.planner.placement import Placement, PlacementProblem, ServerPlacement
+
+Slot = tuple[str, int]
+"""(node, GPU index on the node): one whole GPU."""
+SERVER_COMPONENT = "adapter-server"
+GPU_ANNOTATION = f"{naming.GROUP}/gpu"
+"""On a server's Deployment: `node/index` of its GPU, read back so the server keeps it."""
+SERVER_ANNOTATION = f"{naming.GROUP}/adapter-server"
+"""On a server's Deployment: the server's index in the placement."""
+RUNTIME_LORA_ENV = "VLLM_ALLOW_RUNTIME_LORA_UPDATING"
+UNPLACED_EXAMPLES = 16
+
+
+@dataclass
+class PoolServers:
+    """What one AdapterPool's reconcile decided: its placement within the GPUs free for it, and their GPUs."""
+
+    pool: AdapterPoolObject
+    placement: Placement | None = None
+    """None for an invalid pool: its running servers stay as they are, on the GPUs they hold."""
+    slots: list[Slot] = dataclasses.field(default_factory=list)
+    """The GPU of each placed server, in the placement's order."""
+    held: list[Slot] = dataclasses.field(default_factory=list)
+    """The GPUs its servers hold now (an invalid pool's last good servers)."""
+    free: int = 0
+    """The GPUs that were free for it (the pool's, less those other AdapterPools hold or took)."""
+
+    @property
+    def gpus(self) -> set[Slot]:
+        """The GPUs the compound solve must leave alone for this pool."""
+        return set(self.slots) | set(self.held)
+
+
+# -- which GPU pool -------------------------------------------------------------
+
+def assign_adapter_pools(objects: list[AdapterPoolObject], pools: list[Pool],
+                         children: list[Json]) -> dict[str | None, list[AdapterPoolObject]]:
+    """Each AdapterPool to the GPU pool of its spec.gpuProduct (the largest such), in name order; a spec too broken to
+    name one to the pool its running servers are on (their GPUs stay reserved there); None: no such pool."""
+    members: dict[str | None, list[AdapterPoolObject]] = {}
+    for obj in sorted(objects, key=lambda o: o.ref.key):
+        if obj.spec is not None:
+            matching = [p for p in pools if p.gpu.name == obj.spec.gpu]
+        else:
+            nodes = {node for node, _ in server_slots(children, obj.ref).values()}
+            matching = [p for p in pools if nodes & {n.name for n in p.nodes}]
+        key = max(matching, key=lambda p: (p.gpus, p.key)).key if matching else None
+        members.setdefault(key, []).append(obj)
+    return members
+
+
+# -- which GPUs -------------------------------------------------------------------
+
+def compound_gpus(state: Mapping[str, str]) -> set[Slot]:
+    """The GPUs the pool's stored compound plan and its kept shares hold (read from its stored state)."""
+    plan = stored_pool_plan(state)
+    kept = [Share.model_validate(v) for v in json.loads(state.get("kept", "{}")).values()]
+    return ({(g.node, g.gpu) for g in placed_gpus(plan)} if plan else set()) | {
+        (g.node, g.gpu) for share in kept for g in share.gpus}
+
+
+def placed_compound_gpus(placement: NodePlacement) -> set[Slot]:
+    """The GPUs the compound plan in force lays out (its placement of the pool's nodes)."""
+    return {(node, index) for node, plan in placement.nodes.items() for index in plan.layouts}
+
+
+def server_slots(children: list[Json], ref: PoolRef) -> dict[int, Slot]:
+    """Server index -> the GPU its live Deployment sits on, for this pool's Deployments."""
+    found = {}
+    for child in owned_by(children, ref):
+        annotations = child["metadata"].get("annotations") or {}
+        index, gpu = annotations.get(SERVER_ANNOTATION), annotations.get(GPU_ANNOTATION)
+        if child["kind"] == "Deployment" and index and gpu and "/" in gpu:
+            node, device = gpu.rsplit("/", 1)
+            if index.isdigit() and device.isdigit():
+                found[int(index)] = (node, int(device))
+    return found
+
+
+def free_gpus(pool: Pool, taken: set[Slot], busy: set[Slot]) -> list[Slot]:
+    """The pool's GPUs no AdapterPool took yet: those no compound plan holds (`busy`) first, each group from the
+    pool's last GPU backwards."""
+    free = [(node.name, index) for node, index in reversed(pool.slots()) if (node.name, index) not in taken]
+    return [s for s in free if s not in busy] + [s for s in free if s in busy]
+
+
+def choose_slots(pool: Pool, count: int, held: dict[int, Slot], taken: set[Slot], busy: set[Slot]) -> list[Slot]:
+    """A GPU for each of `count` servers: a server keeps the GPU it holds while it is in the pool and free, the
+    others take the first free ones (`free_gpus`)."""
+    in_pool = {(node.name, index) for node, index in pool.slots()}
+    kept = {i: slot for i, slot in held.items() if i < count and slot in in_pool and slot not in taken}
+    if len(set(kept.values())) < len(kept):  # two servers on one GPU (a hand edit): only the first keeps it
+        kept = {i: slot for i, slot in sorted(kept.items()) if slot not in
+                {s for j, s in kept.items() if j < i}}
+    spare = iter(free_gpus(pool, taken | set(kept.values()), busy))
+    return [kept[i] if i in kept else next(spare) for i in range(count)]
+
+
+def within(problem: PlacementProblem, gpus: int) -> PlacementProblem:
+    """The placement problem with the pool's server limit cut to the GPUs free for it."""
+    most = problem.limits.max_servers
+    limits = dataclasses.replace(problem.limits, max_servers=gpus if most is None else min(most, gpus))
+    return dataclasses.replace(problem, limits=limits)
+
+
+# -- the servers ------------------------------------------------------------------
+
+def deployment_name(ref: PoolRef, index: int) -> str:
+    """The same Deployment for server `index` across placements (its flags change, its name does not)."""
+    return child_name(ref.name, "server", str(index))
+
+
+def server_args(spec: AdapterPoolSpec, server: ServerPlacement, port: int) -> list[str]:
+    """vLLM's arguments: the user's, then tessera's, which win where both set a flag (argparse keeps the last)."""
+    return [*spec.base_model.args,
+            "--model", spec.base_model.name, "--port", str(port),
+            "--enable-lora", "--max-loras", str(server.max_loras), "--max-lora-rank", str(server.max_lora_rank),
+            # every adapter of the server stays in its CPU cache: vLLM wants at least --max-loras there
+            "--max-cpu-loras", str(max(len(server.adapters), server.max_loras)),
+            "--max-model-len", str(spec.base_model.max_model_len)]
+
+
+def server_env(spec: AdapterPoolSpec) -> list[Json]:
+    """The user's environment, and the switch for vLLM's runtime LoRA endpoints (tessera's value wins)."""
+    env = [{"name": e.name, "value": e.value} for e in spec.base_model.env if e.name != RUNTIME_LORA_ENV]
+    return [*env, {"name": RUNTIME_LORA_ENV, "value": "True"}]
+
+
+def server_deployment(ref: PoolRef, spec: AdapterPoolSpec, index: int, server: ServerPlacement, slot: Slot,
+                      hostname: str, settings: OperatorSettings) -> Json:
+    """One vLLM server on one whole GPU of its node, owned by the AdapterPool."""
+    name = deployment_name(ref, index)
+    labels = naming.pool_child_labels(ref.name, SERVER_COMPONENT)
+    pod_labels = {**labels, "tessera.ai/deployment": name}
+    container = {
+        "name": SERVER_CONTAINER,
+        "image": spec.base_model.image,
+        "args": server_args(spec, server, settings.server_port),
+        "env": server_env(spec),
+        "ports": [{"name": "http", "containerPort": settings.server_port}],
+        "resources": {"limits": {WHOLE_GPU_RESOURCE: "1"}, "requests": {WHOLE_GPU_RESOURCE: "1"}},
+        "securityContext": RESTRICTED_CONTAINER_SECURITY,
+    }
+    body = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name, "namespace": ref.namespace, "labels": labels,
+                     "annotations": {SERVER_ANNOTATION: str(index), GPU_ANNOTATION: f"{slot[0]}/{slot[1]}"},
+                     "ownerReferences": [ref.owner_reference()]},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {naming.MANAGED_BY: naming.MANAGED_BY_VALUE, "tessera.ai/deployment": name}},
+            "strategy": {"type": "Recreate"},  # one GPU per server: a surge pod would wait for it
+            "template": {"metadata": {"labels": pod_labels}, "spec": {
+                "securityContext": RESTRICTED_POD_SECURITY,
+                "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": HOSTNAME_LABEL, "operator": "In", "values": [hostname]}]}]}}},
+                "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+                "containers": [container],
+            }},
+        },
+    }
+    return with_applied_hash(body)
+
+
+def planned_servers(pool: Pool, decided: PoolServers, settings: OperatorSettings,
+                    compound: set[Slot], mig: Mapping[str, NodeMig]) -> list[tuple[Json, bool]]:
+    """Each placed server's Deployment, and whether to apply it now: not while the compound plan in force holds
+    its GPU, nor while its node waits for a MIG layout (mig-manager re-partitions only nodes no GPU pod uses)."""
+    if decided.placement is None or decided.pool.spec is None:
+        return []
+    planned = []
+    for index, (server, slot) in enumerate(zip(decided.placement.servers, decided.slots)):
+        body = server_deployment(decided.pool.ref, decided.pool.spec, index, server, slot,
+                                 pool.node(slot[0]).hostname, settings)
+        node_mig = mig.get(slot[0])
+        planned.append((body, slot not in compound and (node_mig is None or node_mig.applied)))
+    return planned
+
+
+def owned_by(children: list[Json], ref: PoolRef) -> list[Json]:
+    """The children this AdapterPool controls."""
+    return [c for c in children if c["metadata"].get("namespace") == ref.namespace and any(
+        o.get("kind") == "AdapterPool" and o.get("controller") and o.get("uid") == ref.uid
+        for o in c["metadata"].get("ownerReferences") or [])]
+
+
+def decide_servers(planned: list[tuple[Json, bool]], live: list[Json], valid: bool) -> list[Action]:
+    """Apply each server that differs from its live Deployment and may go now; delete the pool's Deployments no
+    placement wants. An invalid pool gets neither: its last good servers keep running."""
+    if not valid:
+        return []
+    by_name = {c["metadata"]["name"]: c for c in live if c["kind"] == "Deployment"}
+    actions: list[Action] = []
+    for body, now in planned:
+        current = by_name.get(body["metadata"]["name"])
+        if now and (current is None or applied_hash(current) != applied_hash(body)):
+            actions.append(ApplyChild(body, reason="not there yet" if current is None else "differs from the placement"))
+    wanted = {body["metadata"]["name"] for body, _ in planned}
+    for name, child in sorted(by_name.items()):
+        if name not in wanted:
+            actions.append(DeleteChild(child, reason="no server of the placement wants it"))
+    return actions
+
+
+# -- status -------------------------------------------------------------------------
+
+def placement_summary(decided: PoolServers, planned: list[tuple[Json, bool]], live: list[Json]) -> Json:
+    """status.plan: counts, a bounded list of unplaced names, and per server its flags, GPU and readiness."""
+    placement, problem = decided.placement, decided.pool.problem
+    assert placement is not None and problem is not None and decided.pool.spec is not None
+    by_name = {c["metadata"]["name"]: c for c in live if c["kind"] == "Deployment"}
+    rates = {a.name: a.rate_rps for a in problem.adapters}
+    servers = [ServerSummary(name=body["metadata"]["name"], adapters=len(server.adapters), lora_slots=server.max_loras,
+                             max_lora_rank=server.max_lora_rank, node=slot[0], gpu=slot[1],
+                             ready=body["metadata"]["name"] in by_name and available(by_name[body["metadata"]["name"]],
+                                                                                    body))
+               for (body, _), server, slot in zip(planned, placement.servers, decided.slots)]
+    twin = [s.twin.min_served_fraction for s in placement.servers if s.twin is not None]
+    summary = AdapterPlacementSummary(
+        gpu=decided.pool.spec.gpu, gpus=len(placement.servers),
+        adapters_placed=sum(len(s.adapters) for s in placement.servers),
+        adapters_unplaced=len(placement.unplaced), unplaced_examples=list(placement.unplaced[:UNPLACED_EXAMPLES]),
+        predicted_min_served_fraction=min(twin) if twin and len(twin) == len(placement.servers) else None,
+        rate_placed_rps=round(sum(rates[n] for s in placement.servers for n in s.adapters), 6),
+        rate_rps=round(sum(rates.values()), 6), servers_ready=sum(s.ready for s in servers), servers=servers)
+    return summary.model_dump(by_alias=True, mode="json", exclude_none=True)
+
+
+def pool_status(obj: AdapterPoolObject, decided: PoolServers | None, planned: list[tuple[Json, bool]],
+                live: list[Json]) -> tuple[str, list[st.Condition], Json | None]:
+    """(phase, conditions, status.plan or None to keep the last one) of one AdapterPool; `decided` None: no GPU
+    pool of its product."""
+    if not obj.valid:
+        kept = any(c["kind"] == "Deployment" for c in live)
+        message = (obj.error or "") + ("; its running servers stay until the spec is fixed" if kept else "")
+        return st.PHASE_INVALID, [st.Condition(st.READY, False, st.INVALID_SPEC, message),
+                                  st.Condition(st.ADAPTERS_PLACED, False, st.INVALID_SPEC, message),
+                                  st.Condition(st.INVALID, True, st.INVALID_SPEC, message)], None
+    valid = st.Condition(st.INVALID, False, st.SPEC_VALID, "the spec is valid and the placement can use it")
+    if decided is None or decided.placement is None:
+        assert obj.spec is not None
+        message = f"no schedulable nodes of GPU product {obj.spec.gpu!r} (spec.gpuProduct)"
+        return st.PHASE_PENDING, [st.Condition(st.READY, False, st.NO_GPU_POOL, message),
+                                  st.Condition(st.ADAPTERS_PLACED, False, st.NO_GPU_POOL, message), valid], None
+    summary = placement_summary(decided, planned, live)
+    placed, unplaced = summary["adaptersPlaced"], summary["adaptersUnplaced"]
+    conditions = [valid]
+    if unplaced:
+        share = summary["placedRequestsPerSecond"] / summary["requestsPerSecond"] if summary["requestsPerSecond"] else 1
+        message = (f"{unplaced} of {placed + unplaced} adapters fit no server: {len(decided.placement.servers)} "
+                   f"server(s) on the {decided.free} GPU(s) free for the pool (limits.maxServers "
+                   f"{obj.spec.limits.max_servers if obj.spec else '?'}) carry {share:.0%} of its expected rate "
+                   f"({summary['placedRequestsPerSecond']:g} of {summary['requestsPerSecond']:g} requests/s); "
+                   "add GPUs or raise limits.maxServers")
+        conditions += [st.Condition(st.ADAPTERS_PLACED, False, st.INSUFFICIENT_CAPACITY, message),
+                       st.Condition(st.DEGRADED, True, st.INSUFFICIENT_CAPACITY, message)]
+    else:
+        message = f"{placed} adapters on {len(decided.placement.servers)} server(s)"
+        conditions += [st.Condition(st.ADAPTERS_PLACED, True, st.ALL_ADAPTERS_PLACED, message),
+                       st.Condition(st.DEGRADED, False, st.DEMAND_SERVED, "every adapter is placed on a server")]
+    ready, total = summary["serversReady"], len(summary["servers"])
+    waiting = sum(1 for _, now in planned if not now)
+    servers = f"{ready} of {total} server Deployments available" + (
+        f"; {waiting} wait for their GPU (held by a compound plan in force, or its node's MIG layout)"
+        if waiting else "")
+    if ready == total:
+        conditions.append(st.Condition(st.READY, True, st.SERVERS_READY, servers))
+        return (st.PHASE_DEGRADED if unplaced else st.PHASE_READY), conditions, summary
+    was_ready = any(c.get("type") == st.READY and c.get("status") == "True" for c in obj.status.get("conditions") or [])
+    conditions.append(st.Condition(st.READY, False, st.SERVERS_UNAVAILABLE if was_ready else st.SERVERS_STARTING,
+                                   servers))
+    return st.PHASE_DEPLOYING, conditions, summary
+
+
+def decide_pool_status(obj: AdapterPoolObject, new: Json, now: str) -> list[Action]:
+    """The status patch when the status changed, then an Event per decision (none on an idle resync)."""
+    if not st.status_changed(obj.status, new):
+        return []
+    actions: list[Action] = [PatchStatus(obj.ref.namespace, obj.ref.name, new, reason="status changed", plural=PLURAL)]
+    for event in st.events_for(obj.status, new):
+        actions.append(PostEvent(st.event_body(obj.ref, event, now, kind="AdapterPool"),
+                                 reason=f"{event.type} event {event.reason}"))
+    return actions

@@ -1,0 +1,87 @@
+"""The AdapterPools' part of a reconcile: place (before the compound solve), then act (after it).
+
+The decisions are adapter_pool_decide.py's; this module runs the placement
+(`tessera place`'s, by the predictors: the twin check costs seconds a server
+and is not run in the reconcile yet) and applies what was decided. The
+placement is deterministic, so it is computed again after a restart; it is
+cached for the process while the pool's problem and free GPUs are unchanged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from tessera.operator.api import status as st
+from tessera.operator.api.adapter_pools import AdapterPoolObject
+from tessera.operator.gpus.discovery import Pool
+from tessera.operator.reconcile.act import Actor
+from tessera.operator.reconcile.actions import Json
+from tessera.operator.reconcile.adapter_pool_decide import (PoolServers, Slot, choose_slots, compound_gpus,
+                                                            decide_pool_status, decide_servers, owned_by,
+                                                            placed_compound_gpus, planned_servers, pool_status,
+                                                            server_slots, within)
+from tessera.operator.reconcile.decide import PoolOutcome
+from tessera.operator.settings import OperatorSettings
+from tessera.planner.placement import Placement, PlacementProblem, place
+
+
+class AdapterPools:
+    def __init__(self, actor: Actor, settings: OperatorSettings) -> None:
+        self.actor = actor
+        self.settings = settings
+        self._placements: dict[str, dict[PlacementProblem, Placement]] = {}
+        """GPU pool key -> the placements its AdapterPools' current problems have."""
+
+    def plan(self, pool: Pool, objects: list[AdapterPoolObject], children: list[Json],
+             state: Mapping[str, str]) -> list[PoolServers]:
+        """Each AdapterPool's servers and GPUs on this GPU pool. Invalid pools first (their running servers keep
+        their GPUs), then by name; a running server keeps its GPU unless another pool's server holds it."""
+        held = {obj.ref.key: server_slots(children, obj.ref) for obj in objects}
+        busy = compound_gpus(state)
+        in_pool = {(node.name, index) for node, index in pool.slots()}
+        taken: set[Slot] = set()
+        decided = []
+        known, self._placements[pool.key] = self._placements.get(pool.key, {}), {}
+        for obj in sorted(objects, key=lambda o: (o.valid, o.ref.key)):
+            others = {slot for key, slots in held.items() if key != obj.ref.key for slot in slots.values()}
+            blocked = taken | others
+            free = len(in_pool - blocked)
+            if obj.problem is None:
+                outcome = PoolServers(obj, held=sorted(set(held[obj.ref.key].values()) & in_pool - taken), free=free)
+            else:
+                problem = within(obj.problem, free)
+                placement = known.get(problem) or place(problem, "tessera")
+                self._placements[pool.key][problem] = placement
+                slots = choose_slots(pool, len(placement.servers), held[obj.ref.key], blocked, busy)
+                outcome = PoolServers(obj, placement, slots, free=free)
+            taken |= outcome.gpus
+            decided.append(outcome)
+        return decided
+
+    @staticmethod
+    def reserved(decided: list[PoolServers], children: list[Json]) -> set[Slot]:
+        """The GPUs the compound solve leaves alone: the AdapterPools' planned servers', and those their live
+        servers hold until they are gone."""
+        live = {slot for d in decided for slot in server_slots(children, d.pool.ref).values()}
+        return live | {slot for d in decided for slot in d.gpus}
+
+    def act(self, pool: Pool, decided: list[PoolServers], children: list[Json], outcome: PoolOutcome) -> None:
+        """After the compound solve: each AdapterPool's servers where the compound plan in force leaves their GPU
+        free, and its status."""
+        compound = placed_compound_gpus(outcome.placement)
+        for servers in decided:
+            planned = planned_servers(pool, servers, self.settings, compound, outcome.mig)
+            live = owned_by(children, servers.pool.ref)
+            self.actor.apply(decide_servers(planned, live, servers.pool.valid))
+            self.write_status(servers.pool, *pool_status(servers.pool, servers, planned, live))
+
+    def without_pool(self, objects: list[AdapterPoolObject], children: list[Json]) -> None:
+        """AdapterPools no GPU pool takes: Pending (or Invalid), their running servers left as they are."""
+        for obj in objects:
+            self.write_status(obj, *pool_status(obj, None, [], owned_by(children, obj.ref)))
+
+    def write_status(self, obj: AdapterPoolObject, phase: str, conditions: list[st.Condition],
+                     summary: Json | None) -> None:
+        now = st.now_rfc3339()
+        new = st.build_status(obj.ref.generation, phase, conditions, summary, obj.status, now)
+        self.actor.apply(decide_pool_status(obj, new, now))

@@ -1,0 +1,270 @@
+"""AdapterPools' decisions without a cluster (operator/reconcile/adapter_pool_decide.py): GPUs, servers, status.
+
+The placement is the real one (`tessera place`'s predictors) on the example
+pool; GPU pools are the conftest's plain node objects.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tessera.operator import naming
+from tessera.operator.api import status as st
+from tessera.operator.api.adapter_pools import read_adapter_pool
+from tessera.operator.api.v1alpha1 import AdapterPoolStatus, child_name
+from tessera.operator.gpus.node_plans import Placement as NodePlacement, NodePlan
+from tessera.operator.reconcile.actions import ApplyChild, DeleteChild, PatchStatus, PostEvent
+from tessera.operator.reconcile.adapter_pool_decide import (GPU_ANNOTATION, PoolServers, assign_adapter_pools,
+                                                            choose_slots, compound_gpus, decide_pool_status,
+                                                            decide_servers, placed_compound_gpus, planned_servers,
+                                                            pool_status, server_slots, within)
+from tessera.operator.reconcile.decide import NodeMig
+from tessera.operator.settings import OperatorSettings
+from tessera.planner.placement import place
+
+from .conftest import gpu_node, pool_of
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "adapter-pools" / "support-assistants.yaml"
+SETTINGS = OperatorSettings()
+NOW = "2026-12-03T11:00:00Z"
+
+
+def pool_object(status: dict | None = None, **spec_changes) -> dict:
+    document = yaml.safe_load(EXAMPLE.read_text())
+    document["metadata"] = {"name": "support", "namespace": "shop", "uid": "uid-ap", "generation": 2}
+    document["spec"].update(spec_changes)
+    document["status"] = status or {}
+    return document
+
+
+def adapter_pool(status: dict | None = None, **spec_changes):
+    return read_adapter_pool(pool_object(status, **spec_changes))
+
+
+def gpu_pool(nodes: int = 2, gpus: int = 2):
+    return pool_of(*[gpu_node(f"gpu-{chr(ord('a') + i)}", gpus=gpus) for i in range(nodes)])
+
+
+def decided(obj, pool, busy=frozenset(), held=None, taken=frozenset()) -> PoolServers:
+    free = len(pool.slots()) - len(taken)
+    placement = place(within(obj.problem, free), "tessera")
+    return PoolServers(obj, placement, choose_slots(pool, len(placement.servers), held or {}, set(taken), set(busy)),
+                       free=free)
+
+
+def live(body: dict, available: bool = True) -> dict:
+    ready = {"observedGeneration": 1, "availableReplicas": 1, "updatedReplicas": 1} if available else {}
+    return {**body, "metadata": {**body["metadata"], "uid": f"uid-{body['metadata']['name']}", "generation": 1},
+            "status": ready}
+
+
+def servers_of(obj, pool, **kwargs):
+    servers = decided(obj, pool, **kwargs)
+    return servers, planned_servers(pool, servers, SETTINGS, set(), {})
+
+
+# -- which GPU pool, which GPUs ---------------------------------------------------
+
+def test_an_adapter_pool_goes_to_the_gpu_pool_of_its_product():
+    h100 = gpu_pool()
+    members = assign_adapter_pools([adapter_pool(), adapter_pool(gpuProduct="A100-80GB")], [h100], [])
+    assert [o.spec.gpu for o in members[h100.key]] == ["H100-80GB"]
+    assert [o.spec.gpu for o in members[None]] == ["A100-80GB"]
+
+
+def test_a_pool_whose_spec_names_no_product_stays_with_the_gpus_its_running_servers_hold():
+    pool = gpu_pool()
+    _, planned = servers_of(adapter_pool(), pool)
+    broken = read_adapter_pool({**pool_object(), "spec": {**pool_object()["spec"], "gpuProduct": "no-such-gpu"}})
+    assert broken.spec is None
+    assert assign_adapter_pools([broken], [pool], [live(b) for b, _ in planned]) == {pool.key: [broken]}
+    assert assign_adapter_pools([broken], [pool], []) == {None: [broken]}
+
+
+def test_new_servers_take_whole_gpus_no_compound_plan_holds_from_the_pools_last_gpu_backwards():
+    pool = gpu_pool(nodes=2, gpus=2)
+    assert choose_slots(pool, 3, {}, set(), busy={("gpu-b", 1)}) == [("gpu-b", 0), ("gpu-a", 1), ("gpu-a", 0)]
+    assert choose_slots(pool, 4, {}, set(), busy={("gpu-b", 1)})[-1] == ("gpu-b", 1)  # busy ones only when needed
+
+
+def test_a_running_server_keeps_its_gpu_unless_another_adapter_pool_holds_it():
+    pool = gpu_pool(nodes=2, gpus=2)
+    assert choose_slots(pool, 2, {1: ("gpu-a", 0)}, set(), set()) == [("gpu-b", 1), ("gpu-a", 0)]
+    assert choose_slots(pool, 2, {1: ("gpu-a", 0)}, {("gpu-a", 0)}, set()) == [("gpu-b", 1), ("gpu-b", 0)]
+
+
+def test_a_servers_gpu_is_read_back_from_its_deployment():
+    obj, pool = adapter_pool(), gpu_pool()
+    servers, planned = servers_of(obj, pool)
+    other = {**planned[0][0], "metadata": {**planned[0][0]["metadata"], "ownerReferences": [
+        {"kind": "AdapterPool", "controller": True, "uid": "uid-other", "name": "other"}]}}
+    assert server_slots([live(body) for body, _ in planned], obj.ref) == dict(enumerate(servers.slots))
+    assert server_slots([live(other)], obj.ref) == {}
+
+
+def test_the_placement_gets_no_more_servers_than_gpus_free_for_it():
+    obj = adapter_pool(limits={"maxServers": 4, "maxLoraSlotsPerServer": 4})
+    assert within(obj.problem, 1).limits.max_servers == 1
+    placement = place(within(obj.problem, 1), "tessera")
+    assert len(placement.servers) == 1 and placement.unplaced
+
+
+def test_the_compound_plans_gpus_are_read_from_the_stored_plan_and_kept_shares():
+    share = {"tasks": [], "gpus": [{"node": "gpu-a", "gpu": 1, "layout": [], "instances": []}]}
+    assert compound_gpus({"kept": json.dumps({"shop/x": share})}) == {("gpu-a", 1)}
+    assert compound_gpus({}) == set()
+
+
+# -- the servers -------------------------------------------------------------------
+
+def test_each_server_is_a_vllm_deployment_with_the_placements_flags_on_one_whole_gpu_of_its_node():
+    obj, pool = adapter_pool(), gpu_pool()
+    servers, planned = servers_of(obj, pool)
+    body, now = planned[0]
+    server, (node, gpu) = servers.placement.servers[0], servers.slots[0]
+    container = body["spec"]["template"]["spec"]["containers"][0]
+    args = container["args"]
+    assert now
+    assert body["metadata"]["name"] == child_name("support", "server", "0")
+    assert body["metadata"]["ownerReferences"][0] | {"kind": "AdapterPool", "uid": "uid-ap", "controller": True} \
+        == body["metadata"]["ownerReferences"][0]
+    assert body["metadata"]["labels"][naming.POOL_LABEL] == "support"
+    assert naming.SYSTEM_LABEL not in body["spec"]["template"]["metadata"]["labels"]
+    assert container["image"] == "vllm/vllm-openai:v0.8.5"
+    assert "--enable-lora" in args
+    flags = {args[i]: args[i + 1] for i in range(len(args) - 1) if args[i].startswith("--max")}
+    assert flags == {"--max-loras": str(server.max_loras), "--max-lora-rank": str(server.max_lora_rank),
+                     "--max-cpu-loras": str(max(len(server.adapters), server.max_loras)),
+                     "--max-model-len": "32768"}
+    assert {"name": "VLLM_ALLOW_RUNTIME_LORA_UPDATING", "value": "True"} in container["env"]
+    assert container["resources"]["limits"] == {"nvidia.com/gpu": "1"}
+    terms = body["spec"]["template"]["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert terms[0]["matchExpressions"][0]["values"] == [node]
+    assert body["metadata"]["annotations"][GPU_ANNOTATION] == f"{node}/{gpu}"
+
+
+def test_tesseras_flags_come_after_the_users_args_so_vllm_takes_them():
+    base = {**pool_object()["spec"]["baseModel"], "args": ["--max-loras", "99", "--seed", "3"],
+            "env": [{"name": "VLLM_ALLOW_RUNTIME_LORA_UPDATING", "value": "False"}]}
+    _, planned = servers_of(adapter_pool(baseModel=base), gpu_pool())
+    container = planned[0][0]["spec"]["template"]["spec"]["containers"][0]
+    args = container["args"]
+    assert args[:4] == ["--max-loras", "99", "--seed", "3"]
+    assert len(args) - 1 - args[::-1].index("--max-loras") > 1  # the last --max-loras is tessera's
+    assert [e for e in container["env"] if e["name"] == "VLLM_ALLOW_RUNTIME_LORA_UPDATING"] == [
+        {"name": "VLLM_ALLOW_RUNTIME_LORA_UPDATING", "value": "True"}]
+
+
+def test_a_server_waits_while_the_compound_plan_in_force_holds_its_gpu():
+    obj, pool = adapter_pool(), gpu_pool()
+    servers = decided(obj, pool)
+    compound = placed_compound_gpus(NodePlacement({servers.slots[0][0]: NodePlan(
+        servers.slots[0][0], 2, {servers.slots[0][1]: (("7g.80gb", 1),)})}, {}, {}))
+    planned = planned_servers(pool, servers, SETTINGS, compound, {})
+    assert [now for _, now in planned] == [False] + [True] * (len(planned) - 1)
+    assert all(not isinstance(a, ApplyChild) or a.body is not planned[0][0]
+               for a in decide_servers(planned, [], True))
+
+
+def test_a_server_waits_while_its_node_waits_for_a_mig_layout():
+    obj, pool = adapter_pool(), gpu_pool()
+    servers = decided(obj, pool)
+    pending = {servers.slots[0][0]: NodeMig("tessera-v1-x", [], {}, applied=False)}
+    assert not planned_servers(pool, servers, SETTINGS, set(), pending)[0][1]
+
+
+def test_an_unchanged_cluster_gets_no_write_of_a_server():
+    obj, pool = adapter_pool(), gpu_pool()
+    _, planned = servers_of(obj, pool)
+    assert {type(a) for a in decide_servers(planned, [], True)} == {ApplyChild}
+    assert decide_servers(planned, [live(body) for body, _ in planned], True) == []
+
+
+def test_a_server_no_placement_wants_is_deleted_but_an_invalid_pools_servers_stay():
+    obj, pool = adapter_pool(), gpu_pool()
+    _, planned = servers_of(obj, pool)
+    stale = live({**planned[0][0], "metadata": {**planned[0][0]["metadata"], "name": "support-server-9"}})
+    actions = decide_servers(planned, [live(b) for b, _ in planned] + [stale], True)
+    assert [(type(a), a.child["metadata"]["name"]) for a in actions] == [(DeleteChild, "support-server-9")]
+    assert decide_servers([], [stale], valid=False) == []
+
+
+# -- status ------------------------------------------------------------------------
+
+def test_a_pool_with_every_adapter_placed_and_its_servers_available_is_ready():
+    obj, pool = adapter_pool(), gpu_pool()
+    servers, planned = servers_of(obj, pool)
+    phase, conditions, summary = pool_status(obj, servers, planned, [live(b) for b, _ in planned])
+    by_type = {c.type: c for c in conditions}
+    assert phase == st.PHASE_READY
+    assert by_type[st.READY].status and by_type[st.ADAPTERS_PLACED].status and not by_type[st.DEGRADED].status
+    assert summary["adaptersPlaced"] == 8 and summary["serversReady"] == summary["gpus"] == len(planned)
+    assert AdapterPoolStatus.model_validate({"plan": summary}).plan.servers[0].ready
+
+
+def test_servers_not_yet_available_keep_the_pool_deploying():
+    obj, pool = adapter_pool(), gpu_pool()
+    servers, planned = servers_of(obj, pool)
+    phase, conditions, summary = pool_status(obj, servers, planned, [live(b, available=False) for b, _ in planned])
+    assert phase == st.PHASE_DEPLOYING and summary["serversReady"] == 0
+    assert next(c for c in conditions if c.type == st.READY).reason == st.SERVERS_STARTING
+
+
+def test_a_pool_the_gpus_cannot_hold_is_degraded_and_says_how_much_it_serves():
+    obj = adapter_pool(limits={"maxServers": 4, "maxLoraSlotsPerServer": 4})
+    pool = gpu_pool(nodes=1, gpus=1)
+    servers, planned = servers_of(obj, pool)
+    phase, conditions, summary = pool_status(obj, servers, planned, [live(b) for b, _ in planned])
+    degraded = next(c for c in conditions if c.type == st.DEGRADED)
+    placed = next(c for c in conditions if c.type == st.ADAPTERS_PLACED)
+    assert phase == st.PHASE_DEGRADED and degraded.status and not placed.status
+    assert summary["adaptersUnplaced"] == 8 - summary["adaptersPlaced"] > 0
+    share = summary["placedRequestsPerSecond"] / summary["requestsPerSecond"]
+    assert f"carry {share:.0%} of its expected rate" in degraded.message and "1 GPU(s) free" in degraded.message
+
+
+def test_a_spec_the_placement_refuses_is_invalid_with_its_field_and_a_warning_event():
+    obj = adapter_pool(meanPromptTokens=5000)
+    assert not obj.valid
+    phase, conditions, summary = pool_status(obj, None, [], [])
+    invalid = next(c for c in conditions if c.type == st.INVALID)
+    assert phase == st.PHASE_INVALID and invalid.status and summary is None
+    assert invalid.message.startswith("spec.meanPromptTokens:")
+    new = st.build_status(obj.ref.generation, phase, conditions, summary, obj.status, NOW)
+    actions = decide_pool_status(obj, new, NOW)
+    assert isinstance(actions[0], PatchStatus) and actions[0].plural == "adapterpools"
+    events = [a.body for a in actions if isinstance(a, PostEvent)]
+    assert any(e["type"] == "Warning" and e["reason"] == st.INVALID_SPEC
+               and e["involvedObject"]["kind"] == "AdapterPool" for e in events)
+
+
+def test_a_pool_of_a_product_no_nodes_have_is_pending():
+    obj = adapter_pool(gpuProduct="A100-80GB")
+    phase, conditions, _ = pool_status(obj, None, [], [])
+    assert phase == st.PHASE_PENDING and next(c for c in conditions if c.type == st.READY).reason == st.NO_GPU_POOL
+
+
+def test_an_unchanged_status_is_not_written_again():
+    obj, pool = adapter_pool(), gpu_pool()
+    servers, planned = servers_of(obj, pool)
+    verdict = pool_status(obj, servers, planned, [live(b) for b, _ in planned])
+    first = st.build_status(obj.ref.generation, *verdict, obj.status, NOW)
+    again = adapter_pool(status=first)
+    assert decide_pool_status(again, st.build_status(2, *verdict, again.status, "2026-12-03T12:00:00Z"), NOW) == []
+
+
+@pytest.mark.parametrize("adapters", [2000])
+def test_the_status_of_2000_adapters_holds_counts_and_a_bounded_list(adapters):
+    spec = pool_object()["spec"]
+    many = [{**spec["adapters"][i % 8], "name": f"adapter-{i:04d}"} for i in range(adapters)]
+    obj = adapter_pool(adapters=many)
+    servers, planned = servers_of(obj, gpu_pool(nodes=1, gpus=2))
+    _, _, summary = pool_status(obj, servers, planned, [])
+    assert summary["adaptersPlaced"] + summary["adaptersUnplaced"] == adapters
+    assert len(summary["unplacedAdapterExamples"]) <= 16 and len(summary["servers"]) <= 2
+    assert len(json.dumps(summary)) < 4_000
