@@ -473,6 +473,7 @@ MATRIX = {
     ("gpu-operator", "configmaps", "patch"),
     ("watched", "compoundinferencesystems", "list"), ("watched", "compoundinferencesystems", "watch"),
     ("watched", "compoundinferencesystems/status", "patch"),
+    ("watched", "adapterpools", "list"), ("watched", "adapterpools", "watch"), ("watched", "adapterpools/status", "patch"),
     ("watched", "deployments", "list"), ("watched", "deployments", "watch"), ("watched", "deployments", "create"),
     ("watched", "deployments", "patch"), ("watched", "deployments", "delete"),
     ("watched", "services", "list"), ("watched", "services", "create"), ("watched", "services", "patch"),
@@ -484,6 +485,8 @@ MATRIX = {
 # Granted, and not exercised by this module's scenario (install, the examples to Ready, re-apply, upgrade),
 # with the reason: what would exercise them. Anything else granted and unused fails the test.
 NOT_EXERCISED_HERE = {
+    ("watched", "adapterpools/status", "patch"): "an AdapterPool's status (this scenario applies none):"
+                                                 " tests/e2e/test_adapter_pools.py",
     ("release", "configmaps", "patch"): "a stored plan or measured profile that changes: a re-plan after the first",
     ("release", "configmaps", "delete"): "a pool's stored plan goes when the pool's last node goes",
     ("release", "events", "create"): "Events on the ClusterPolicy, in the release namespace: a MIG ConfigMap mismatch",
