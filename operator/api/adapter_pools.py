@@ -8,8 +8,9 @@ the operator refuses exactly what the command line refuses, naming the field.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
-from tessera.operator.api.systems import API_VERSION
+from tessera.operator.api.systems import SystemRef
 from tessera.planner.adapter_pool import AdapterPoolSpec
 from tessera.planner.placement import PlacementProblem
 from tessera.planner.placement.pool_file import PoolFileError, problem_from_spec, spec_from_object
@@ -19,19 +20,10 @@ PLURAL = "adapterpools"
 
 
 @dataclass(frozen=True)
-class PoolRef:
-    namespace: str
-    name: str
-    uid: str
-    generation: int
+class PoolRef(SystemRef):
+    """An AdapterPool's reference: a system's, under its own kind."""
 
-    @property
-    def key(self) -> str:
-        return f"{self.namespace}/{self.name}"
-
-    def owner_reference(self) -> dict:
-        return {"apiVersion": API_VERSION, "kind": KIND, "name": self.name, "uid": self.uid,
-                "controller": True, "blockOwnerDeletion": False}
+    kind: ClassVar[str] = KIND
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,6 @@ from datetime import datetime, timezone
 from tessera.operator import naming
 from tessera.operator.api.v1alpha1 import (ConditionType, ConfigurationSummary, Phase, ProfileSourceCounts, SystemPlanSummary,
                                   TaskPlanSummary)
-from tessera.operator.api.adapter_pools import PoolRef
 from tessera.operator.api.systems import SystemRef
 from tessera.planner.plan import Plan
 from tessera.planner.profiles import ProfileSource
@@ -176,12 +175,12 @@ def events_for(previous: dict, new: dict) -> list[EventSpec]:
     return events
 
 
-def event_body(system: SystemRef | PoolRef, event: EventSpec, now: str, kind: str = "CompoundInferenceSystem") -> dict:
+def event_body(system: SystemRef, event: EventSpec, now: str) -> dict:
     name = f"{system.name[:200]}.{naming.digest([system.uid, event.reason, event.message, now])[:16]}"
     return {
         "apiVersion": "v1", "kind": "Event",
         "metadata": {"name": name, "namespace": system.namespace},
-        "involvedObject": {"apiVersion": system.owner_reference()["apiVersion"], "kind": kind,
+        "involvedObject": {"apiVersion": system.owner_reference()["apiVersion"], "kind": system.kind,
                            "name": system.name, "namespace": system.namespace, "uid": system.uid},
         "type": event.type, "reason": event.reason, "message": event.message[:1024],
         "source": {"component": "tessera-operator"}, "reportingComponent": "tessera.ai/operator",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from tessera.planner.model import SystemSpec
 from tessera.planner.spec_file import SpecFileError, system_from_object
@@ -18,14 +19,16 @@ class SystemRef:
     name: str
     uid: str
     generation: int
+    kind: ClassVar[str] = KIND
+    """The object's kind: what its children's ownerReferences and its Events name."""
 
     @property
     def key(self) -> str:
-        """The system's name in the pool's plan: unique across namespaces."""
+        """The object's name in the pool's plan: unique across namespaces."""
         return f"{self.namespace}/{self.name}"
 
     def owner_reference(self) -> dict:
-        return {"apiVersion": API_VERSION, "kind": KIND, "name": self.name, "uid": self.uid,
+        return {"apiVersion": API_VERSION, "kind": self.kind, "name": self.name, "uid": self.uid,
                 "controller": True, "blockOwnerDeletion": False}
 
 

@@ -323,6 +323,6 @@ def decide_pool_status(obj: AdapterPoolObject, new: Json, now: str) -> list[Acti
         return []
     actions: list[Action] = [PatchStatus(obj.ref.namespace, obj.ref.name, new, reason="status changed", plural=PLURAL)]
     for event in st.events_for(obj.status, new):
-        actions.append(PostEvent(st.event_body(obj.ref, event, now, kind="AdapterPool"),
+        actions.append(PostEvent(st.event_body(obj.ref, event, now),
                                  reason=f"{event.type} event {event.reason}"))
     return actions
