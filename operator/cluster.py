@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from datetime import datetime, timezone
+from functools import partial
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -176,26 +177,15 @@ class Cluster:
         crds: dict[str, dict | None] = {}
         forbidden: list[str] = []
         for name in dict.fromkeys([self.settings.gpu_operator_namespace, *self.settings.namespaces]):
-            try:
-                self.core.read_namespace(name, _preload_content=False)
-                namespaces[name] = True
-            except ApiException as error:
-                if error.status == 403:
-                    forbidden.append(f"namespace {name!r}")
-                elif error.status == 404:
-                    namespaces[name] = False
-                else:
-                    raise
+            found = _read_unless_forbidden(partial(self.core.read_namespace, name, _preload_content=False),
+                                           f"namespace {name!r}", forbidden)
+            if found is not None:
+                namespaces[name] = found is not _MISSING
         for name in crd_names:
-            try:
-                crds[name] = self._json(self.extensions.read_custom_resource_definition(name, _preload_content=False))
-            except ApiException as error:
-                if error.status == 403:
-                    forbidden.append(f"CRD {name}")
-                elif error.status == 404:
-                    crds[name] = None
-                else:
-                    raise
+            found = _read_unless_forbidden(partial(self.extensions.read_custom_resource_definition,
+                                                   name, _preload_content=False), f"CRD {name}", forbidden)
+            if found is not None:
+                crds[name] = None if found is _MISSING else self._json(found)
         return preflight.Seen(namespaces=namespaces, cluster_policy=policy, crds=crds, forbidden=tuple(forbidden))
 
     def read_configmap(self, namespace: str, name: str) -> dict | None:
@@ -338,3 +328,20 @@ class Cluster:
 
 def dumps(value) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+_MISSING = object()
+
+
+def _read_unless_forbidden(read: Callable[[], Any], what: str, forbidden: list[str]) -> Any:
+    """The object read; _MISSING when the API says it does not exist; None, with `what` added to `forbidden`,
+    when tessera may not read it (the preflight reports that rather than guessing)."""
+    try:
+        return read()
+    except ApiException as error:
+        if error.status == 403:
+            forbidden.append(what)
+            return None
+        if error.status == 404:
+            return _MISSING
+        raise
