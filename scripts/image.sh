@@ -3,8 +3,9 @@
 # default storage), on a base made from Debian's packages by mmdebstrap (bookworm, python3.11), because no
 # registry base image is reachable from the build machines. Then it inspects what was built: the
 # OCI config (user, entry point, no healthcheck) and the root filesystem (what is writable, that
-# only the runtime lock's packages are installed), and runs `tessera --version` and `tessera
-# operator --help` in it as UID 65532 on a read-only root (chroot + unshare, no runtime needed).
+# only the runtime lock's packages are installed, no package manager, no test suites, the SBOM), and
+# runs `tessera --version`, `tessera operator --help` and `tessera plan` in it as UID 65532 on a
+# read-only root (chroot + unshare, no runtime needed).
 #   bash scripts/image.sh            # build localhost/tessera:dev, check it, print the report
 # Needs root and: apt-get install buildah mmdebstrap (installed when missing).
 set -euo pipefail
@@ -32,7 +33,7 @@ if [ -n "${PIP_CERT:-}" ] && [ -f "$PIP_CERT" ]; then  # a TLS-inspecting proxy'
 fi
 start=$(date +%s)
 revision=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
-buildah bud --quiet --isolation chroot --layers=false "${ca[@]}" --build-arg "PYTHON_IMAGE=$base" \
+buildah bud --quiet --isolation chroot --layers=false --squash "${ca[@]}" --build-arg "PYTHON_IMAGE=$base" \
     --build-arg "REVISION=$revision" -t "$image" . >"$work/build.log" 2>&1 \
     || { tail -30 "$work/build.log" >&2; exit 1; }
 echo "[image] built $image in $(( $(date +%s) - start )) s" >&2
