@@ -108,6 +108,11 @@ def _selector(_ctx, _param, values: tuple[str, ...]) -> dict[str, str]:
 @click.option("--scale-down-step", type=field_range(DemandSettings, "scale_down_step"),
               default=DEFAULTS.demand.scale_down_step, show_default=True,
               help="Largest share of the planned demand one scale-down removes.")
+@click.option("--slo-violation-target", "slo_violation_target_pct",
+              type=field_range(DemandSettings, "slo_violation_target_pct"),
+              default=DEFAULTS.demand.slo_violation_target_pct, show_default=True,
+              help="Percent of requests late, dropped or failed (5 min, at a system's frontend) above which "
+                   "LatencySLOMet is False.")
 @click.option("--demand-dry-run", is_flag=True, help="Report demand recommendations (status, metrics), apply none.")
 @click.option("--demand-template", "templates", multiple=True, callback=_selector, metavar="NAME=PROMQL",
               help="A named demand query systems may choose (repeatable; adds to the Triton and MLServer ones).")
@@ -134,5 +139,5 @@ def demand_settings(options: dict) -> DemandSettings:
         ca_file=options.pop("prometheus_ca_file"), timeout_s=options.pop("prometheus_timeout_s"),
         poll_s=options.pop("demand_poll_s"), stabilization_s=options.pop("stabilization_s"),
         repartition_window_s=options.pop("repartition_window_s"), scale_down_step=options.pop("scale_down_step"),
-        dry_run=options.pop("demand_dry_run"),
+        dry_run=options.pop("demand_dry_run"), slo_violation_target_pct=options.pop("slo_violation_target_pct"),
         templates={**DEFAULTS.demand.templates, **options.pop("templates")})

@@ -102,10 +102,10 @@ def test_both_kinds_have_the_typed_status(kind):
     assert crd(kind)["spec"]["versions"][0]["subresources"] == {"status": {}}
 
 
-def test_condition_types_are_the_designs_ten_and_the_preflights():
+def test_condition_types_are_the_designs_ten_the_preflights_and_the_frontends():
     assert set(CONDITION_TYPES) == {"Ready", "Planned", "Progressing", "Degraded", "Invalid", "MigLayoutApplied",
                                     "ProfilesEstimated", "ProfilingComplete", "MetricsAvailable", "AdaptersPlaced",
-                                    "PrerequisitesMet"}
+                                    "PrerequisitesMet", "LatencySLOMet"}
     assert ConditionType.READY == "Ready"
 
 

@@ -39,6 +39,7 @@ class ConditionType:
     METRICS_AVAILABLE = "MetricsAvailable"
     ADAPTERS_PLACED = "AdaptersPlaced"
     PREREQUISITES_MET = "PrerequisitesMet"
+    LATENCY_SLO_MET = "LatencySLOMet"
 
 
 class Phase:
@@ -239,6 +240,12 @@ class DemandStatus(Spec):
     )
     last_repartition_time: datetime | None = Field(
         default=None, alias="lastRepartitionTime", description="Last MIG re-partition; at most one per window.",
+    )
+    violation_pct: float | None = Field(
+        default=None, alias="violationPercent", ge=0, le=100,
+        description="Share of requests (percent) late, dropped or failed over the last 5 minutes, as the "
+                    "system's frontend counted them; only with spec.frontend. Follows the readings once they "
+                    "move by a quarter of the target or cross it (LatencySLOMet).",
     )
 
 

@@ -22,6 +22,7 @@ from typing import Any, overload
 
 from tessera.operator import metrics
 from tessera.operator.demand import hysteresis as hy
+from tessera.operator.demand import slo
 from tessera.operator.api import status as st
 from tessera.operator.api.v1alpha1 import ConditionType, DemandStatus
 from tessera.operator.demand.settings import DemandSettings
@@ -66,6 +67,8 @@ class DemandPlanner:
                                         settings.ca_file) if settings.prometheus_url else None)
         self.windows = hy.Windows(settings.stabilization_s, settings.repartition_window_s, settings.scale_down_step)
         self.verdicts: dict[str, Verdict] = {}
+        self.violations: dict[str, Reading] = {}
+        """The SLO violation rate per system served through its frontend, read beside its demand."""
         self.states: dict[str, hy.DemandState] = {}
         """The last decision's state per system: status holds the same, but shows a reading only once it
         moved (demand/shown.py: a status write per poll would be a write per system every few seconds)."""
@@ -75,7 +78,7 @@ class DemandPlanner:
 
     def apply(self, systems: list[SystemObject], children: list[dict]) -> list[SystemObject]:
         """The systems with, as their spec's demand, what hysteresis decided from Prometheus."""
-        self.verdicts = {}
+        self.verdicts, self.violations = {}, {}
         now = self.clock()
         out = []
         for system in systems:
@@ -87,6 +90,8 @@ class DemandPlanner:
             verdict = self.decide(system, now, _pods_ready(system, children))
             self.verdicts[system.ref.key] = verdict
             self.export(system.ref.key, verdict)
+            if system.spec.frontend is not None and self.client is not None:
+                self.violations[system.ref.key] = self.read_violations(system)
             out.append(replace(system, spec=system.spec.model_copy(update={"demand_rps": verdict.applied_rps})))
         return out
 
@@ -142,6 +147,19 @@ class DemandPlanner:
         if not reading.known:
             metrics.DEMAND_UNKNOWN_READINGS.labels(system.ref.key, reading.reason).inc()
         return reading
+
+    def read_violations(self, system: SystemObject) -> Reading:
+        assert self.client is not None and system.spec is not None
+        query = render(slo.VIOLATIONS_QUERY, system.ref.name, system.spec.sources[0])
+        return self.client.instant(confine(query, system.ref.namespace))
+
+    def violations_shown(self, system: SystemObject) -> float | None:
+        """The violation percentage status shows (demand/slo.py): None before the first reading of requests."""
+        reading = self.violations.get(system.ref.key)
+        before = (system.status.get("demand") or {}).get("violationPercent")
+        if reading is None:
+            return None
+        return slo.shown_percent(before, reading, self.settings.slo_violation_target_pct)
 
     def _windows(self, system: SystemObject) -> hy.Windows:
         assert system.spec is not None and system.spec.demand_source is not None
@@ -210,6 +228,11 @@ class DemandPlanner:
                                    f"{reading.message}; demand Unknown, the plan for "
                                    f"{verdict.applied_rps:g} requests/s holds and nothing scales down")
         conditions = [*conditions, metrics]
+        if system.ref.key in self.violations:
+            previous = next((c for c in system.status.get("conditions") or [] if c.get("type") == slo.LATENCY_SLO_MET),
+                            None)
+            met = slo.condition(self.violations_shown(system), self.settings.slo_violation_target_pct, previous)
+            conditions = conditions if met is None else [*conditions, met]
         blocked = any(c.type == st.MIG_LAYOUT_APPLIED and c.reason == st.NODE_IN_USE for c in conditions)
         if blocked and verdict.decision.state.last_scale_up is not None:
             conditions = [c for c in conditions if c.type != st.DEGRADED] + [st.Condition(
@@ -233,7 +256,7 @@ class DemandPlanner:
             decision=verdict.decision.message[:256], dry_run=verdict.dry_run,
             below_since=state.below_since, window_peak_rps=_rounded(state.window_peak_rps),
             last_scale_up_time=state.last_scale_up, last_scale_down_time=state.last_scale_down,
-            last_repartition_time=state.last_repartition)
+            last_repartition_time=state.last_repartition, violation_pct=self.violations_shown(system))
         return status.model_dump(by_alias=True, mode="json", exclude_none=True)
 
 

@@ -25,6 +25,10 @@ class DemandSettings(BaseModel):
     scale_down_step: float = Field(
         default=0.25, gt=0, le=1, description="Largest share of the planned demand one scale-down removes.")
     dry_run: bool = Field(default=False, description="Every system: report recommendations, apply none.")
+    slo_violation_target_pct: float = Field(
+        default=1.0, gt=0, le=100,
+        description="A system served through its frontend has LatencySLOMet=False above this share (percent) of "
+                    "requests late, dropped or failed over the last 5 minutes.")
     templates: dict[str, str] = Field(
         default_factory=lambda: dict(DEFAULT_TEMPLATES),
         description="Named PromQL templates systems may choose ($system, $entry: the system's and its entry "

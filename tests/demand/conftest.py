@@ -20,6 +20,8 @@ def vector(*values):
 class PrometheusStub:
     url: str = ""
     values: tuple = ("12.5",)
+    by_query: dict[str, tuple] = field(default_factory=dict)
+    """Answers for queries whose (URL-encoded) body holds the key; `values` for the others."""
     delay_s: float = 0.0
     requests: list[dict] = field(default_factory=list)
 
@@ -34,7 +36,9 @@ def prometheus_stub():
             stub.requests.append({"headers": dict(self.headers), "body": self.rfile.read(length).decode(),
                                   "path": self.path})
             threading.Event().wait(stub.delay_s)
-            body = json.dumps(vector(*stub.values)).encode()
+            request = stub.requests[-1]["body"]
+            values = next((v for key, v in stub.by_query.items() if key in request), stub.values)
+            body = json.dumps(vector(*values)).encode()
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(body)))

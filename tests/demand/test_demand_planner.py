@@ -132,3 +132,64 @@ def test_a_reading_that_moved_beyond_the_tolerance_is_in_status_at_once(promethe
     moved = system(status=status)
     hook.apply([moved], [])
     assert hook.status_of(moved, [])["observedRequestsPerSecond"] == 560
+
+
+def served_through_its_frontend(status=None):
+    document = yaml.safe_load(EXAMPLE.read_text())
+    document["spec"]["frontend"] = {}
+    document["metadata"].update(namespace="tenant-a", uid="u1", generation=1)
+    document["status"] = status or {}
+    return read_system(document)
+
+
+def slo_condition(conditions):
+    return next((c for c in conditions if c.type == "LatencySLOMet"), None)
+
+
+VIOLATING = "late%7Cdropped%7Cfailed"  # the violation query's outcome matcher, URL-encoded
+
+
+def test_a_system_served_through_its_frontend_shows_its_violation_rate_and_meets_its_slo_below_the_target(
+        prometheus):
+    prometheus.by_query = {VIOLATING: ("0.004",)}
+    hook = planner(prometheus.url, lambda: T0)
+    (read,) = hook.apply([served_through_its_frontend()], [])  # as the snapshot holds it: the default source
+    _, conditions, _ = hook.decorate(read, "Ready", [], None)
+    met = slo_condition(conditions)
+    assert met is not None and met.status and met.reason == "ViolationsWithinTarget"
+    assert hook.status_of(read, conditions)["violationPercent"] == 0.4
+    assert "namespace%3D%22tenant-a%22" in [r["body"] for r in prometheus.requests if VIOLATING in r["body"]][0]
+
+
+def test_violations_above_the_target_make_latency_slo_met_false(prometheus):
+    prometheus.by_query = {VIOLATING: ("0.03",)}
+    hook = planner(prometheus.url, lambda: T0, slo_violation_target_pct=2.0)
+    (read,) = hook.apply([served_through_its_frontend()], [])  # as the snapshot holds it: the default source
+    _, conditions, _ = hook.decorate(read, "Ready", [], None)
+    met = slo_condition(conditions)
+    assert met is not None and not met.status and met.reason == "ViolationsAboveTarget"
+    assert "3% of requests" in met.message and "at most 2%" in met.message
+
+
+def test_a_violation_rate_that_jitters_below_the_band_writes_the_same_status(prometheus):
+    now = [T0]
+    hook = planner(prometheus.url, lambda: now[0])
+    status: dict = {}
+    written = []
+    for second, value in enumerate(("0.004", "0.0043", "0.0038", "0.0041")):
+        prometheus.by_query = {VIOLATING: (value,)}
+        now[0] = T0 + timedelta(seconds=5 * second)
+        (current,) = hook.apply([served_through_its_frontend(status=status)], [])
+        _, conditions, _ = hook.decorate(current, "Ready", [], None)
+        status = {"demand": hook.status_of(current, conditions), "conditions": [
+            c.as_dict(1, "2026-12-01T08:00:00Z") for c in conditions]}
+        written.append((status["demand"]["violationPercent"], slo_condition(conditions)))
+    assert all(entry == written[0] for entry in written), written
+
+
+def test_a_system_without_a_frontend_has_no_slo_condition(prometheus):
+    hook = planner(prometheus.url, lambda: T0)
+    original = system()
+    hook.apply([original], [])
+    _, conditions, _ = hook.decorate(original, "Ready", [], None)
+    assert slo_condition(conditions) is None and "violationPercent" not in hook.status_of(original, conditions)

@@ -109,12 +109,14 @@ def test_planner_demand_and_profiling_values_reach_the_operators_command_line(he
         "--set", "planner.batches={1,8,64,128}", "--set", "demand.prometheus.url=https://prometheus.monitoring:9090",
         "--set", "demand.prometheus.tokenSecret.name=prometheus-reader",
         "--set", "demand.prometheus.caConfigMap.name=prometheus-ca", "--set", "demand.dryRun=true",
+        "--set-json", "demand.sloViolationTargetPercent=0.5",
         "--set", "demand.templates.entry-rate=sum(rate(requests_total[1m]))",
         "--set", "profiling.enabled=true", "--set", "profiling.repartition=true", "--set", "image.tag=1.2.3")
     args = operator_args(documents)
     for expected in ("--tier-ratio=1", "--busy-instances=0", "--exact-up-to=64", "--batches=1,8,64,128",
                      "--queueing", "--latency-spread=1.3", "--routing=per-request", "--connections=32",
                      "--prometheus-url=https://prometheus.monitoring:9090", "--demand-dry-run",
+                     "--slo-violation-target=0.5",
                      "--prometheus-token-file=/var/run/secrets/tessera/prometheus-token/token",
                      "--prometheus-ca-file=/etc/tessera/prometheus-ca/ca.crt",
                      "--demand-template=entry-rate=sum(rate(requests_total[1m]))",
