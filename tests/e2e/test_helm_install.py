@@ -32,7 +32,8 @@ from cluster.gpu_nodes import create_gpu_nodes, gpu_states
 from cluster.kube import ensure_namespace, wait_for
 
 from .operator_harness import (
-    H100, OPERATOR_AGENTS, REPO, THREE_EXAMPLES, apply_examples, children, condition, delete_pool, is_true, make_pool, systems,
+    H100, OPERATOR_AGENTS, REPO, THREE_EXAMPLES, apply_examples, children, condition, delete_pool, is_true, make_pool,
+    system_yaml, systems,
 )
 
 CHART = REPO / "charts" / "tessera"
@@ -457,6 +458,49 @@ def test_the_crd_upgrade_as_notes_writes_it_replaces_the_crds_helm_installed_kee
         kubectl("apply", "--server-side", "--force-conflicts", "-f", str(path))
 
 
+# -- a system with a frontend, changed, then removed ------------------------------
+
+def stored_plans(core, release: Release) -> dict[str, dict]:
+    return {c.metadata.name: c.data for c in core.list_namespaced_config_map(release.namespace).items
+            if c.metadata.name.startswith("tessera-pool-")}
+
+
+def of_system(items: list, system: str) -> dict[str, object]:
+    return {i.metadata.name: getattr(i, "data", None) for i in items
+            if (i.metadata.labels or {}).get("tessera.ai/system") == system}
+
+
+def test_a_further_systems_frontend_its_replan_and_its_removal_run_on_the_charts_grants(
+        release, core, cluster, custom, api_client, kubectl):
+    """What a team does after the first day, on the chart's token: a fourth system with a frontend, its demand
+    raised, its frontend dropped, the system deleted. Each step is a write the scenario above never makes
+    (the frontend's ConfigMap created, patched, deleted; a re-plan's stored plan; servers deleted), and each
+    is waited for on the object itself, so the permissions test below reads them from the audit log."""
+    operator = release.operators[-1]
+
+    def apply(**spec) -> None:
+        kubectl("apply", "-n", release.workloads, "-f", "-", input=system_yaml("edge", **spec))
+
+    def config_maps() -> dict[str, object]:
+        return of_system(core.list_namespaced_config_map(release.workloads).items, "edge")
+
+    def servers() -> dict[str, object]:
+        return of_system(children(api_client, release.workloads)[0], "edge")
+
+    plans = stored_plans(core, release)
+    apply(frontend={"maxInFlight": 64})
+    wait_ready(custom, release, ["edge"], operator, kubectl)
+    assert stored_plans(core, release) != plans, "the re-plan with the fourth system is stored"
+    first = wait_for(lambda: config_maps() or None, 60, "the frontend's ConfigMap")
+    apply(frontend={"maxInFlight": 64}, demandRequestsPerSecond=400)
+    wait_for(lambda: config_maps() not in ({}, first), 120, "the frontend's routing rewritten for the new plan")
+    apply()
+    wait_for(lambda: not config_maps(), 120, "the frontend's ConfigMap gone with spec.frontend")
+    kubectl("delete", "-n", release.workloads, "compoundinferencesystem", "edge")
+    wait_for(lambda: not servers(), 120, "the deleted system's servers gone")
+    wait_ready(custom, release, [Path(n).stem for n in THREE_EXAMPLES], operator, kubectl)
+
+
 # -- the permissions matrix -------------------------------------------------------
 # Every permission the chart's Roles grant (this module's values: watchNamespaces set, profiling off), by where
 # it holds: "cluster" (the ClusterRole), or the namespace of a Role: "release", "gpu-operator", "watched".
@@ -482,12 +526,12 @@ MATRIX = {
     ("watched", "configmaps", "list"), ("watched", "configmaps", "create"), ("watched", "configmaps", "patch"),
     ("watched", "configmaps", "delete"),
 }
-# Granted, and not exercised by this module's scenario (install, the examples to Ready, re-apply, upgrade),
+# Granted, and not exercised by this module's scenario (install, the examples to Ready, re-apply, upgrade, a
+# fourth system with a frontend changed and removed),
 # with the reason: what would exercise them. Anything else granted and unused fails the test.
 NOT_EXERCISED_HERE = {
     ("watched", "adapterpools/status", "patch"): "an AdapterPool's status (this scenario applies none):"
                                                  " tests/e2e/test_adapter_pools.py",
-    ("release", "configmaps", "patch"): "a stored plan or measured profile that changes: a re-plan after the first",
     ("release", "configmaps", "delete"): "a pool's stored plan goes when the pool's last node goes",
     ("release", "events", "create"): "Events on the ClusterPolicy, in the release namespace: a MIG ConfigMap mismatch",
     ("gpu-operator", "configmaps", "create"): "tessera's mig-parted ConfigMap: created when missing, else patched;"
@@ -496,12 +540,7 @@ NOT_EXERCISED_HERE = {
     ("watched", "deployments", "create"): "server-side apply: RBAC checks create for a new object, the audit log"
                                           " records the request as a patch",
     ("watched", "services", "create"): "the same",
-    ("watched", "deployments", "delete"): "a server no plan wants any more; this scenario's plans only grow",
-    ("watched", "services", "delete"): "a task removed from a system",
-    ("watched", "configmaps", "create"): "a system's frontend configuration (spec.frontend; the examples set none):"
-                                         " tests/e2e/test_frontend_deploy.py",
-    ("watched", "configmaps", "patch"): "the same, on a re-plan",
-    ("watched", "configmaps", "delete"): "the same, when spec.frontend is unset",
+    ("watched", "configmaps", "create"): "the same (a frontend's ConfigMap, applied by the fourth system above)",
 }
 
 
