@@ -9,6 +9,8 @@ from tessera.planner.plan import Plan
 
 RECONCILES = Counter("tessera_reconciles_total", "Reconciles run, by what triggered them.", ["kind"])
 RECONCILE_ERRORS = Counter("tessera_reconcile_errors_total", "Reconciles that raised, by trigger.", ["kind"])
+SOLVES_CANCELLED = Counter("tessera_solves_cancelled_total",
+                           "Solves cancelled because their inputs changed (never two in a row).")
 RECONCILE_SECONDS = Histogram("tessera_reconcile_seconds", "Wall time of one reconcile of all pools.",
                               buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120))
 SOLVE_SECONDS = Histogram("tessera_solve_seconds", "Wall time of one solve, worker start-up included.", ["pool"],

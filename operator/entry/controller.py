@@ -5,7 +5,12 @@ other become one reconcile; a periodic resync runs one when nothing
 happened. The reconcile itself (API reads and writes, the wait for the
 solver process) runs in a thread, so the event loop keeps serving watches
 and probes; a trigger that changes the planner's inputs (a system's spec, a
-node's labels) cancels a running solve. The loop's own stalls are measured.
+node's labels) cancels a running solve, but never two in a row: the solve
+after a cancelled one runs to its end and its plan is applied (the plan of
+the inputs it read, stored under their hash), and the newer change is
+planned by the reconcile right after it. So a steady stream of edits to one
+system cannot keep a pool from ever being planned. The loop's own stalls
+are measured.
 """
 
 from __future__ import annotations
@@ -35,6 +40,8 @@ class Controller:
         self.last_trigger = 0.0
         self.fingerprints: dict[str, object] = {}
         self.reconciling = False
+        self.cancelled_last = False
+        """The last reconcile's solve was cancelled: the running one is not (progress under a stream of edits)."""
         self.ready = False
         self.last_success = time.monotonic()
         self.lag_max_s = 0.0
@@ -54,7 +61,7 @@ class Controller:
             self.fingerprints[key] = fingerprint
         self.kinds.add(kind)
         self.last_trigger = time.monotonic()
-        if inputs and self.reconciling:
+        if inputs and self.reconciling and not self.cancelled_last:
             self.reconciler.cancel.set()
         self.wake.set()
 
@@ -90,7 +97,9 @@ class Controller:
             try:
                 result = await asyncio.to_thread(self.reconciler.reconcile)
             except SolveCancelled:
-                log.info("solve cancelled: inputs changed; planning again")
+                log.info("solve cancelled: inputs changed; planning again, and that solve runs to its end")
+                metrics.SOLVES_CANCELLED.inc()
+                self.cancelled_last = True
                 self.wake.set()
                 continue
             except Exception:
@@ -104,6 +113,7 @@ class Controller:
                 self.reconciling = False
                 metrics.RECONCILE_SECONDS.observe(time.perf_counter() - started)
             failures = 0
+            self.cancelled_last = False
             self.ready = True
             self.last_success = time.monotonic()
             metrics.WRITES.inc(result.writes)
