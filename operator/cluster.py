@@ -33,7 +33,7 @@ MERGE = "application/merge-patch+json"
 POOL_STATE_PREFIX = "tessera-pool-"
 CLIENT_CALLS: dict[type, tuple[str, ...]] = {
     client.CoreV1Api: (
-        "list_node", "patch_node", "read_namespace", "create_namespace", "list_pod_for_all_namespaces",
+        "list_node", "patch_node", "read_namespace", "list_namespace", "create_namespace", "list_pod_for_all_namespaces",
         "list_namespaced_pod", "list_service_for_all_namespaces", "list_namespaced_service",
         "list_config_map_for_all_namespaces", "patch_namespaced_service", "delete_namespaced_service", "list_namespaced_config_map",
         "read_namespaced_config_map", "create_namespaced_config_map", "patch_namespaced_config_map",
@@ -187,6 +187,16 @@ class Cluster:
             if found is not None:
                 crds[name] = None if found is _MISSING else self._json(found)
         return preflight.Seen(namespaces=namespaces, cluster_policy=policy, crds=crds, forbidden=tuple(forbidden))
+
+    def namespaces_matching(self, selector: str) -> frozenset[str] | str:
+        """The names of the namespaces the label selector matches, or the API server's reason for refusing it."""
+        try:
+            listed = self._json(self.core.list_namespace(label_selector=selector, _preload_content=False))
+        except ApiException as error:
+            if error.status == 400:
+                return _api_message(error)
+            raise
+        return frozenset(item["metadata"]["name"] for item in listed.get("items", []))
 
     def read_configmap(self, namespace: str, name: str) -> dict | None:
         try:
@@ -345,3 +355,11 @@ def _read_unless_forbidden(read: Callable[[], Any], what: str, forbidden: list[s
         if error.status == 404:
             return _MISSING
         raise
+
+
+def _api_message(error: ApiException) -> str:
+    """The API server's message of a refused request (its Status body), else the HTTP reason."""
+    try:
+        return str(json.loads(error.body or "{}").get("message") or error.reason)
+    except ValueError:
+        return str(error.reason)

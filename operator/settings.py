@@ -12,6 +12,11 @@ class OperatorSettings(BaseModel):
     namespaces: list[str] = Field(default_factory=list, description="Namespaces to watch; empty: all.")
     node_selector: dict[str, str] = Field(
         default_factory=dict, description="Only nodes with these labels form pools (recommend a taint as well).")
+    pool_namespaces: dict[str, str] = Field(
+        default_factory=dict,
+        description="GPU pool (its nvidia.com/gpu.product) -> a namespace label selector: only systems in "
+                    "namespaces it matches may use that pool (others are Invalid, PoolNotAllowed); a pool "
+                    "without one is open to every watched namespace.")
     state_namespace: str = Field(default="tessera-system", description="Where tessera keeps each pool's plan.")
     gpu_operator_namespace: str = Field(default="gpu-operator", description="Namespace of the mig-parted ConfigMap.")
     cluster_policy: str = Field(default="cluster-policy", description="The GPU Operator's ClusterPolicy.")

@@ -28,6 +28,9 @@ def _selector(_ctx, _param, values: tuple[str, ...]) -> dict[str, str]:
 @click.option("--namespace", "namespaces", multiple=True, help="Watch this namespace (repeatable); default: all.")
 @click.option("--node-selector", "node_selector", multiple=True, callback=_selector, metavar="KEY=VALUE",
               help="Only nodes with this label form GPU pools (repeatable).")
+@click.option("--pool-namespaces", "pool_namespaces", multiple=True, callback=_selector, metavar="POOL=SELECTOR",
+              help="Only namespaces matching the label SELECTOR may use the GPU pool POOL (its "
+                   "nvidia.com/gpu.product; repeatable, one per pool). Default: every watched namespace.")
 @click.option("--state-namespace", default=DEFAULTS.state_namespace, show_default=True,
               help="Namespace where each pool's plan is stored.")
 @click.option("--gpu-operator-namespace", default=DEFAULTS.gpu_operator_namespace, show_default=True,

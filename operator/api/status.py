@@ -85,9 +85,14 @@ PHASE_DEPLOYING = Phase.DEPLOYING
 PHASE_READY = Phase.READY
 PHASE_DEGRADED = Phase.DEGRADED
 
+POOL_NOT_ALLOWED = "PoolNotAllowed"
+"""Invalid: the system's namespace may not use its GPU pool (--pool-namespaces, reconcile/pool_access.py)."""
+VIOLATIONS_WITHIN_TARGET = "ViolationsWithinTarget"
+VIOLATIONS_ABOVE_TARGET = "ViolationsAboveTarget"
+"""LatencySLOMet's reasons (demand/slo.py)."""
 WARNING_REASONS = {INVALID_SPEC, SLO_UNREACHABLE, NO_GPU_POOL, SOLVE_FAILED, LAST_GOOD_PLAN,
                    INSUFFICIENT_CAPACITY, MIG_FAILED, NODE_IN_USE, SERVERS_UNAVAILABLE, PROFILING_FAILED,
-                   *PREREQUISITE_REASONS}
+                   POOL_NOT_ALLOWED, VIOLATIONS_ABOVE_TARGET, *PREREQUISITE_REASONS}
 
 
 @dataclass(frozen=True)

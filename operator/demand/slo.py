@@ -16,8 +16,8 @@ from tessera.operator.api.v1alpha1 import ConditionType
 from tessera.operator.demand.prometheus import Reading
 
 LATENCY_SLO_MET = ConditionType.LATENCY_SLO_MET
-WITHIN_TARGET = "ViolationsWithinTarget"
-ABOVE_TARGET = "ViolationsAboveTarget"
+WITHIN_TARGET = st.VIOLATIONS_WITHIN_TARGET
+ABOVE_TARGET = st.VIOLATIONS_ABOVE_TARGET
 WINDOW = "5m"
 BAND = 0.25
 """Status follows a new rate once it differs from the shown one by this share of the target."""

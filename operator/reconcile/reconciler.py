@@ -50,6 +50,7 @@ from tessera.operator.reconcile.decide import (STATE_FORMAT, PoolOutcome, about,
                                                reserved_gpus, stored_plan_stands, stored_pool_plan, system_status,
                                                frontend_status, spec_digest)
 from tessera.operator.reconcile.node_changes import NodeHold
+from tessera.operator.reconcile.pool_access import denied
 from tessera.operator.reconcile.pause import (held_mig_configs, held_nodes, pause_message, paused_status,
                                               paused_systems, planned_hashes, pool_pause, waiting_changes,
                                               without_paused)
@@ -111,7 +112,8 @@ class Reconciler:
                 pool, adapter_members.get(pool.key, []), children, seen.pool_states[pool.key])
             adapter_gpus[pool.key] = self.adapter_pools.reserved(servers, children)
             self.plan_pool(pool, members.get(pool.key, []), outcome, configs, seen.pool_states[pool.key],
-                           paused[pool.key], pool_paused[pool.key] is not None, adapter_gpus[pool.key])
+                           paused[pool.key], pool_paused[pool.key] is not None, adapter_gpus[pool.key],
+                           denied(members.get(pool.key, []), pool.key, seen.pool_access))
             outcome.mig = desired_mig(pool, outcome.placement)
             for node_name, node_plan in self.profiling.launch(pool, outcome.plan, members.get(pool.key, []),
                                                               self.settings.planner.batches,
@@ -168,10 +170,10 @@ class Reconciler:
     # -- one pool's plan ---------------------------------------------------------
     def plan_pool(self, pool: Pool, systems: list[SystemObject], outcome: PoolOutcome, configs: MigConfigs,
                   state: Mapping[str, str], paused: Mapping[str, str], pool_paused: bool,
-                  adapter_gpus: set[tuple[str, int]]) -> None:
+                  adapter_gpus: set[tuple[str, int]], not_allowed: Mapping[str, tuple[str, str]]) -> None:
         """The pool's plan: the stored one while its inputs are unchanged or the pool is paused, else a new solve.
         Paused systems keep their last plan's share (pause.py); `adapter_gpus`, the AdapterPools' servers' GPUs,
-        are left out of it."""
+        are left out of it; `not_allowed` systems (pool_access.py) are invalid here, whatever their spec."""
         stored_plan = stored_pool_plan(state)
         kept = {k: Share.model_validate(v) for k, v in json.loads(state.get("kept", "{}")).items()}
         known_invalid = json.loads(state.get("invalid", "{}"))
@@ -179,7 +181,8 @@ class Reconciler:
 
         spec_hash = {s.ref.key: spec_digest(s) for s in systems if s.spec is not None}
         invalid = {key: (entry["reason"], entry["message"]) for key, entry in known_invalid.items()
-                   if spec_hash.get(key) == entry["hash"]}
+                   if spec_hash.get(key) == entry["hash"] and entry["reason"] != st.POOL_NOT_ALLOWED}
+        invalid.update(not_allowed)
         candidates = [s for s in systems if s.valid and s.ref.key not in invalid and s.ref.key not in paused]
 
         def keep_last_good(keys: set[str]) -> None:

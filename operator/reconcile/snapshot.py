@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from tessera.operator import naming, preflight
 from tessera.operator.api.adapter_pools import PLURAL as ADAPTER_POOLS, AdapterPoolObject, read_adapter_pool
@@ -25,6 +25,7 @@ from tessera.operator.demand.planning import DemandPlanner
 from tessera.operator.gpus.discovery import NodeFacts, Pool, group_pools, node_facts
 from tessera.operator.gpus.planner_input import MigConfigs, mig_configs
 from tessera.operator.reconcile import builders, mig_failures
+from tessera.operator.reconcile.pool_access import Admitted
 from tessera.operator.reconcile.actions import Json
 from tessera.operator.settings import OperatorSettings
 
@@ -50,6 +51,8 @@ class Snapshot:
     at: float = 0.0
     """When it was read (Unix seconds): the clock of the MIG failure back-off."""
     adapter_pools: tuple[AdapterPoolObject, ...] = ()
+    pool_access: Mapping[str, Admitted] = field(default_factory=dict)
+    """Pool key -> the namespaces its --pool-namespaces rule admits (pools without a rule are absent)."""
 
     @property
     def mig_configs(self) -> MigConfigs:
@@ -79,5 +82,14 @@ def observe(cluster: Cluster, settings: OperatorSettings, demand: DemandPlanner)
         pool_annotations={key: (found.get("metadata") or {}).get("annotations") or {}
                           for key, found in pool_objects.items()},
         prerequisites=cluster.read_prerequisites(policy, list(preflight.expected_crds())),
-        pool_nodes=pool_nodes, at=at,
+        pool_nodes=pool_nodes, at=at, pool_access=read_pool_access(cluster, settings.pool_namespaces),
         adapter_pools=tuple(read_adapter_pool(obj) for obj in cluster.list_systems(ADAPTER_POOLS)))
+
+
+def read_pool_access(cluster: Cluster, rules: Mapping[str, str]) -> Mapping[str, Admitted]:
+    out = {}
+    for pool_key, selector in rules.items():
+        matched = cluster.namespaces_matching(selector)
+        out[pool_key] = (Admitted(selector, error=matched) if isinstance(matched, str)
+                         else Admitted(selector, namespaces=matched))
+    return out

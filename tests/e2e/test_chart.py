@@ -67,11 +67,13 @@ def test_every_value_reaches_the_operators_command_line(helm):
     (deployment,) = [d for d in render(
         helm, "--set", "watchNamespaces={a,b}", "--set", "poolNodeSelector.tessera\\.ai/pool=h100",
         "--set", "gpuOperator.migConfigMap=mine", "--set", "solver.memoryMB=4096",
-        "--set", "leaderElection.leaseDurationSeconds=20") if d["kind"] == "Deployment"]
+        "--set", "leaderElection.leaseDurationSeconds=20",
+        "--set", "poolNamespaces.NVIDIA-H100-80GB-HBM3=tessera.ai/gpu-tenant in (true\\,yes)") if d["kind"] == "Deployment"]
     args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
     for expected in ("--namespace=a", "--namespace=b", "--node-selector=tessera.ai/pool=h100", "--mig-configmap=mine",
                      "--solve-memory=4096", "--lease-duration=20", "--state-namespace=tessera-system",
-                     "--leader-election-namespace=tessera-system"):
+                     "--leader-election-namespace=tessera-system",
+                     "--pool-namespaces=NVIDIA-H100-80GB-HBM3=tessera.ai/gpu-tenant in (true,yes)"):
         assert expected in args
     # The rendered command line is one the CLI accepts.
     check = subprocess.run([sys.executable, "-P", "-m", "tessera", *args[:args.index("operator") + 1], "--help"],
@@ -351,3 +353,13 @@ def test_jobs_may_be_created_only_with_profiling_on(helm):
         return {verb for rule in role["rules"] if "jobs" in rule["resources"] for verb in rule["verbs"]}
     assert job_verbs() == {"list", "watch"}
     assert job_verbs("--set", "profiling.enabled=true") == {"list", "watch", "create", "patch"}
+
+
+def test_namespaces_may_be_listed_only_with_a_pool_access_rule(helm):
+    def namespace_verbs(*args: str) -> set[str]:
+        documents = render(helm, *args)
+        (role,) = [d for d in documents if d["kind"] == "ClusterRole" and d["metadata"]["name"].endswith("-operator")]
+        return {verb for rule in role["rules"] if "namespaces" in rule["resources"] and not rule.get("resourceNames")
+                for verb in rule["verbs"]}
+    assert namespace_verbs() == set()
+    assert namespace_verbs("--set", "poolNamespaces.NVIDIA-H100-80GB-HBM3=team=vision") == {"list"}
