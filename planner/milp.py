@@ -522,9 +522,16 @@ class CompoundMilp:
                         m.split_bulk_rows.add(self._excess(o, most, capacity, bound, relax_level, relax_class) <= 0)
 
     def _excess(self, o: int, most: float, capacity: float, bound: int, relax_level: Any, relax_class: Any) -> Any:
-        """Load above the most load, less the big-M that the next level or a smaller bulk class frees."""
-        m = self.m
-        return m.x[o] - most * m.n[o] - (capacity - most) * bound * (relax_level + relax_class)
+        """Load above the most load, less the big-M that the next level or a smaller bulk class frees.
+
+        The big-M is the most x - most n can be: with x <= capacity n, n <= bound and x <= the task's
+        demand bound D, min((capacity - most) bound, D (1 - most / capacity)), the second far smaller
+        where the queueing wait binds (most << capacity, bound ~ D / most).
+        """
+        m, c = self.m, self.candidate(o)
+        demand = self.demand_bound[(c.system, c.task)]
+        big_m = min((capacity - most) * bound, demand * (1 - most / capacity))
+        return m.x[o] - most * m.n[o] - big_m * (relax_level + relax_class)
 
     def _classes(self, c: Candidate) -> list[tuple[str | None, int, float]]:
         """(parent, class, dispersion) of each bulk class of each incoming edge; (None, 0, Poisson's or 0)
@@ -548,7 +555,7 @@ class CompoundMilp:
         """Under the task's level, each instance carries at least the least load of the unit's step there.
 
         Step i holds while the level is below step i + 1's (a higher level
-        needs less): x >= L_i n - L_i bound (levels from step i + 1 chosen).
+        needs less): x >= L_i n - (L_i - L_last) bound (levels from step i + 1 chosen).
         """
         m, c = self.m, self.candidate(o)
         for i, (_, least) in enumerate(unit.steps):
@@ -557,7 +564,9 @@ class CompoundMilp:
             if i + 1 == len(unit.steps):
                 m.cons.add(m.x[o] >= least * m.n[o])
             else:
-                m.cons.add(m.x[o] >= least * m.n[o] - least * bound * self._levels_from(c, unit.steps[i + 1][0]))
+                # x >= (the last step's least) n always holds, so least n - x is at most (least - that) bound
+                big_m = (least - unit.min_load_rps) * bound
+                m.cons.add(m.x[o] >= least * m.n[o] - big_m * self._levels_from(c, unit.steps[i + 1][0]))
 
     def _levels_from(self, c: Candidate, level: int) -> Any:
         return self.m.Z[c.system, c.task, level]

@@ -290,3 +290,21 @@ def test_on_a_large_pool_the_cost_is_proven_to_one_slice_where_a_relative_gap_wo
     assert cost.proven and (cost.gpus, cost.slices) == (cost.gpus_lower_bound, cost.slices_lower_bound)
     assert (cost.gpus, cost.slices) == (result.gpus_used, result.slices_used)
     assert result.solver.time_limited == []
+
+
+def test_a_pool_shown_too_small_by_the_relaxation_needs_no_full_solve_to_prove_it(monkeypatch):
+    from tessera.planner.solve import _StagedSolver
+
+    solved: list[str] = []
+    stage_solve = _StagedSolver._solve
+
+    def recording(self, name, *args, **kwargs):
+        solved.append(name)
+        return stage_solve(self, name, *args, **kwargs)
+
+    monkeypatch.setattr(_StagedSolver, "_solve", recording)
+    result = solve(make_system(ONE_TASK, demand=2000), gpus=1)
+    assert not result.fully_served
+    # all demand: only the relaxation (infeasible, so is the full model, with no "cost" solve after it);
+    # then the most served and the cost, each proven by its relax-and-fix start
+    assert solved == ["relaxed", "relaxed", "rounded", "relaxed", "rounded"]
