@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Sequence
 from functools import cache
 from typing import Any
 
@@ -29,6 +30,7 @@ from tessera.planner.features import Features
 from tessera.planner.latency import Routing
 from tessera.planner.model import Pool, SystemSpec
 from tessera.planner.nodes import NodePool
+from tessera.planner.quota import InstanceQuota, quota_violations
 from tessera.planner.plan import ConfigPlan, PathPlan, Plan, SystemSummary, TaskPlan
 from tessera.planner.profiles import ProfileSource, ProfileStore
 
@@ -176,6 +178,7 @@ def check_plan(
     store: ProfileStore | None = None,
     features: Features = Features(),
     options: Any = None,
+    quotas: Sequence[InstanceQuota] = (),
 ) -> list[str]:
     """Every constraint the plan breaks, in words; an empty list when it is valid.
 
@@ -187,7 +190,7 @@ def check_plan(
     `budget_levels` and `batches`); without it the plan's own headroom and 20
     budget levels are assumed and batch sizes are not restricted.
     """
-    return _Checker(plan, systems, pool, store, features, options).run()
+    return _Checker(plan, systems, pool, store, features, options).run() + quota_violations(plan, quotas)
 
 
 class _Checker:

@@ -23,6 +23,7 @@ Systems are keyed by `namespace/name`: the plan names systems by that key.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Annotated, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -34,6 +35,7 @@ from tessera.planner.nodes import NodePool
 from tessera.planner.plan import CostProof, Plan
 from tessera.planner.profile_sources import build_profile_store
 from tessera.planner.profiles import ProfileStore
+from tessera.planner.quota import InstanceQuota
 from tessera.planner.solve import PlannerOptions, plan
 
 
@@ -66,6 +68,8 @@ class PlanRequest(BaseModel):
     current: Plan | None = Field(default=None, description="The plan running now, keyed the same way.")
     measured: ProfileStore | None = Field(
         default=None, description="Measured profiles; the specs' given profiles and the estimate fill the rest.")
+    quotas: list[InstanceQuota] = Field(
+        default_factory=list, description="Caps on MIG instances per profile over systems' keys (ResourceQuotas).")
 
 
 class ServedShare(BaseModel):
@@ -119,16 +123,18 @@ def solve_request(request: PlanRequest) -> Planned | TimeLimit | Infeasible | In
     if invalid:
         return InvalidInput(reason=invalid)
     systems = [s.spec.model_copy(update={"name": s.key}) for s in request.systems]
-    return plan_outcome(systems, request.pool, request.measured, request.features, request.options, request.current)
+    return plan_outcome(systems, request.pool, request.measured, request.features, request.options, request.current,
+                        request.quotas)
 
 
 def plan_outcome(systems: list[SystemSpec], pool: Pool | NodePool, measured: ProfileStore | None = None,
                  features: Features = Features(), options: PlannerOptions = PlannerOptions(),
-                 current: Plan | None = None) -> Planned | TimeLimit | Infeasible | InvalidInput | PlannerFailed:
+                 current: Plan | None = None, quotas: Sequence[InstanceQuota] = ()
+                 ) -> Planned | TimeLimit | Infeasible | InvalidInput | PlannerFailed:
     """plan() as an outcome: the profile store built from the specs (and `measured`), every answer typed."""
     try:
         store = build_profile_store(systems, pool.gpu, measured, options.batches, max_mps=options.max_mps)
-        result = plan(systems, pool, store, features, options, current)
+        result = plan(systems, pool, store, features, options, current, quotas)
     except InfeasibleError as error:
         return Infeasible(reason=str(error))
     except TimeLimitError as error:

@@ -49,6 +49,7 @@ from tessera.planner.catalog import COMPUTE_SLICES, GpuProduct, Layout, layout_c
 from tessera.planner.latency import (DEFAULT_CONNECTIONS, Routing, arrival_dispersion, max_replica_load_rps,
                                      min_segment_load_rps, usable_load_rps)
 from tessera.planner.model import Edge, SystemSpec
+from tessera.planner.quota import InstanceQuota
 
 if TYPE_CHECKING:
     from tessera.planner.assignment import ConfigKey
@@ -88,6 +89,8 @@ class MilpInput:
     node_groups: list[NodeGroup] = field(default_factory=list)
     change_share: float = 0.0
     max_nodes_changed: int | None = None
+    # At most so many instances of a profile for a set of systems (a namespace's ResourceQuota, quota.py).
+    quotas: list[InstanceQuota] = field(default_factory=list)
 
     @property
     def splits_bulks(self) -> bool:
@@ -422,7 +425,8 @@ class CompoundMilp:
         carried = min(self._most_loads(c, option.steps[0][0]), default=0.0)
         if carried <= 0:
             return 0
-        bound = min(supply[c.segment.mig_profile], math.ceil(demand / carried - 1e-9))
+        bound = min(supply[c.segment.mig_profile], math.ceil(demand / carried - 1e-9),
+                    *(q.limit for q in d.quotas if c.system in q.systems and q.mig_profile == c.segment.mig_profile))
         if option.min_load_rps > 0:
             bound = min(bound, math.floor(demand / option.min_load_rps + 1e-9))
         return max(bound, 0)
@@ -607,6 +611,11 @@ class CompoundMilp:
             if users:
                 m.cons.add(sum(m.n[o] for o in users) <= sum(count * m.g[j] for j, count in provided)
                            + sum(count * m.h[k] for k, count in fixed if count))
+        for quota in d.quotas:
+            under = [o for o in range(len(self.options)) if self.candidate(o).system in quota.systems
+                     and self.candidate(o).segment.mig_profile == quota.mig_profile]
+            if under:
+                m.cons.add(sum(m.n[o] for o in under) <= quota.limit)
         # Totals as integer variables of their own: branching on them closes the
         # gap far faster than branching on single layout counts.
         m.gpus_used = pyo.Var(domain=pyo.NonNegativeIntegers, bounds=(0, d.pool_gpus))

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,6 +46,7 @@ from tessera.planner.numerics import check_capacity_covers_demand, check_milp_in
 from tessera.planner.plan import CostProof, Plan, SolverReport
 from tessera.planner.plan_extraction import extract_plan
 from tessera.planner.profiles import DEFAULT_BATCHES, ProfileStore
+from tessera.planner.quota import InstanceQuota
 
 __all__ = ["InfeasibleError", "NoPlanError", "PlannerBug", "PlannerOptions", "TimeLimitError", "max_common_scale",
            "plan"]
@@ -288,8 +290,9 @@ def plan(
     features: Features = Features(),
     options: PlannerOptions = PlannerOptions(),
     current: Plan | None = None,
+    quotas: Sequence[InstanceQuota] = (),
 ) -> Plan:
-    """The cheapest plan that serves the demand within the SLOs, or as much of it as the pool can.
+    """The cheapest plan that serves the demand within the SLOs and the quotas, or as much of it as they allow.
 
     Every plan returned has passed the independent checker; a plan that
     fails it raises PlannerBug. No plan at all raises InfeasibleError or
@@ -297,7 +300,7 @@ def plan(
     """
     started = time.perf_counter()
     gpus = pool_gpus(pool)
-    data = _milp_input(systems, gpus, store, features, options, current)
+    data = _milp_input(systems, gpus, store, features, options, current, quotas)
     milp, solver, build_s = _build(data, options, started)
 
     solver.serve_all_demand(True)
@@ -316,7 +319,7 @@ def plan(
         plan_.changes = _change_summary(gpus, plan_, milp, solver)
     check_capacity_covers_demand(plan_, systems)
     plan_.diagnosis = diagnose(plan_, systems, data.candidates, data.levels)
-    errors = check_plan(plan_, systems, pool, store, features, options)
+    errors = check_plan(plan_, systems, pool, store, features, options, quotas)
     if errors:
         raise PlannerBug(f"the plan fails the independent checker ({len(errors)} violations): {errors[0]}", errors)
     return plan_
@@ -455,7 +458,7 @@ def max_common_scale(
 
 
 def _milp_input(systems: list[SystemSpec], pool: PoolGpus, store: ProfileStore, features: Features,
-                options: PlannerOptions, current: Plan | None) -> MilpInput:
+                options: PlannerOptions, current: Plan | None, quotas: Sequence[InstanceQuota] = ()) -> MilpInput:
     gpu = gpu_product(pool.gpu)
     exact = options.exact_for(len(pool.gpus))
     candidates = [
@@ -479,6 +482,7 @@ def _milp_input(systems: list[SystemSpec], pool: PoolGpus, store: ProfileStore, 
         free_gpus=len(pool.free), fixed_groups=pool.fixed_groups(),
         node_groups=node_groups(pool, serving_nodes(current)) if options.prices_change else [],
         change_share=options.change_share, max_nodes_changed=options.max_nodes_changed,
+        quotas=[q for q in quotas if q.systems & {s.name for s in systems}],
     )
     check_milp_input(data)
     return data

@@ -1,0 +1,47 @@
+"""Quotas on MIG instances: at most so many instances of one profile for a set of systems.
+
+A namespace's ResourceQuota on `requests.nvidia.com/mig-<profile>` caps the
+pods of that profile its systems may run; every replica of a plan is one pod
+requesting one instance (MPS processes share their pod's instance), so the cap
+is on the plan's instances of that profile over the namespace's systems. The
+operator turns each ResourceQuota into one InstanceQuota per profile (what it
+allows less what pods tessera does not own already hold); the planner keeps
+every plan within them (a constraint of the MILP, and a check of the
+independent checker), serving less demand where a quota binds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from tessera.planner.plan import Plan
+
+
+class InstanceQuota(BaseModel):
+    """At most `limit` MIG instances of `mig_profile` over the plan's systems `systems` (their keys)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    systems: frozenset[str] = Field(min_length=1)
+    mig_profile: str = Field(min_length=1)
+    limit: int = Field(ge=0)
+    source: str = Field(default="", max_length=512, description="Where it comes from, for messages.")
+
+
+def instances_under(quota: InstanceQuota, plan: Plan) -> int:
+    """The plan's instances that count against the quota."""
+    return sum(c.replicas for t in plan.tasks if t.system in quota.systems for c in t.configs
+               if c.segment.mig_profile == quota.mig_profile)
+
+
+def quota_violations(plan: Plan, quotas: Iterable[InstanceQuota]) -> list[str]:
+    return [f"{instances_under(q, plan)} {q.mig_profile} instances for {', '.join(sorted(q.systems))}, over the "
+            f"quota of {q.limit}{f' ({q.source})' if q.source else ''}"
+            for q in quotas if instances_under(q, plan) > q.limit]
+
+
+def binding(plan: Plan, quotas: Sequence[InstanceQuota]) -> list[InstanceQuota]:
+    """The quotas the plan uses to the full: where a system served below its demand was held back."""
+    return [q for q in quotas if instances_under(q, plan) >= q.limit]
