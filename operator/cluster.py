@@ -33,7 +33,8 @@ MERGE = "application/merge-patch+json"
 POOL_STATE_PREFIX = "tessera-pool-"
 CLIENT_CALLS: dict[type, tuple[str, ...]] = {
     client.CoreV1Api: (
-        "list_node", "patch_node", "read_namespace", "list_namespace", "create_namespace", "list_pod_for_all_namespaces",
+        "list_node", "patch_node", "read_namespace", "list_namespace", "create_namespace",
+        "list_resource_quota_for_all_namespaces", "list_namespaced_resource_quota", "list_pod_for_all_namespaces",
         "list_namespaced_pod", "list_service_for_all_namespaces", "list_namespaced_service",
         "list_config_map_for_all_namespaces", "patch_namespaced_service", "delete_namespaced_service", "list_namespaced_config_map",
         "read_namespaced_config_map", "create_namespaced_config_map", "patch_namespaced_config_map",
@@ -126,6 +127,16 @@ class Cluster:
             found += [{**d, "kind": "Deployment", "apiVersion": "apps/v1"} for d in self._json(deployments)["items"]]
             found += [{**s, "kind": "Service", "apiVersion": "v1"} for s in self._json(services)["items"]]
             found += [{**c, "kind": "ConfigMap", "apiVersion": "v1"} for c in self._json(configmaps)["items"]]
+        return found
+
+    def list_resource_quotas(self) -> list[dict]:
+        """The ResourceQuotas of the watched namespaces (those on MIG instances cap what a solve may give)."""
+        found = []
+        for namespace in self._watched():
+            raw: dict[str, Any] = {"_preload_content": False}
+            listed = (self.core.list_resource_quota_for_all_namespaces(**raw) if namespace is None
+                      else self.core.list_namespaced_resource_quota(namespace, **raw))
+            found += self._json(listed)["items"]
         return found
 
     def mig_configs_in_use(self) -> set[str]:

@@ -45,6 +45,8 @@ PLAN_FOUND = "PlanFound"
 SOLVE_FAILED = "SolveFailed"
 LAST_GOOD_PLAN = "LastGoodPlanKept"
 INSUFFICIENT_CAPACITY = "InsufficientCapacity"
+QUOTA_REACHED = "QuotaReached"
+"""Degraded: the namespace's ResourceQuota on MIG instances holds the plan below the demand."""
 DEMAND_SERVED = "DemandServed"
 MIG_PENDING = "MigLayoutPending"
 MIG_APPLIED = "MigLayoutApplied"
@@ -92,7 +94,7 @@ VIOLATIONS_ABOVE_TARGET = "ViolationsAboveTarget"
 """LatencySLOMet's reasons (demand/slo.py)."""
 WARNING_REASONS = {INVALID_SPEC, SLO_UNREACHABLE, NO_GPU_POOL, SOLVE_FAILED, LAST_GOOD_PLAN,
                    INSUFFICIENT_CAPACITY, MIG_FAILED, NODE_IN_USE, SERVERS_UNAVAILABLE, PROFILING_FAILED,
-                   POOL_NOT_ALLOWED, VIOLATIONS_ABOVE_TARGET, *PREREQUISITE_REASONS}
+                   POOL_NOT_ALLOWED, VIOLATIONS_ABOVE_TARGET, QUOTA_REACHED, *PREREQUISITE_REASONS}
 
 
 @dataclass(frozen=True)

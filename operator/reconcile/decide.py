@@ -31,6 +31,7 @@ from tessera.operator.settings import OperatorSettings
 from tessera.planner.catalog import gpu_product
 from tessera.planner.plan import InstancePlan, Plan
 from tessera.planner.profiles import ProfileStore
+from tessera.planner.quota import InstanceQuota, binding, instances_under
 
 POOL_ANNOTATION = "tessera.ai/gpu-product"
 """On a system: the GPU product (GFD label value) of the pool to plan it in; default the largest pool."""
@@ -71,6 +72,8 @@ class PoolOutcome:
     requeue_after: float | None = None
     failed_nodes: dict[str, mig_failures.NodeFailure] = field(default_factory=dict)
     """The pool's nodes whose mig-manager `failed` is inside its back-off (mig_failures.py)."""
+    quotas: list[InstanceQuota] = field(default_factory=list)
+    """The namespaces' quotas on MIG instances the plan was kept within (quotas.py)."""
 
 
 # -- MIG ------------------------------------------------------------------------
@@ -380,7 +383,7 @@ def system_status(system: SystemObject, outcome: PoolOutcome) -> Verdict:
     gpus = outcome.gpus_of.get(key, [])
     summary = st.plan_summary(plan, key, gpus=held_gpus(system, outcome), slices=_slices(plan, gpus, key))
     mig_failed = mig_failures.failure_condition(outcome.failed_nodes, {k.node for k in outcome.placement.servers_of(key)})
-    conditions = [valid, _planned(plan, summary, len(gpus), outcome), mig_failed or _degraded(plan, key, summary),
+    conditions = [valid, _planned(plan, summary, len(gpus), outcome), mig_failed or _degraded(plan, key, summary, outcome.quotas),
                   _profiles_estimated(summary)]
     mig = _mig_condition(outcome, key)
     servers = _servers_condition(system, outcome)
@@ -439,9 +442,18 @@ def _serves_all(summary: Json) -> bool:
     return _served_fraction(summary) >= 1 - 1e-5
 
 
-def _degraded(plan: Plan, key: str, summary: Json) -> st.Condition:
+def _degraded(plan: Plan, key: str, summary: Json, quotas: list[InstanceQuota]) -> st.Condition:
     if _serves_all(summary):
         return st.Condition(st.DEGRADED, False, st.DEMAND_SERVED, "the plan serves all demand within the SLOs")
+    held = [q for q in binding(plan, quotas) if key in q.systems]
+    if held:
+        return st.Condition(st.DEGRADED, True, st.QUOTA_REACHED,
+                            f"the plan serves {100 * _served_fraction(summary):.0f}% of the demand "
+                            f"({summary['servedRequestsPerSecond']:g} of {summary['demandRequestsPerSecond']:g} "
+                            f"requests/s) within the namespace's quota: "
+                            + "; ".join(f"{q.source} leaves tessera {q.limit} {q.mig_profile} instance(s), the plan uses "
+                                        f"{instances_under(q, plan)}"
+                                        for q in held) + "; raise the quota to serve more")
     why = "; ".join(line.removeprefix(f"{key}: ") for line in plan.diagnosis if line.startswith(f"{key}:"))
     return st.Condition(st.DEGRADED, True, st.INSUFFICIENT_CAPACITY,
                         f"the pool serves {100 * _served_fraction(summary):.0f}% of the demand "

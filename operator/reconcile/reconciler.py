@@ -51,6 +51,8 @@ from tessera.operator.reconcile.decide import (STATE_FORMAT, PoolOutcome, about,
                                                frontend_status, spec_digest)
 from tessera.operator.reconcile.node_changes import NodeHold
 from tessera.operator.reconcile.pool_access import denied
+from tessera.operator.reconcile.quotas import instance_quotas
+from tessera.planner.quota import InstanceQuota
 from tessera.operator.reconcile.pause import (held_mig_configs, held_nodes, pause_message, paused_status,
                                               paused_systems, planned_hashes, pool_pause, waiting_changes,
                                               without_paused)
@@ -113,7 +115,8 @@ class Reconciler:
             adapter_gpus[pool.key] = self.adapter_pools.reserved(servers, children)
             self.plan_pool(pool, members.get(pool.key, []), outcome, configs, seen.pool_states[pool.key],
                            paused[pool.key], pool_paused[pool.key] is not None, adapter_gpus[pool.key],
-                           denied(members.get(pool.key, []), pool.key, seen.pool_access))
+                           denied(members.get(pool.key, []), pool.key, seen.pool_access),
+                           instance_quotas(seen.resource_quotas, members.get(pool.key, []), children))
             outcome.mig = desired_mig(pool, outcome.placement)
             for node_name, node_plan in self.profiling.launch(pool, outcome.plan, members.get(pool.key, []),
                                                               self.settings.planner.batches,
@@ -170,10 +173,12 @@ class Reconciler:
     # -- one pool's plan ---------------------------------------------------------
     def plan_pool(self, pool: Pool, systems: list[SystemObject], outcome: PoolOutcome, configs: MigConfigs,
                   state: Mapping[str, str], paused: Mapping[str, str], pool_paused: bool,
-                  adapter_gpus: set[tuple[str, int]], not_allowed: Mapping[str, tuple[str, str]]) -> None:
+                  adapter_gpus: set[tuple[str, int]], not_allowed: Mapping[str, tuple[str, str]],
+                  quotas: list[InstanceQuota]) -> None:
         """The pool's plan: the stored one while its inputs are unchanged or the pool is paused, else a new solve.
         Paused systems keep their last plan's share (pause.py); `adapter_gpus`, the AdapterPools' servers' GPUs,
-        are left out of it; `not_allowed` systems (pool_access.py) are invalid here, whatever their spec."""
+        are left out of it; `not_allowed` systems (pool_access.py) are invalid here, whatever their spec; the plan
+        keeps within the namespaces' `quotas` (quotas.py)."""
         stored_plan = stored_pool_plan(state)
         kept = {k: Share.model_validate(v) for k, v in json.loads(state.get("kept", "{}")).items()}
         known_invalid = json.loads(state.get("invalid", "{}"))
@@ -201,14 +206,14 @@ class Reconciler:
             plan = None
             if state:
                 self.actor.apply([DeletePlan(pool.key, reason="no system plans on the pool any more")])
-        elif state.get("inputs") != self.inputs_hash(pool, candidates, spec_hash, kept, adapter_gpus):
+        elif state.get("inputs") != self.inputs_hash(pool, candidates, spec_hash, kept, adapter_gpus, quotas):
             while candidates:
                 if stored_plan_stands(state, self.pool_hash(pool, adapter_gpus), candidates, spec_hash,
                                       {s.ref.key for s in systems}):
                     plan = stored_plan  # only systems that turned invalid left it
                     break
                 node_pool = planner_pool(pool, configs, reserved=reserved_gpus(kept) | adapter_gpus)
-                plan, found = self.solve(pool.key, candidates, node_pool, stored_plan, outcome)
+                plan, found = self.solve(pool.key, candidates, node_pool, stored_plan, outcome, quotas)
                 if not found:
                     break
                 invalid.update(found)  # left out, with their last good share: solve again without them
@@ -221,7 +226,7 @@ class Reconciler:
                     plan = None
                 checkpoint("after-solve")
                 self.actor.apply([StorePlan(pool.key, reason="the pool's inputs changed", data={
-                    "inputs": self.inputs_hash(pool, candidates, spec_hash, kept, adapter_gpus),
+                    "inputs": self.inputs_hash(pool, candidates, spec_hash, kept, adapter_gpus, quotas),
                     "pool": self.pool_hash(pool, adapter_gpus),
                     "systems": dumps({s.ref.key: spec_hash[s.ref.key] for s in candidates}),
                     "plan": plan.model_dump_json() if plan else "",
@@ -231,7 +236,7 @@ class Reconciler:
                     "invalid": dumps({key: {"hash": spec_hash[key], "reason": reason, "message": message}
                                       for key, (reason, message) in invalid.items() if key in spec_hash}),
                 })])
-        outcome.plan, outcome.invalid = plan, invalid
+        outcome.plan, outcome.invalid, outcome.quotas = plan, invalid, quotas
         node_names = {n.name for n in pool.nodes}
         planned_for = {s.ref.key for s in candidates}
         gpus = [g for g in (placed_gpus(plan) if plan else []) if g.node in node_names]
@@ -254,16 +259,17 @@ class Reconciler:
                               "measured": self.profiling.digest(pool.key)})
 
     def inputs_hash(self, pool: Pool, candidates: list[SystemObject], spec_hash: dict[str, str],
-                    kept: dict[str, Share], adapter_gpus: set[tuple[str, int]]) -> str:
+                    kept: dict[str, Share], adapter_gpus: set[tuple[str, int]], quotas: list[InstanceQuota]) -> str:
         """Everything the plan depends on: equal hash, the stored plan stands."""
         return naming.digest({
             "format": STATE_FORMAT, "gpu": pool.gpu.name,
             "free": [slot for slot in free_slots(pool, kept) if slot not in adapter_gpus],
             "systems": sorted((s.ref.key, spec_hash[s.ref.key]) for s in candidates),
+            "quotas": [(sorted(q.systems), q.mig_profile, q.limit) for q in quotas],
             "options": self.settings.planner.model_dump(mode="json"), "measured": self.profiling.digest(pool.key)})
 
     def solve(self, pool_key: str, candidates: list[SystemObject], node_pool: NodePool, current: Plan | None,
-              outcome: PoolOutcome) -> tuple[Plan | None, dict[str, tuple[str, str]]]:
+              outcome: PoolOutcome, quotas: list[InstanceQuota]) -> tuple[Plan | None, dict[str, tuple[str, str]]]:
         """(the plan, {}) or (None, the systems the planner cannot use); failures go to `outcome.solve_error`.
 
         The planner serves as much demand as it can, so a system whose SLO no
@@ -271,13 +277,15 @@ class Reconciler:
         unplannable (Invalid) only when it serves nothing even alone on the
         pool, else the pool is too small (Degraded). A time limit with a
         checked plan is a plan; one without, or a planner failure, keeps
-        what runs and retries.
+        what runs and retries. Each system is checked alone without its namespace's quotas: a quota that
+        leaves it nothing holds it back, it does not make its spec unplannable.
         """
-        resized = self.demand.replicas_only(current, candidates, node_pool, self.settings.planner,
-                                            self.profiling.store(pool_key))
+        # replicas-only re-sizing knows no quotas: with any, a demand move re-plans in full
+        resized = None if quotas else self.demand.replicas_only(current, candidates, node_pool, self.settings.planner,
+                                                                 self.profiling.store(pool_key))
         if resized is not None:
             return resized, {}
-        result = self.run_solver(pool_key, candidates, node_pool, current)
+        result = self.run_solver(pool_key, candidates, node_pool, current, quotas)
         if isinstance(result, (Planned, TimeLimit, Infeasible)) and result.plan is not None:
             starved = [s for s in candidates if serves_nothing(result.plan, s.ref.key)]
             culprits = self.find_unplannable(pool_key, starved, node_pool) if starved else {}
@@ -314,12 +322,12 @@ class Reconciler:
         return found
 
     def run_solver(self, pool_key: str, systems: list[SystemObject], node_pool: NodePool,
-                   current: Plan | None) -> Outcome:
+                   current: Plan | None, quotas: list[InstanceQuota] | None = None) -> Outcome:
         """One solve in the planner's worker process; the reconcile thread waits, a trigger cancels it."""
         request = PlanRequest(
             systems=[SystemInput(namespace=s.ref.namespace, name=s.ref.name, spec=s.spec) for s in systems],
             pool=node_pool, options=self.settings.planner, current=current,
-            measured=self.profiling.store(pool_key))
+            measured=self.profiling.store(pool_key), quotas=quotas or [])
         started = time.perf_counter()
         with metrics.SOLVE_SECONDS.labels(pool_key).time():
             handle = start_solve(request, memory_limit_mb=self.settings.solve_memory_mb)

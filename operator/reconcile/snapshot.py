@@ -52,6 +52,8 @@ class Snapshot:
     """When it was read (Unix seconds): the clock of the MIG failure back-off."""
     adapter_pools: tuple[AdapterPoolObject, ...] = ()
     pool_access: Mapping[str, Admitted] = field(default_factory=dict)
+    resource_quotas: tuple[Json, ...] = ()
+    """The watched namespaces' ResourceQuotas (reconcile/quotas.py reads those on MIG instances)."""
     """Pool key -> the namespaces its --pool-namespaces rule admits (pools without a rule are absent)."""
 
     @property
@@ -83,6 +85,7 @@ def observe(cluster: Cluster, settings: OperatorSettings, demand: DemandPlanner)
                           for key, found in pool_objects.items()},
         prerequisites=cluster.read_prerequisites(policy, list(preflight.expected_crds())),
         pool_nodes=pool_nodes, at=at, pool_access=read_pool_access(cluster, settings.pool_namespaces),
+        resource_quotas=tuple(cluster.list_resource_quotas()),
         adapter_pools=tuple(read_adapter_pool(obj) for obj in cluster.list_systems(ADAPTER_POOLS)))
 
 

@@ -522,7 +522,7 @@ MATRIX = {
     ("watched", "deployments", "patch"), ("watched", "deployments", "delete"),
     ("watched", "services", "list"), ("watched", "services", "create"), ("watched", "services", "patch"),
     ("watched", "services", "delete"), ("watched", "events", "create"),
-    ("watched", "jobs", "list"), ("watched", "jobs", "watch"),
+    ("watched", "jobs", "list"), ("watched", "jobs", "watch"), ("watched", "resourcequotas", "list"),
     ("watched", "configmaps", "list"), ("watched", "configmaps", "create"), ("watched", "configmaps", "patch"),
     ("watched", "configmaps", "delete"),
 }

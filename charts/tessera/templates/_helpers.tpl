@@ -44,6 +44,10 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 - apiGroups: [""]
   resources: [events]
   verbs: [create]
+# ResourceQuotas on MIG instances cap what a solve may give a namespace's systems.
+- apiGroups: [""]
+  resources: [resourcequotas]
+  verbs: [list]
 # Profiler Jobs: watched either way (a Job left by an earlier install is still seen), created
 # (server-side apply: patch) only with profiling on. Their pods' termination messages are read with
 # the ClusterRole's cluster-wide pods list.

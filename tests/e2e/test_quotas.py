@@ -1,0 +1,45 @@
+"""A namespace's ResourceQuota on MIG instances caps what the plan gives it (issue 29 item 2), on the test cluster.
+
+The API server's own quota admission is what is tested against: a pod beyond the quota is refused
+(FailedCreate on its ReplicaSet, the pod never exists). With every profile but 1g.10gb at 0 and one
+1g.10gb instance, a system asking for far more than one instance carries gets a plan of one 1g.10gb
+replica, every pod of it is admitted, and its status says the quota holds it back.
+"""
+
+from __future__ import annotations
+
+from kubernetes import client
+
+from cluster.kube import wait_for
+
+from .operator_fixtures import crds, custom, run_operator  # noqa: F401  (fixtures)
+from .operator_harness import children, condition, system_yaml, systems
+
+PROFILES = ("1g.10gb", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb")
+
+
+def test_a_namespace_quota_on_mig_instances_caps_the_plan_every_pod_is_admitted_and_status_says_so(
+        run_operator, core, custom, api_client, kubectl):
+    operator = run_operator(nodes=1)
+    namespace = operator.namespace
+    hard = {f"requests.nvidia.com/mig-{p}": "1" if p == "1g.10gb" else "0" for p in PROFILES}
+    core.create_namespaced_resource_quota(namespace, {"metadata": {"name": "gpus"}, "spec": {"hard": hard}})
+    operator.start()
+    kubectl("apply", "-n", namespace, "-f", "-", input=system_yaml("capped", demandRequestsPerSecond=2000))
+
+    def held_back():
+        found = condition(systems(custom, namespace).get("capped", {}), "Degraded")
+        return found if found and found["reason"] == "QuotaReached" else None
+    degraded = wait_for(held_back, 180, "Degraded QuotaReached")
+    assert f"ResourceQuota {namespace}/gpus" in degraded["message"], degraded["message"]
+    deployments = wait_for(lambda: children(api_client, namespace)[0] or None, 60, "the capped plan's servers")
+    requested = {r for d in deployments for c in d.spec.template.spec.containers
+                 for r in (c.resources.requests or {}) if r.startswith("nvidia.com/mig-")}
+    assert requested == {"nvidia.com/mig-1g.10gb"}, requested
+    assert sum(d.spec.replicas for d in deployments) == 1
+    pods = lambda: core.list_namespaced_pod(namespace).items  # noqa: E731
+    wait_for(lambda: len(pods()) == 1 or None, 60, "the one server pod admitted")
+    events = core.list_namespaced_event(namespace).items
+    assert [e.message for e in events if e.reason == "FailedCreate"] == [], "no pod was refused by the quota"
+    used = client.CoreV1Api(api_client).read_namespaced_resource_quota("gpus", namespace).status.used
+    assert used.get("requests.nvidia.com/mig-1g.10gb") == "1"
