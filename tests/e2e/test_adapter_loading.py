@@ -19,13 +19,14 @@ server does not list its adapters, before tessera opens the gate.
 from __future__ import annotations
 
 import time
+from functools import partial
 
 from kubernetes import client
 
 from cluster.kube import wait_for
 from tessera.operator import naming
 from tessera.operator.api.v1alpha1 import child_name
-from tessera.operator.reconcile.adapter_loading import NOT_ANSWERING, loaded_value
+from tessera.operator.reconcile.adapter_loading import MISSING, NOT_ANSWERING, loaded_value
 from tessera.operator.reconcile.adapter_pool_decide import within
 from tessera.planner.placement import place
 from tessera.planner.placement.pool_file import load_problem
@@ -46,6 +47,12 @@ def placed() -> dict[str, list[str]]:
 def server_pods(core, namespace: str, deployment: str) -> list:
     return [p for p in core.list_namespaced_pod(namespace, label_selector=f"tessera.ai/deployment={deployment}").items
             if p.metadata.deletion_timestamp is None]
+
+
+def ready_pod(core, namespace: str, deployment: str):
+    """The server's one pod, once it is Ready; else None."""
+    pods = server_pods(core, namespace, deployment)
+    return pods[0] if len(pods) == 1 and is_ready(pods[0]) else None
 
 
 def condition(pod, kind: str):
@@ -155,3 +162,26 @@ def test_a_pod_that_replaces_a_server_pod_is_loaded_before_it_is_ready(run_opera
     wait_for(lambda: is_ready(core.read_namespaced_pod(new.metadata.name, operator.namespace)), WAIT_S,
              "the new pod Ready", interval=0.5)
     assert_loaded(vllm, core.read_namespaced_pod(new.metadata.name, operator.namespace), adapters)
+
+
+def test_an_adapter_the_server_cannot_load_keeps_only_its_pod_not_ready_and_the_others_load(
+        run_operator, core, custom, kubectl, vllm):
+    servers = placed()
+    (deployment, adapters), *others = servers.items()
+    broken = adapters[0]
+    vllm.missing.add(f"/adapters/{broken}")  # vLLM's 404: no adapter found at the path
+    operator = run_operator(nodes=1, adapter_servers=vllm).start()
+    kubectl("apply", "-n", operator.namespace, "-f", str(POOL_FILE))
+
+    def refused():
+        pods = server_pods(core, operator.namespace, deployment)
+        gate = condition(pods[0], naming.ADAPTERS_LOADED) if pods else None
+        return pods[0] if gate is not None and gate.reason == MISSING else None
+    pod = wait_for(refused, WAIT_S, "the broken adapter's pod reported missing it", interval=0.5)
+    gate = condition(pod, naming.ADAPTERS_LOADED)
+    assert gate.status == "False" and f"1 of {len(adapters)}" in gate.message and broken in gate.message
+    assert sorted(vllm.listed(operator.namespace, pod.metadata.name)) == sorted(a for a in adapters if a != broken)
+    assert not is_ready(pod)
+    for other, its_adapters in others:
+        assert_loaded(vllm, wait_for(partial(ready_pod, core, operator.namespace, other), WAIT_S, f"{other} Ready",
+                                     interval=0.5), its_adapters)
