@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -63,9 +64,16 @@ class Process:
             self.cache.popitem(last=False)
 
 
+class Server(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 128  # the operator asks 16 servers at once; the default backlog of 5 refuses some
+
+
 class VllmStandin:
-    def __init__(self, max_cpu_loras: int = 8, runtime_updating: bool = True) -> None:
+    def __init__(self, max_cpu_loras: int = 8, runtime_updating: bool = True, load_s: float = 0.0) -> None:
         self.max_cpu_loras = max_cpu_loras
+        self.load_s = load_s
+        """Seconds each load takes before it is answered (a fixed stand-in for reading the adapter's files)."""
         self.runtime_updating = runtime_updating
         self.missing: set[str] = set()
         """Adapter paths where no adapter is found (the load is refused with vLLM's 404)."""
@@ -76,12 +84,11 @@ class VllmStandin:
         self.requests: list[tuple[str, str, str, str]] = []
         """(method, namespace, pod, path) of every request answered."""
         self.lock = threading.Lock()
-        self.server: ThreadingHTTPServer | None = None
+        self.server: Server | None = None
 
     # -- what a test does -----------------------------------------------------------
     def start(self) -> "VllmStandin":
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self.server.daemon_threads = True
+        self.server = Server(("127.0.0.1", 0), self._handler())
         threading.Thread(target=self.server.serve_forever, name="vllm-standin", daemon=True).start()
         return self
 
@@ -185,6 +192,8 @@ class VllmStandin:
                 if len(parts) < 4:
                     self._send(*_json(404, NOT_FOUND))
                     return
+                if parts[3] == "v1/load_lora_adapter":
+                    time.sleep(standin.load_s)  # outside the lock: other servers' loads go on meanwhile
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else b""
                 answer = standin._answer(method, parts[1], parts[2], "/" + parts[3], body,
