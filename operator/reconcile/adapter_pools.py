@@ -18,8 +18,8 @@ from tessera.operator.gpus.discovery import Pool
 from tessera.operator.reconcile.act import Actor
 from tessera.operator.reconcile.actions import Json, LoadAdapter
 from tessera.operator.reconcile.adapter_loading import (Listed, ServerKey, decide_loads, decide_readiness,
-                                                        loading_requeue, placed_adapters, pod_name, serving,
-                                                        server_url)
+                                                        loading_requeue, placed_adapters, pod_name, server_of,
+                                                        serving, server_url)
 from tessera.operator.reconcile.adapter_pool_decide import (PoolServers, Slot, choose_slots, compound_gpus,
                                                             decide_pool_status, decide_servers, owned_by,
                                                             placed_compound_gpus, planned_servers, pool_status,
@@ -89,7 +89,7 @@ class AdapterPools:
         """Load what the pods' servers do not list, then set each pod's readiness gate from what its server lists
         after the loads; the seconds until a pod not loaded yet is looked at again."""
         placed = placed_adapters(decided)
-        pods = [pod for pod in pods if serving(pod)]
+        pods = [pod for pod in pods if serving(pod) and server_of(pod) in placed]
         listed = self.list_servers(pods)
         loaded_on = self.load_missing(pods, placed, listed)
         listed.update(self.list_servers([pod for pod in pods if pod_name(pod) in loaded_on]))
