@@ -143,25 +143,43 @@ def test_a_restarted_server_gets_its_adapters_back_within_30_s(run_operator, cor
     assert_loaded(vllm, core.read_namespaced_pod(name, operator.namespace), adapters)
 
 
+def assert_a_new_pod_is_loaded_before_it_is_ready(core, vllm, namespace: str, deployment: str,
+                                                  adapters: list[str], known: set[str]) -> None:
+    """A pod of `deployment` not in `known` appears with its server not up: it stays not Ready while its server does
+    not answer, and turns Ready once the server lists the deployment's adapters."""
+    def new_pod_waiting():
+        pods = [p for p in server_pods(core, namespace, deployment) if p.metadata.name not in known]
+        return pods[0] if pods and waiting_for_its_server(pods[0]) else None
+    new = wait_for(new_pod_waiting, WAIT_S, "the new server pod Running and asked by tessera", interval=0.5)
+    time.sleep(2)
+    new = core.read_namespaced_pod(new.metadata.name, namespace)
+    assert not is_ready(new) and vllm.listed(namespace, new.metadata.name) == []
+
+    vllm.release()
+    wait_for(lambda: is_ready(core.read_namespaced_pod(new.metadata.name, namespace)), WAIT_S, "the new pod Ready",
+             interval=0.5)
+    assert_loaded(vllm, core.read_namespaced_pod(new.metadata.name, namespace), adapters)
+
+
 def test_a_pod_that_replaces_a_server_pod_is_loaded_before_it_is_ready(run_operator, core, custom, kubectl, vllm):
     operator = start_ready_pool(run_operator, vllm, kubectl, custom)
     deployment, adapters = next(iter(placed().items()))
     (old,) = server_pods(core, operator.namespace, deployment)
     vllm.hold_new = True  # the new pod's server is not up at first
     core.delete_namespaced_pod(old.metadata.name, operator.namespace)
+    assert_a_new_pod_is_loaded_before_it_is_ready(core, vllm, operator.namespace, deployment, adapters,
+                                                  {old.metadata.name})
 
-    def new_pod_waiting():
-        pods = [p for p in server_pods(core, operator.namespace, deployment) if p.metadata.name != old.metadata.name]
-        return pods[0] if pods and waiting_for_its_server(pods[0]) else None
-    new = wait_for(new_pod_waiting, WAIT_S, "the new server pod Running and asked by tessera", interval=0.5)
-    time.sleep(2)
-    new = core.read_namespaced_pod(new.metadata.name, operator.namespace)
-    assert not is_ready(new) and vllm.listed(operator.namespace, new.metadata.name) == []
 
-    vllm.release()
-    wait_for(lambda: is_ready(core.read_namespaced_pod(new.metadata.name, operator.namespace)), WAIT_S,
-             "the new pod Ready", interval=0.5)
-    assert_loaded(vllm, core.read_namespaced_pod(new.metadata.name, operator.namespace), adapters)
+def test_a_pod_added_by_a_scale_up_is_loaded_before_it_is_ready(run_operator, core, custom, kubectl, vllm):
+    operator = start_ready_pool(run_operator, vllm, kubectl, custom)
+    deployment, adapters = next(iter(placed().items()))
+    (first,) = server_pods(core, operator.namespace, deployment)
+    vllm.hold_new = True
+    kubectl("scale", "deployment", deployment, "-n", operator.namespace, "--replicas=2")
+    assert_a_new_pod_is_loaded_before_it_is_ready(core, vllm, operator.namespace, deployment, adapters,
+                                                  {first.metadata.name})
+    assert is_ready(core.read_namespaced_pod(first.metadata.name, operator.namespace))  # the first kept serving
 
 
 def test_an_adapter_the_server_cannot_load_keeps_only_its_pod_not_ready_and_the_others_load(
