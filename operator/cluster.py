@@ -30,6 +30,7 @@ CLUSTER_POLICY = ("nvidia.com", "v1", "clusterpolicies")
 DEFAULT_MIG_CONFIGMAP = "default-mig-parted-config"
 APPLY = "application/apply-patch+yaml"
 MERGE = "application/merge-patch+json"
+STRATEGIC = "application/strategic-merge-patch+json"
 POOL_STATE_PREFIX = "tessera-pool-"
 CLIENT_CALLS: dict[type, tuple[str, ...]] = {
     client.CoreV1Api: (
@@ -38,7 +39,7 @@ CLIENT_CALLS: dict[type, tuple[str, ...]] = {
         "list_namespaced_pod", "list_service_for_all_namespaces", "list_namespaced_service",
         "list_config_map_for_all_namespaces", "patch_namespaced_service", "delete_namespaced_service", "list_namespaced_config_map",
         "read_namespaced_config_map", "create_namespaced_config_map", "patch_namespaced_config_map",
-        "delete_namespaced_config_map", "create_namespaced_event"),
+        "delete_namespaced_config_map", "create_namespaced_event", "patch_namespaced_pod_status"),
     client.AppsV1Api: ("list_deployment_for_all_namespaces", "list_namespaced_deployment",
                        "patch_namespaced_deployment", "delete_namespaced_deployment"),
     client.BatchV1Api: ("list_job_for_all_namespaces", "list_namespaced_job", "patch_namespaced_job"),
@@ -270,6 +271,17 @@ class Cluster:
     def patch_node(self, name: str, patch: dict) -> None:
         self.writes += 1
         self.core.patch_node(name, patch, _content_type=MERGE)
+
+    def patch_pod_status(self, namespace: str, name: str, patch: dict) -> None:
+        """A strategic merge on the status subresource: the pod's conditions merge by type, so the kubelet's stay;
+        annotations may change there, the spec may not (so tessera needs no right to patch pods). A pod deleted
+        meanwhile has nothing left to write to."""
+        self.writes += 1
+        try:
+            self.core.patch_namespaced_pod_status(name, namespace, patch, _content_type=STRATEGIC)
+        except ApiException as error:
+            if error.status != 404:
+                raise
 
     def apply(self, body: dict) -> None:
         """Server-side apply under tessera's field manager."""

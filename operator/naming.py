@@ -40,6 +40,11 @@ MIG_FAILURE = f"{GROUP}/mig-failure"
 """Node annotation: the MIG config mig-manager reported `failed` for and when tessera first saw it (JSON), so the
 back-off survives a restart (operator/reconcile/mig_failures.py)."""
 
+ADAPTERS_LOADED = f"{GROUP}/adapters-loaded"
+"""An AdapterPool server pod's readiness gate: True once its server lists every adapter placed on it."""
+LOADED_ADAPTERS = f"{GROUP}/loaded-adapters"
+"""On an AdapterPool server pod: how many of its placed adapters its server lists, and a digest of their names."""
+
 MAX_NAME = 63
 HASH_CHARS = 8
 MIG_CONFIG_PREFIX = f"tessera-{SCHEMA_VERSION}-"

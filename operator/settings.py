@@ -60,6 +60,15 @@ class OperatorSettings(BaseModel):
         default="registry.invalid/tessera/model-server:unset",
         description="Image of variants that name none (the planner still plans them).")
     server_port: int = Field(default=8000, ge=1, le=65535, description="Port of the model servers (KServe V2 HTTP).")
+    adapter_server_url: str = Field(
+        default="http://{pod_ip}:{port}", max_length=512, pattern=r"^https?://",
+        description="How tessera reaches an AdapterPool server pod's vLLM API, to list and load its adapters: a "
+                    "template with {pod_ip}, {port} (--server-port), {namespace} and {pod}. The default is the "
+                    "pod's own address; the end-to-end tests point it at a stand-in server (their fake pods run "
+                    "nothing).")
+    adapter_server_timeout_s: float = Field(
+        default=30.0, gt=0, le=600,
+        description="Seconds tessera waits for one answer of a server's vLLM API (a load reads the adapter's files).")
     frontend_image: str = Field(
         default="registry.invalid/tessera/tessera:unset", max_length=512,
         description="tessera's own image, which runs `tessera frontend` for systems with spec.frontend.")

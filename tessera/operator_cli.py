@@ -72,6 +72,13 @@ def _selector(_ctx, _param, values: tuple[str, ...]) -> dict[str, str]:
               show_default=True, help="Memory cap of the solver process, MB.")
 @click.option("--default-image", default=DEFAULTS.default_image, show_default=True,
               help="Model-server image for variants that name none.")
+@click.option("--adapter-server-url", default=DEFAULTS.adapter_server_url, show_default=True,
+              help="How tessera reaches an AdapterPool server pod's vLLM API: a template with {pod_ip}, {port}, "
+                   "{namespace} and {pod} (the end-to-end tests' stand-in address).")
+@click.option("--adapter-server-timeout", "adapter_server_timeout_s",
+              type=field_range(OperatorSettings, "adapter_server_timeout_s"),
+              default=DEFAULTS.adapter_server_timeout_s, show_default=True,
+              help="Seconds to wait for one answer of a server's vLLM API.")
 @click.option("--frontend-image", default=DEFAULTS.frontend_image, show_default=True,
               help="tessera's own image, for the frontend of each system with spec.frontend.")
 @click.option("--frontend-port", type=field_range(OperatorSettings, "frontend_port"), default=DEFAULTS.frontend_port,

@@ -57,3 +57,15 @@ def job_fingerprint(body, event_type: str | None) -> tuple[str, object]:
     finished = sorted(c.get("type") for c in (body.get("status") or {}).get("conditions") or []
                       if c.get("type") in ("Complete", "Failed") and c.get("status") == "True")
     return _key(body, "job"), (event_type == "DELETED", metadata.get("uid"), finished)
+
+
+def adapter_server_pod_fingerprint(body, event_type: str | None) -> tuple[str, object]:
+    """An AdapterPool server pod matters when it appears, gets its IP, runs, restarts a container or goes: its
+    server may then list fewer adapters than placed on it. Its conditions, which tessera and the kubelet write
+    after that, do not."""
+    metadata = body.get("metadata") or {}
+    status = body.get("status") or {}
+    containers = sorted((c.get("name"), c.get("restartCount"), c.get("ready"))
+                        for c in status.get("containerStatuses") or [])
+    return _key(body, "pod"), (event_type == "DELETED", metadata.get("uid"), status.get("podIP"),
+                               status.get("phase"), containers)

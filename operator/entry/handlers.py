@@ -13,8 +13,10 @@ import kopf
 
 from tessera.operator import naming
 from tessera.operator.entry import process
-from tessera.operator.entry.fingerprints import (adapter_pool_fingerprint, deployment_fingerprint, job_fingerprint,
-                                                  node_fingerprint, system_fingerprint)
+from tessera.operator.entry.fingerprints import (adapter_pool_fingerprint, adapter_server_pod_fingerprint,
+                                                  deployment_fingerprint, job_fingerprint, node_fingerprint,
+                                                  system_fingerprint)
+from tessera.operator.reconcile.adapter_pool_decide import SERVER_COMPONENT
 from tessera.operator.api.adapter_pools import PLURAL as ADAPTER_POOLS
 from tessera.operator.api.systems import PLURAL
 
@@ -60,3 +62,9 @@ async def server_changed(memo: kopf.Memo, body, type, **_) -> None:
 @kopf.on.event("batch", "v1", "jobs", labels={naming.MANAGED_BY: naming.MANAGED_BY_VALUE}, registry=REGISTRY)
 async def profiler_job_changed(memo: kopf.Memo, body, type, **_) -> None:
     memo.controller.trigger("job", *job_fingerprint(body, type), inputs=False)
+
+
+@kopf.on.event("", "v1", "pods", registry=REGISTRY,
+               labels={naming.MANAGED_BY: naming.MANAGED_BY_VALUE, naming.CHILD_KIND_LABEL: SERVER_COMPONENT})
+async def adapter_server_pod_changed(memo: kopf.Memo, body, type, **_) -> None:
+    memo.controller.trigger("pod", *adapter_server_pod_fingerprint(body, type), inputs=False)

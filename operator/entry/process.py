@@ -23,6 +23,7 @@ from tessera.operator.entry.controller import Controller
 from tessera.operator.entry.health import start_probes
 from tessera.operator.entry.leader import LeaderElector, LeaseTiming, guard_writes
 from tessera.operator.reconcile.reconciler import Reconciler
+from tessera.operator.reconcile.snapshot import ADAPTER_SERVER_PODS
 from tessera.operator.settings import OperatorSettings
 from tessera.operator.testhooks import checkpoint
 
@@ -55,6 +56,9 @@ def configure_kopf(settings: kopf.OperatorSettings) -> None:
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="kopf.tessera.ai")
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix="kopf.tessera.ai")
     settings.watching.server_timeout = 300
+    # Pods are watched only for the AdapterPools' servers: the API server filters them, so the operator is not
+    # sent every pod event of the cluster (the handler's own label filter alone would be applied after that).
+    settings.watching.label_selectors["v1", "pods"] = ADAPTER_SERVER_PODS
     # No CRD/namespace watching for discovery: the resources are known, and it would need cluster-wide RBAC.
     settings.scanning.disabled = True
 

@@ -3,7 +3,8 @@
 The order of a reconcile (docs/operator.md, "The order of writes"): the
 records of mig-manager failures, the pool's plan, the mig-parted ConfigMap, node relabels, Services, then
 ConfigMaps (a frontend's config) and Deployments (only onto nodes whose layout is applied), stale children,
-then each system's status and its Events. Every action is idempotent (apply
+then each system's status and its Events; after an AdapterPool's servers, the loads of adapters its pods'
+servers do not list, then those pods' readiness gates and annotations. Every action is idempotent (apply
 is server-side apply, a delete tolerates a child already gone, a status
 patch writes the same status again), and every reconcile decides afresh
 from what it reads, so a process stopped between any two actions resumes
@@ -15,21 +16,25 @@ where the solve is.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 
 from tessera.operator import naming
 from tessera.operator.cluster import Cluster
-from tessera.operator.reconcile.actions import (Action, ApplyChild, DeleteChild, DeletePlan, LabelNode, PatchStatus,
-                                                PostEvent, RecordMigFailure, StorePlan, WriteMigConfigs)
+from tessera.operator.reconcile.actions import (Action, ApplyChild, DeleteChild, DeletePlan, LabelNode, LoadAdapter,
+                                                PatchPodStatus, PatchStatus, PostEvent, RecordMigFailure, StorePlan,
+                                                WriteMigConfigs)
 from tessera.operator.testhooks import checkpoint
+from tessera.operator.vllm import ServerError, VllmClient
 
 log = logging.getLogger("tessera.operator")
 
 
 class Actor:
-    def __init__(self, cluster: Cluster) -> None:
+    def __init__(self, cluster: Cluster, servers: VllmClient) -> None:
         self.cluster = cluster
+        self.servers = servers
 
-    def apply(self, actions: list[Action]) -> None:
+    def apply(self, actions: Sequence[Action]) -> None:
         for action in actions:
             self.apply_one(action)
 
@@ -65,3 +70,10 @@ class Actor:
         elif isinstance(action, PostEvent):
             self.cluster.post_event(action.body)
             checkpoint("after-event")
+        elif isinstance(action, LoadAdapter):
+            try:
+                self.servers.load_adapter(action.url, action.adapter, action.path)
+            except ServerError as error:  # the readiness decided after the loads reports it, and retries
+                log.warning("pod %s: adapter %s not loaded: %s", action.pod, action.adapter, error)
+        elif isinstance(action, PatchPodStatus):
+            self.cluster.patch_pod_status(action.namespace, action.name, action.patch)

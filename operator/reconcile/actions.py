@@ -100,5 +100,27 @@ class PostEvent:
     reason: str
 
 
+@dataclass(frozen=True)
+class LoadAdapter:
+    """Ask one AdapterPool server pod's vLLM to register a LoRA adapter (`POST /v1/load_lora_adapter`)."""
+
+    url: str
+    pod: str
+    adapter: str
+    path: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class PatchPodStatus:
+    """A strategic-merge patch of a pod's status subresource: its readiness gate condition (merged by type with
+    the kubelet's) and tessera's annotation (the status subresource keeps the spec as it is, not the metadata)."""
+
+    namespace: str
+    name: str
+    patch: Json
+    reason: str
+
+
 Action = (StorePlan | DeletePlan | WriteMigConfigs | LabelNode | RecordMigFailure | ApplyChild | DeleteChild
-          | PatchStatus | PostEvent)
+          | PatchStatus | PostEvent | LoadAdapter | PatchPodStatus)

@@ -200,6 +200,8 @@ def server_deployment(ref: PoolRef, spec: AdapterPoolSpec, index: int, server: S
                 "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
                     {"matchExpressions": [{"key": HOSTNAME_LABEL, "operator": "In", "values": [hostname]}]}]}}},
                 "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+                # Ready (and in its Services) only once its server lists its adapters (adapter_loading.py)
+                "readinessGates": [{"conditionType": naming.ADAPTERS_LOADED}],
                 "containers": [container],
             }},
         },

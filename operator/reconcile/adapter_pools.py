@@ -10,25 +10,35 @@ cached for the process while the pool's problem and free GPUs are unchanged.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 
 from tessera.operator.api import status as st
 from tessera.operator.api.adapter_pools import AdapterPoolObject
 from tessera.operator.gpus.discovery import Pool
 from tessera.operator.reconcile.act import Actor
-from tessera.operator.reconcile.actions import Json
+from tessera.operator.reconcile.actions import Json, LoadAdapter
+from tessera.operator.reconcile.adapter_loading import (Listed, ServerKey, decide_loads, decide_readiness,
+                                                        loading_requeue, placed_adapters, pod_name, server_of,
+                                                        serving, server_url)
 from tessera.operator.reconcile.adapter_pool_decide import (PoolServers, Slot, choose_slots, compound_gpus,
                                                             decide_pool_status, decide_servers, owned_by,
                                                             placed_compound_gpus, planned_servers, pool_status,
                                                             server_slots, within)
 from tessera.operator.reconcile.decide import PoolOutcome
 from tessera.operator.settings import OperatorSettings
+from tessera.operator.vllm import ServerError
 from tessera.planner.placement import Placement, PlacementProblem, place
+
+SERVERS_AT_ONCE = 16
+"""Servers asked, or loaded, at once: a server that does not answer costs a reconcile one timeout, not one per pod."""
 
 
 class AdapterPools:
     def __init__(self, actor: Actor, settings: OperatorSettings) -> None:
         self.actor = actor
         self.settings = settings
+        self.servers = actor.servers
+        self.at_once = SERVERS_AT_ONCE
         self._placements: dict[str, dict[PlacementProblem, Placement]] = {}
         """GPU pool key -> the placements its AdapterPools' current problems have."""
 
@@ -74,6 +84,39 @@ class AdapterPools:
             live = owned_by(children, servers.pool.ref)
             self.actor.apply(decide_servers(planned, live, servers.pool.valid))
             self.write_status(servers.pool, *pool_status(servers.pool, servers, planned, live))
+
+    def keep_loaded(self, decided: list[PoolServers], pods: list[Json]) -> float | None:
+        """Load what the pods' servers do not list, then set each pod's readiness gate from what its server lists
+        after the loads; the seconds until a pod not loaded yet is looked at again."""
+        placed = placed_adapters(decided)
+        pods = [pod for pod in pods if serving(pod) and server_of(pod) in placed]
+        listed = self.list_servers(pods)
+        loaded_on = self.load_missing(pods, placed, listed)
+        listed.update(self.list_servers([pod for pod in pods if pod_name(pod) in loaded_on]))
+        self.actor.apply(decide_readiness(pods, placed, listed, st.now_rfc3339()))
+        return loading_requeue(pods, placed, listed)
+
+    def load_missing(self, pods: list[Json], placed: Mapping[ServerKey, tuple[str, ...]],
+                     listed: Mapping[str, Listed]) -> set[str]:
+        """The loads decided, `at_once` servers at a time (one pod's loads in order); the pods loaded on."""
+        by_pod: dict[str, list[LoadAdapter]] = {}
+        for load in decide_loads(pods, placed, listed):
+            by_pod.setdefault(load.pod, []).append(load)
+        with ThreadPoolExecutor(self.at_once) as workers:
+            list(workers.map(self.actor.apply, by_pod.values()))
+        return set(by_pod)
+
+    def list_servers(self, pods: list[Json]) -> dict[str, Listed]:
+        """Observe: what each pod's server lists (`GET /v1/models`), by pod uid, `at_once` servers at a time."""
+        with ThreadPoolExecutor(self.at_once) as workers:
+            return dict(zip((pod["metadata"]["uid"] for pod in pods), workers.map(self.list_server, pods)))
+
+    def list_server(self, pod: Json) -> Listed:
+        url = server_url(self.settings.adapter_server_url, pod, self.settings.server_port)
+        try:
+            return Listed(url, adapters=self.servers.loaded_adapters(url))
+        except ServerError as error:
+            return Listed(url, error=str(error))
 
     def without_pool(self, objects: list[AdapterPoolObject], children: list[Json]) -> None:
         """AdapterPools no GPU pool takes: Pending (or Invalid), their running servers left as they are."""

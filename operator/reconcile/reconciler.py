@@ -58,6 +58,7 @@ from tessera.operator.reconcile.pause import (held_mig_configs, held_nodes, paus
                                               without_paused)
 from tessera.operator.settings import OperatorSettings
 from tessera.operator.testhooks import checkpoint
+from tessera.operator.vllm import VllmClient
 from tessera.planner.contract import (
     Infeasible, InvalidInput, Planned, PlannerFailed, PlanRequest, SystemInput, TimeLimit,
 )
@@ -81,7 +82,7 @@ class Reconciler:
         self.cluster = cluster
         self.settings = settings
         self.cancel = threading.Event()
-        self.actor = Actor(cluster)
+        self.actor = Actor(cluster, VllmClient(settings.adapter_server_timeout_s))
         self.profiling = Profiling(cluster, settings)
         self.demand = DemandPlanner(settings.demand)
         self.adapter_pools = AdapterPools(self.actor, settings)
@@ -166,6 +167,10 @@ class Reconciler:
             phase, conditions, summary = no_pool_status(system, pools)
             self.write_status(system, PoolOutcome(), phase, [*conditions, prerequisites], summary)
         self.adapter_pools.without_pool(adapter_members.get(None, []), children)
+        loading = self.adapter_pools.keep_loaded([d for servers in adapter_servers.values() for d in servers],
+                                                 list(seen.adapter_server_pods))
+        if loading is not None:
+            requeue.append(loading)
         if self.demand.watching(systems):
             requeue.append(self.settings.demand.poll_s)
         return ReconcileResult(min(requeue, default=None), self.cluster.writes - writes_before)

@@ -1,7 +1,7 @@
 """Observe: what one reconcile reads of the cluster, as one immutable value, before anything is decided.
 
 The systems (with the demand hysteresis decided from Prometheus), the
-AdapterPools, the GPU pools from the nodes' labels (less the nodes a persisting mig-manager
+AdapterPools and their server pods, the GPU pools from the nodes' labels (less the nodes a persisting mig-manager
 `failed` leaves out, mig_failures.py), tessera's children, the mig-parted ConfigMap
 and the configs any node names, each pool's stored plan, and what the preflight
 checks (operator/preflight.py). Two reads stay
@@ -27,7 +27,10 @@ from tessera.operator.gpus.planner_input import MigConfigs, mig_configs
 from tessera.operator.reconcile import builders, mig_failures
 from tessera.operator.reconcile.pool_access import Admitted
 from tessera.operator.reconcile.actions import Json
+from tessera.operator.reconcile.adapter_pool_decide import SERVER_COMPONENT
 from tessera.operator.settings import OperatorSettings
+
+ADAPTER_SERVER_PODS = f"{naming.MANAGED_BY}={naming.MANAGED_BY_VALUE},{naming.CHILD_KIND_LABEL}={SERVER_COMPONENT}"
 
 
 @dataclass(frozen=True)
@@ -52,9 +55,11 @@ class Snapshot:
     """When it was read (Unix seconds): the clock of the MIG failure back-off."""
     adapter_pools: tuple[AdapterPoolObject, ...] = ()
     pool_access: Mapping[str, Admitted] = field(default_factory=dict)
+    """Pool key -> the namespaces its --pool-namespaces rule admits (pools without a rule are absent)."""
     resource_quotas: tuple[Json, ...] = ()
     """The watched namespaces' ResourceQuotas (reconcile/quotas.py reads those on MIG instances)."""
-    """Pool key -> the namespaces its --pool-namespaces rule admits (pools without a rule are absent)."""
+    adapter_server_pods: tuple[Json, ...] = ()
+    """The pods of the AdapterPools' server Deployments (their servers are asked what they list: adapter_pools.py)."""
 
     @property
     def mig_configs(self) -> MigConfigs:
@@ -86,7 +91,8 @@ def observe(cluster: Cluster, settings: OperatorSettings, demand: DemandPlanner)
         prerequisites=cluster.read_prerequisites(policy, list(preflight.expected_crds())),
         pool_nodes=pool_nodes, at=at, pool_access=read_pool_access(cluster, settings.pool_namespaces),
         resource_quotas=tuple(cluster.list_resource_quotas()),
-        adapter_pools=tuple(read_adapter_pool(obj) for obj in cluster.list_systems(ADAPTER_POOLS)))
+        adapter_pools=tuple(read_adapter_pool(obj) for obj in cluster.list_systems(ADAPTER_POOLS)),
+        adapter_server_pods=tuple(cluster.list_labelled_pods(ADAPTER_SERVER_PODS)))
 
 
 def read_pool_access(cluster: Cluster, rules: Mapping[str, str]) -> Mapping[str, Admitted]:

@@ -30,6 +30,8 @@ from .binaries import bin_dir
 # Nodes KWOK manages carry this annotation; GPU and CPU fake nodes get it.
 KWOK_NODE_ANNOTATION = ("kwok.x-k8s.io/node", "fake")
 SERVICE_CIDR = "10.96.0.0/16"
+# KWOK's pod stages, its own but for readiness gates, which it would set True by itself (the file says why).
+KWOK_STAGES = Path(__file__).with_name("kwok-stages.yaml")
 SERVICE_IP = "10.96.0.1"
 # Node heartbeats as a kubelet sends them: KWOK renews each node's Lease in kube-node-lease (every quarter
 # of its duration), and the node controller marks a node NotReady only when neither the Lease nor the
@@ -230,6 +232,7 @@ class ControlPlane:
             "--node-ip=127.0.0.1",
             "--cidr=10.244.0.1/16",
             f"--node-lease-duration-seconds={NODE_LEASE_DURATION_S}",
+            f"--config={KWOK_STAGES}",
         ], env={**os.environ, "HOME": str(self.workdir)})  # no ~/.kwok/kwok.yaml leaks in
 
     def _ssl_context(self) -> ssl.SSLContext:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 from kubernetes import client
 
+from cluster.vllm_standin import VllmStandin
+
 from .operator_harness import EXAMPLES, OperatorProcess, delete_pool, make_pool, new_namespace
 
 CRDS = EXAMPLES.parent / "crds"
@@ -22,14 +24,25 @@ def custom(api_client) -> client.CustomObjectsApi:
 
 
 @pytest.fixture
+def vllm():
+    """The AdapterPool servers' stand-in (tests/cluster/vllm_standin.py), one vLLM process per fake pod."""
+    standin = VllmStandin().start()
+    yield standin
+    standin.stop()
+
+
+@pytest.fixture
 def run_operator(cluster, core, tmp_path, crds, mig_manager):
     """Factory: a fresh pool of fake H100 nodes, a namespace, and an operator process watching them."""
     started = []
 
-    def make(nodes: int, resync_s: float = 5.0, gpus_per_node: int = 8) -> OperatorProcess:
+    def make(nodes: int, resync_s: float = 5.0, gpus_per_node: int = 8,
+             adapter_servers: VllmStandin | None = None) -> OperatorProcess:
+        """`adapter_servers`: the stand-in the AdapterPool servers' pods are reached at (the address hook)."""
         pool = make_pool(core, nodes, gpus_per_node)
+        extra = ["--adapter-server-url", adapter_servers.url_template] if adapter_servers else []
         operator = OperatorProcess(cluster.kubeconfig, tmp_path, new_namespace(core, "op"), pool,
-                                   state_namespace=f"tessera-{pool.id}", resync_s=resync_s)
+                                   state_namespace=f"tessera-{pool.id}", resync_s=resync_s, extra_args=extra)
         started.append(operator)
         return operator
 

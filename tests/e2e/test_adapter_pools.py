@@ -4,7 +4,8 @@ The operator runs as a subprocess against the test cluster, as in
 test_operator.py. The planned servers are computed here by `tessera place`'s
 own placement of the same file, and compared with what the Deployment
 controller and the scheduler made of tessera's writes. No vLLM runs: KWOK
-reports the pods Running (loading adapters is not in this slice).
+reports the pods Running, and the servers' stand-in (tests/cluster/vllm_standin.py)
+answers for them, so their readiness gates open (test_adapter_loading.py tests that).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from tessera.operator.reconcile.adapter_pool_decide import within
 from tessera.planner.placement import place
 from tessera.planner.placement.pool_file import load_problem
 
-from .operator_fixtures import crds, custom, run_operator  # noqa: F401  (fixtures)
+from .operator_fixtures import crds, custom, run_operator, vllm  # noqa: F401  (fixtures)
 from .operator_harness import (EXAMPLES, GROUP, VERSION, OperatorProcess, is_true, pinned_node, pods_not_running,
                                system_yaml, wait_ready)
 
@@ -64,8 +65,8 @@ def flags(args: list[str]) -> dict[str, str]:
 
 
 def test_an_adapter_pool_gets_its_planned_vllm_servers_a_ready_status_and_printer_columns(
-        run_operator, core, custom, api_client, kubectl):
-    operator = run_operator(nodes=1).start()
+        run_operator, core, custom, api_client, kubectl, vllm):
+    operator = run_operator(nodes=1, adapter_servers=vllm).start()
     kubectl("apply", "-n", operator.namespace, "-f", str(POOL_FILE))
     found = wait_pool_ready(custom, operator, kubectl)
 
@@ -101,13 +102,13 @@ def test_an_adapter_pool_gets_its_planned_vllm_servers_a_ready_status_and_printe
 
 
 def test_a_compound_system_and_an_adapter_pool_on_one_node_never_claim_one_gpu_twice(
-        run_operator, core, custom, api_client, kubectl):
+        run_operator, core, custom, api_client, kubectl, vllm):
     """One node of 8 GPUs, both applied before the operator starts, the compound system's demand more than the
     node serves: left alone, its plan would take all 8 GPUs, so the two are disjoint only because the AdapterPool's
     GPUs are reserved in the compound solve (and the scheduler alone counts resources, not GPUs). Checked on the
     planned GPUs (the compound plan's devices against the pool's servers' GPUs, which the MIG stand-in must show
     with MIG off) and on the running pods' requests."""
-    operator = run_operator(nodes=1)
+    operator = run_operator(nodes=1, adapter_servers=vllm)
     (node,) = operator.pool.nodes
     kubectl("apply", "-n", operator.namespace, "-f", "-", input=system_yaml("single-model", demandRequestsPerSecond=60000))
     kubectl("apply", "-n", operator.namespace, "-f", str(POOL_FILE))

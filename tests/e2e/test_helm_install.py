@@ -276,7 +276,8 @@ CANNOT = [
     ("get", "secrets"), ("list", "secrets", "--all-namespaces"), ("get", "secrets", "-n", "kube-system"),
     ("create", "pods", "--subresource=exec", "--all-namespaces"),
     ("create", "pods", "--subresource=attach", "--all-namespaces"),
-    ("create", "pods"), ("delete", "pods", "--all-namespaces"),
+    ("create", "pods"), ("delete", "pods", "--all-namespaces"), ("patch", "pods", "--all-namespaces"),
+    ("patch", "pods", "--subresource=status", "-n", "default"),
     ("delete", "nodes"), ("create", "nodes"), ("update", "nodes", "--subresource=status"), ("patch", "nodes", "--subresource=status"),
     ("get", "clusterpolicies.nvidia.com/other"), ("patch", "clusterpolicies.nvidia.com/cluster-policy"),
     ("patch", "configmaps/default-mig-parted-config", "-n", "gpu-operator"),
@@ -296,7 +297,8 @@ def test_the_service_account_can_what_the_operator_does(release, kubectl):
     namespaced = [("list", "compoundinferencesystems.tessera.ai"), ("patch", "compoundinferencesystems.tessera.ai", "--subresource=status"),
                   ("list", "adapterpools.tessera.ai"), ("patch", "adapterpools.tessera.ai", "--subresource=status"),
                   ("watch", "deployments.apps"), ("create", "deployments.apps"), ("patch", "deployments.apps"),
-                  ("delete", "deployments.apps"), ("patch", "services"), ("create", "events")]
+                  ("delete", "deployments.apps"), ("patch", "services"), ("create", "events"), ("watch", "pods"),
+                  ("patch", "pods", "--subresource=status")]
     missing = [c for c in CAN if not can_i(kubectl, release, *c)]
     missing += [c for c in namespaced if not can_i(kubectl, release, *c, "-n", release.workloads)]
     missing += [c for c in [("get", "configmaps"), ("create", "configmaps"), ("patch", "configmaps"),
@@ -525,6 +527,7 @@ MATRIX = {
     ("watched", "jobs", "list"), ("watched", "jobs", "watch"), ("watched", "resourcequotas", "list"),
     ("watched", "configmaps", "list"), ("watched", "configmaps", "create"), ("watched", "configmaps", "patch"),
     ("watched", "configmaps", "delete"),
+    ("watched", "pods", "watch"), ("watched", "pods/status", "patch"),
 }
 # Granted, and not exercised by this module's scenario (install, the examples to Ready, re-apply, upgrade, a
 # fourth system with a frontend changed and removed),
@@ -541,6 +544,8 @@ NOT_EXERCISED_HERE = {
                                           " records the request as a patch",
     ("watched", "services", "create"): "the same",
     ("watched", "configmaps", "create"): "the same (a frontend's ConfigMap, applied by the fourth system above)",
+    ("watched", "pods/status", "patch"): "an AdapterPool server pod's readiness gate and annotation (this scenario"
+                                         " applies no AdapterPool): tests/e2e/test_adapter_loading.py",
 }
 
 

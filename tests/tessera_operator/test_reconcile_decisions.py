@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import json
 
+import kopf
+
 from tessera.operator.entry import fingerprints
+from tessera.operator.entry.process import configure_kopf
 from tessera.operator.reconcile.decide import POOL_ANNOTATION, assign_to_pools, stored_plan_stands
 from tessera.operator.api.systems import read_system
 
@@ -62,6 +65,32 @@ def test_node_heartbeats_do_not_wake_the_reconciler_but_mig_labels_do():
     assert fingerprints.node_fingerprint(heartbeat, "MODIFIED") == (key, first)
     relabelled = gpu_node("h1", extra_labels={"nvidia.com/mig.config.state": "success"})
     assert fingerprints.node_fingerprint(relabelled, "MODIFIED")[1] != first
+
+
+def test_an_adapter_server_pods_restart_or_ip_wakes_the_reconciler_but_its_gate_and_annotation_do_not():
+    pod = {"metadata": {"name": "p", "namespace": "shop", "uid": "u1"},
+           "status": {"phase": "Running", "podIP": "10.0.0.7", "conditions": [],
+                      "containerStatuses": [{"name": "server", "restartCount": 0, "ready": True}]}}
+    key, first = fingerprints.adapter_server_pod_fingerprint(pod, "MODIFIED")
+    gated = {"metadata": {**pod["metadata"], "annotations": {"tessera.ai/loaded-adapters": "3:abc"}},
+             "status": {**pod["status"], "conditions": [{"type": "tessera.ai/adapters-loaded", "status": "True"},
+                                                        {"type": "Ready", "status": "True"}]}}
+    assert fingerprints.adapter_server_pod_fingerprint(gated, "MODIFIED") == (key, first)
+    restarted = {**pod, "status": {**pod["status"], "containerStatuses": [
+        {"name": "server", "restartCount": 1, "ready": False}]}}
+    assert fingerprints.adapter_server_pod_fingerprint(restarted, "MODIFIED")[1] != first
+    moved = {**pod, "status": {**pod["status"], "podIP": "10.0.0.8"}}
+    assert fingerprints.adapter_server_pod_fingerprint(moved, "MODIFIED")[1] != first
+
+
+def test_the_api_server_sends_only_the_adapter_servers_pod_events():
+    settings = kopf.OperatorSettings()
+    configure_kopf(settings)
+    pods = kopf.Resource(group="", version="v1", plural="pods", kind="Pod", namespaced=True)
+    deployments = kopf.Resource(group="apps", version="v1", plural="deployments", kind="Deployment", namespaced=True)
+    assert list(settings.watching.label_selectors.collect(pods)) == [
+        "app.kubernetes.io/managed-by=tessera,tessera.ai/component=adapter-server"]
+    assert list(settings.watching.label_selectors.collect(deployments)) == []
 
 
 def test_status_writes_alone_do_not_wake_the_reconciler():

@@ -48,6 +48,15 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 - apiGroups: [""]
   resources: [resourcequotas]
   verbs: [list]
+# AdapterPool server pods: watched (a restarted container or a new pod gets its adapters loaded again);
+# their readiness gate tessera.ai/adapters-loaded and tessera.ai/loaded-adapters annotation, both written
+# through pods/status (which keeps a pod's spec as it is: no right to patch pods themselves).
+- apiGroups: [""]
+  resources: [pods]
+  verbs: [watch]
+- apiGroups: [""]
+  resources: [pods/status]
+  verbs: [patch]
 # Profiler Jobs: watched either way (a Job left by an earlier install is still seen), created
 # (server-side apply: patch) only with profiling on. Their pods' termination messages are read with
 # the ClusterRole's cluster-wide pods list.
