@@ -272,3 +272,26 @@ def test_progress_is_reported_during_the_run():
              poll_s=0.005)
     mid = [t for t in seen if 0 < t < 600]
     assert len(mid) >= 2, seen[:5]
+
+
+def test_calibration_fits_vllms_rules_to_the_measured_itl_less_the_twins_own_load_time(monkeypatch):
+    # the real ITL holds the real server's adapter loads and the twin adds its own to every step:
+    # a first fit replays the runs with more adapters than slots, the second fits what is left
+    from tessera.planner.twin import validate
+
+    fitted_on = []
+    fit_steps = validate._fit_steps
+
+    def spy(runs, base, load_ms_per_step):
+        fitted_on.append(load_ms_per_step.copy())
+        return fit_steps(runs, base, load_ms_per_step)
+
+    monkeypatch.setattr(validate, "_fit_steps", spy)
+    runs = [r for r in validate.load_runs(VLLM_LORA / "qwen_runs.csv") if r.low_rate][:12]
+    profile = validate.calibrate(runs, QWEN, workers=1)
+    assert profile.slot_fill == "set_order" and profile.overhead.wait_counts == "skipped"
+    first, second = fitted_on
+    swapping = np.array([r.n_adapters > r.max_loras for r in runs])
+    assert swapping.any() and not swapping.all()
+    assert not first.any()
+    assert (second[swapping] > 0).all() and not second[~swapping].any()
