@@ -8,7 +8,7 @@
 enum { NOT_ARRIVED = 0, WAITING = 1, RUNNING = 2, FINISHED = 3, DROPPED = 4 };
 enum { P_DURATION, P_MAX_TOKENS, P_MAX_SEQS, P_MAX_LORAS, P_KV_BLOCKS, P_BLOCK, P_PREALLOC, P_CAP,
        P_STEP_A, P_STEP_B, P_STEP_C, P_LORA_C0, P_LORA_C1, P_OVH_C0, P_OVH_RUN, P_OVH_WAIT, P_SAMPLE_DT,
-       P_SLOT_MS, P_WAIT_SKIPPED, P_SET_ORDER, P_ADAPTER_MS };
+       P_SLOT_MS, P_WAIT_SKIPPED, P_SET_ORDER };
 enum { S_STEPS, S_PREEMPT, S_LOADS, S_DROPPED, S_ITL_SUM, S_ITL_N, S_RUN_TIME, S_KV_TIME, S_MAX_RUN,
        S_MAX_WAIT, S_MAX_BLOCKS, S_MAX_SET, S_MAX_RESIDENT, S_END_T, S_BUSY_T, S_WAIT_TIME, S_LOAD_MS };
 #define ITL_BINS 400
@@ -273,8 +273,6 @@ int64_t simulate_kernel(int64_t n_req, const double *arr_t, const int32_t *arr_a
         }
         /* vLLM's LoRA kernels launch thread blocks for every slot (the grid's MAX_LORAS axis), busy or not */
         step_ms += params[P_SLOT_MS] * (max_loras + 1);
-        /* and blocks that do work for every adapter the batch holds */
-        step_ms += params[P_ADAPTER_MS] * nset;
         /* per waiting request: every one, or (vLLM V1 Scheduler.schedule) only those its waiting loop
          * visits and skips, which it does once the step's adapters fill max_loras */
         int64_t counted = nwait;

@@ -388,8 +388,6 @@ def simulate_kernel(
                 last_used[a] = step
         # vLLM's LoRA kernels launch thread blocks for every slot (the grid's MAX_LORAS axis), busy or not
         step_ms += params[P_SLOT_MS] * (max_loras + 1)
-        # and blocks that do work for every adapter the batch holds
-        step_ms += params[P_ADAPTER_MS] * nset
         # the scheduler's cost per waiting request: every one, or (vLLM V1 Scheduler.schedule) only those its
         # waiting loop visits and skips, which it does once the step's adapters fill max_loras
         counted = nwait

@@ -39,8 +39,7 @@ P_SAMPLE_DT = 16  # s between time-series samples
 P_SLOT_MS = 17  # ms per adapter slot (--max-loras + 1) per step: the LoRA kernels' grid
 P_WAIT_SKIPPED = 18  # 1: the per-waiting cost counts only the requests the LoRA rule skips (0: every one)
 P_SET_ORDER = 19  # 1: slots are filled in vLLM's pass over the batch's adapter set, which may evict one of the batch
-P_ADAPTER_MS = 20  # ms per distinct adapter in the batch per step, added: the LoRA kernels' blocks that do work
-N_PARAMS = 21
+N_PARAMS = 20
 
 # indices into the statistics vector
 S_STEPS = 0

@@ -140,9 +140,6 @@ class StepCoefficients(_File):
                            description="Per adapter slot (--max-loras + 1) per step at max rank <= 16, 0..100 ms.")
     slot_rank_share: float = Field(default=0.0, ge=0, le=1,
                                    description="Share of the per-slot cost that grows with each 16 of max rank, 0..1.")
-    adapter_ms: float = Field(default=0.0, ge=0, le=100,
-                              description="Per distinct adapter in the batch per step, added, at max rank <= 16 "
-                                          "(grows with max rank as the per-slot cost does), 0..100 ms.")
 
 
 class Overhead(_File):

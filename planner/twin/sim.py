@@ -104,9 +104,7 @@ def engine_params(profile: ServerProfile, cfg: ServerConfig, duration: float, kv
     p[engine.P_OVH_WAIT] = o.wait_ms
     p[engine.P_SAMPLE_DT] = cfg.sample_dt
     # the shrink kernel's blocks per slot grow with each 16 of --max-lora-rank (its grid's rank axis)
-    rank_factor = 1 + s.slot_rank_share * (-(-max_rank // 16) - 1)
-    p[engine.P_SLOT_MS] = s.slot_ms * rank_factor
-    p[engine.P_ADAPTER_MS] = s.adapter_ms * rank_factor
+    p[engine.P_SLOT_MS] = s.slot_ms * (1 + s.slot_rank_share * (-(-max_rank // 16) - 1))
     p[engine.P_WAIT_SKIPPED] = 1.0 if o.wait_counts == "skipped" else 0.0
     p[engine.P_SET_ORDER] = 1.0 if profile.slot_fill == "set_order" else 0.0
     return p

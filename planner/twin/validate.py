@@ -291,26 +291,25 @@ def _fit_steps(runs: list[RealRun], base: ServerProfile, load_ms_per_step: Float
     skipping = np.array([r.n_adapters > r.max_loras for r in runs], float)
     ok = np.isfinite(R) & np.isfinite(itl) & np.isfinite(W) & np.isfinite(pt)
     R, W, itl, pt, n, slots, skipping = R[ok], W[ok], itl[ok], pt[ok], n[ok], slots[ok], skipping[ok]
-    busy = n * rank_factor[ok]
     s0 = base.step
 
     def model(x: FloatArray) -> FloatArray:
-        a, b, c, l1, w, g, d = x
+        a, b, c, l1, w, g = x
         # prompt tokens per step = prompt tokens/s * step length; solve the fixed point once
         step: FloatArray = itl.copy()
         for _ in range(3):
             P = pt * step / 1000
-            step = (a + b * R + c * P) * (s0.lora_c0 + l1 * n) + w * W * skipping + g * slots + d * busy
+            step = (a + b * R + c * P) * (s0.lora_c0 + l1 * n) + w * W * skipping + g * slots
         return step
 
-    x0 = [s0.a_ms, s0.b_ms, 0.01, s0.lora_c1, 0.0005, 0.1, 0.05]
+    x0 = [s0.a_ms, s0.b_ms, 0.01, s0.lora_c1, 0.0005, 0.1]
     # absolute residuals (ms): the saturated runs, whose long steps set the
     # starved throughput, weigh more than the nearly idle ones
     fit = least_squares(lambda x: model(x) - itl, x0,
-                        bounds=([1, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], [40, 1.0, 1.0, 0.2, 0.01, 5.0, 5.0]))
-    a, b, c, l1, w, g, d = (float(v) for v in fit.x)
+                        bounds=([1, 0.0, 0.0, 0.0, 0.0, 0.0], [40, 1.0, 1.0, 0.2, 0.01, 5.0]))
+    a, b, c, l1, w, g = (float(v) for v in fit.x)
     return base.with_updates(step={"a_ms": round(a, 4), "b_ms": round(b, 5), "c_ms": round(c, 5),
-                                   "lora_c1": round(l1, 5), "slot_ms": round(g, 5), "adapter_ms": round(d, 5)},
+                                   "lora_c1": round(l1, 5), "slot_ms": round(g, 5)},
                              overhead={"wait_ms": round(w, 6), "wait_counts": "skipped"},
                              slot_fill="set_order")
 

@@ -230,7 +230,7 @@ def test_c_and_numba_builds_give_identical_results(monkeypatch, vllm_rules):
         pytest.skip("no C compiler")
     prof = _kv_tight_profile()
     if vllm_rules:
-        prof = prof.with_updates(step={"slot_ms": 0.2, "adapter_ms": 0.05}, slot_fill="set_order",
+        prof = prof.with_updates(step={"slot_ms": 0.2}, slot_fill="set_order",
                                  overhead={"wait_ms": 0.01, "wait_counts": "skipped"})
     w = wl(48, [2.0, 0.5, 0.1], duration=120)
     cfg = ServerConfig(max_loras=8, outstanding_cap=2000)
