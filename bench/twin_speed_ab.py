@@ -3,10 +3,11 @@
 Timings on a shared machine drift with its load, so both kernels run in the
 same process, alternating, and the figure is the ratio of their medians. The
 earlier kernel is ``git show REF:planner/twin/_kernel.c`` compiled here, run with
-the shipped profile (what it could model); the current one runs with the
-profile ``tessera twin validate`` calibrates (the slot cost and the skipped-
-waiting rule on), so the ratio includes the new rules' work. Writes
-bench/results/twin_speed_ab.json.
+the shipped profile (what it could model) and its own signature (a kernel
+from before vLLM's slot pass takes no set order); the current one runs with
+the profile ``tessera twin validate`` calibrates (the slot cost, the
+skipped-waiting rule and vLLM's slot pass on), so the ratio includes the new
+rules' work. Writes bench/results/twin_speed_ab.json.
 
     nice -n 10 .venv/bin/python -P bench/twin_speed_ab.py [--ref main] [--repeats 5]
 """
@@ -18,6 +19,7 @@ import os
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -40,9 +42,28 @@ def _library(source: str, directory: Path) -> ctypes.CDLL:
     lib = ctypes.CDLL(str(so))
     P = ctypes.c_void_p
     lib.simulate_kernel.restype = ctypes.c_int64
-    lib.simulate_kernel.argtypes = [ctypes.c_int64, P, P, P, P, ctypes.c_int64, P, P, P, P, P,
-                                    ctypes.c_int64, P, P, P, P, P, P]
+    lib.simulate_kernel.argtypes = [ctypes.c_int64, P, P, P, P, ctypes.c_int64, P] + [P] * _takes_set_order(source) + [
+        P, P, P, P, ctypes.c_int64, P, P, P, P, P, P]
     return lib
+
+
+def _takes_set_order(source: str) -> bool:
+    return "const int32_t *set_order" in source
+
+
+def _without_set_order(lib: ctypes.CDLL) -> Callable[..., tuple[int, int]]:
+    """A kernel from before vLLM's slot pass takes no set order: sim.simulate's call, less that argument."""
+    def call(arr_t: np.ndarray, arr_ad: np.ndarray, prompt: np.ndarray, out_len: np.ndarray, load_ms: np.ndarray,
+             set_order: np.ndarray, params: np.ndarray, *outputs: np.ndarray) -> tuple[int, int]:
+        state, gen, ttft, ts_running, ts_waiting, ts_kv, itl_hist, stats = outputs
+        counts = np.zeros(2, np.int64)
+        lib.simulate_kernel(arr_t.shape[0], arr_t.ctypes.data, arr_ad.ctypes.data, prompt.ctypes.data,
+                            out_len.ctypes.data, load_ms.shape[0], load_ms.ctypes.data, params.ctypes.data,
+                            state.ctypes.data, gen.ctypes.data, ttft.ctypes.data, ts_running.shape[0],
+                            ts_running.ctypes.data, ts_waiting.ctypes.data, ts_kv.ctypes.data, itl_hist.ctypes.data,
+                            stats.ctypes.data, counts.ctypes.data)
+        return int(counts[0]), int(counts[1])
+    return call
 
 
 def main() -> None:
@@ -59,21 +80,27 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         old_source = subprocess.run(["git", "show", f"{args.ref}:planner/twin/_kernel.c"], cwd=ROOT, check=True,
                                     capture_output=True, text=True).stdout
-        kernels = {"before": (_library(old_source, Path(tmp) / "before"), shipped),
-                   "after": (_library((ROOT / "planner/twin/_kernel.c").read_text(), Path(tmp) / "after"), calibrated)}
+        sources = {"before": old_source, "after": (ROOT / "planner/twin/_kernel.c").read_text()}
+        kernels = {name: (_library(source, Path(tmp) / name), _takes_set_order(source)) for name, source in sources.items()}
+        profiles = {"before": shipped, "after": calibrated}
         walls: dict[str, list[float]] = {name: [] for name in kernels}
         steps: dict[str, int] = {}
+        loads: dict[str, int] = {}
+        call_with_set_order = ckernel.simulate_kernel
         for _ in range(args.repeats):
-            for name, (lib, profile) in kernels.items():
+            for name, (lib, set_order) in kernels.items():
                 ckernel._lib = lib  # the loaded kernel simulate() calls
+                ckernel.simulate_kernel = call_with_set_order if set_order else _without_set_order(lib)
+                profile = profiles[name]
                 t0 = time.process_time()
                 res = simulate(w, profile, cfg, seed=0)
                 walls[name].append(time.process_time() - t0)
                 steps[name] = res.steps
+                loads[name] = res.loads
     before, after = (float(np.median(walls[n])) for n in ("before", "after"))
     out = {"config": "384 adapters, 1.6/0.8/0.4 req/s, A_max=16, max rank 32, 3600 s, 960714 arrivals, cap 26000",
            "ref": args.ref, "cpu_s": walls, "median_cpu_s": {"before": before, "after": after},
-           "after_over_before": after / before, "steps": steps, "load_avg_1min": os.getloadavg()[0]}
+           "after_over_before": after / before, "steps": steps, "loads": loads, "load_avg_1min": os.getloadavg()[0]}
     (ROOT / "bench" / "results" / "twin_speed_ab.json").write_text(json.dumps(out, indent=2))
     print(json.dumps(out, indent=2))
 

@@ -256,7 +256,7 @@ def calibrate_cmd(model: str, max_rank: int | None, out: Path) -> None:
     runs = [r for r in validate.load_runs() if max_rank is None or r.max_rank == max_rank]
     p = validate.calibrate(runs, load_profile(model))
     p.save(out)
-    console.print(f"wrote {out}: step={p.step} overhead={p.overhead} lengths={p.lengths}")
+    console.print(f"wrote {out}: step={p.step} overhead={p.overhead} slot_fill={p.slot_fill} lengths={p.lengths}")
 
 
 @twin.command("sweep")

@@ -8,9 +8,9 @@
 enum { NOT_ARRIVED = 0, WAITING = 1, RUNNING = 2, FINISHED = 3, DROPPED = 4 };
 enum { P_DURATION, P_MAX_TOKENS, P_MAX_SEQS, P_MAX_LORAS, P_KV_BLOCKS, P_BLOCK, P_PREALLOC, P_CAP,
        P_STEP_A, P_STEP_B, P_STEP_C, P_LORA_C0, P_LORA_C1, P_OVH_C0, P_OVH_RUN, P_OVH_WAIT, P_SAMPLE_DT,
-       P_SLOT_MS, P_WAIT_SKIPPED };
+       P_SLOT_MS, P_WAIT_SKIPPED, P_SET_ORDER };
 enum { S_STEPS, S_PREEMPT, S_LOADS, S_DROPPED, S_ITL_SUM, S_ITL_N, S_RUN_TIME, S_KV_TIME, S_MAX_RUN,
-       S_MAX_WAIT, S_MAX_BLOCKS, S_MAX_SET, S_MAX_RESIDENT, S_END_T, S_BUSY_T, S_WAIT_TIME };
+       S_MAX_WAIT, S_MAX_BLOCKS, S_MAX_SET, S_MAX_RESIDENT, S_END_T, S_BUSY_T, S_WAIT_TIME, S_LOAD_MS };
 #define ITL_BINS 400
 #define ITL_LO (-4.0)
 #define ITL_HI 2.0
@@ -54,8 +54,46 @@ static int32_t heap_remove(H *h, int32_t a, int32_t nheap) {
 
 static inline int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+/* The GPU slots after one step's adapters, as vLLM 0.8.5 fills them (LRUCacheWorkerLoRAManager._apply_adapters):
+ * one pass over the batch's adapters in their set's order touches each; one not in a slot is copied into the
+ * least recently touched slot (LRUCacheLoRAModelManager.activate_adapter -> _active_adapters.remove_oldest),
+ * which may hold an adapter of this batch the pass has not reached yet: that one is copied back when the pass
+ * reaches it. Returns the load time; *n_resident is the slots held. */
+static double load_in_set_order(int64_t step, int64_t nset, const int32_t *setlist, int64_t n_ad,
+                                const int32_t *set_order, const int64_t *set_pos, const int64_t *set_stamp,
+                                int8_t *resident, int64_t *last_used, int64_t *n_resident, int64_t max_loras,
+                                const double *load_ms, double *stats) {
+    double ms = 0.0;
+    int miss = 0;
+    for (int64_t q = 0; q < nset; q++) {
+        if (resident[setlist[q]] == 0) { miss = 1; break; }
+    }
+    if (!miss) { /* only touches: the order of the stamps is the pass's, whatever order they are written in */
+        for (int64_t q = 0; q < nset; q++) { int32_t a = setlist[q]; last_used[a] = step * n_ad + set_pos[a]; }
+        return ms;
+    }
+    for (int64_t q = 0; q < n_ad; q++) {
+        int32_t a = set_order[q];
+        if (set_stamp[a] != step) continue;
+        if (resident[a] == 0) {
+            if (*n_resident >= max_loras) {
+                int64_t lru = -1, lru_t = 0;
+                for (int64_t b = 0; b < n_ad; b++) {
+                    if (resident[b] == 1 && (lru < 0 || last_used[b] < lru_t)) { lru = b; lru_t = last_used[b]; }
+                }
+                resident[lru] = 0; *n_resident -= 1;
+            }
+            resident[a] = 1; *n_resident += 1; stats[S_LOADS] += 1; stats[S_LOAD_MS] += load_ms[a];
+            ms += load_ms[a];
+        }
+        last_used[a] = step * n_ad + q;
+    }
+    return ms;
+}
+
 int64_t simulate_kernel(int64_t n_req, const double *arr_t, const int32_t *arr_ad, const int32_t *prompt,
-                        const int32_t *out_len, int64_t n_ad, const double *load_ms, const double *params,
+                        const int32_t *out_len, int64_t n_ad, const double *load_ms, const int32_t *set_order,
+                        const double *params,
                         int8_t *state, int32_t *gen, float *ttft, int64_t n_samples, int32_t *ts_running,
                         int32_t *ts_waiting, float *ts_kv, double *itl_hist, double *stats, int64_t *out_counts) {
     double duration = params[P_DURATION];
@@ -81,6 +119,9 @@ int64_t simulate_kernel(int64_t n_req, const double *arr_t, const int32_t *arr_a
     H h = {heap, hpos, head, key};
     int32_t nheap = 0;
     int64_t n_resident = 0;
+    int in_set_order = params[P_SET_ORDER] > 0;
+    int64_t *set_pos = calloc(n_ad, sizeof(int64_t));
+    for (int64_t q = 0; q < n_ad; q++) set_pos[set_order[q]] = q;
 
     int32_t *running = calloc(max_seqs + 1, sizeof(int32_t));
     int32_t *sched_tok = calloc(max_seqs + 1, sizeof(int32_t));
@@ -208,22 +249,27 @@ int64_t simulate_kernel(int64_t n_req, const double *arr_t, const int32_t *arr_a
 
         double base = params[P_STEP_A] + params[P_STEP_B] * decode_n + params[P_STEP_C] * prefill_tok;
         double step_ms = base * (params[P_LORA_C0] + params[P_LORA_C1] * nset);
-        for (int64_t q = 0; q < nset; q++) {
-            int32_t a = setlist[q];
-            if (resident[a] == 0) {
-                if (n_resident >= max_loras) {
-                    int64_t lru = -1, lru_t = 0;
-                    for (int64_t b = 0; b < n_ad; b++) {
-                        if (resident[b] == 1 && set_stamp[b] != step) {
-                            if (lru < 0 || last_used[b] < lru_t) { lru = b; lru_t = last_used[b]; }
+        if (in_set_order) {
+            step_ms += load_in_set_order(step, nset, setlist, n_ad, set_order, set_pos, set_stamp, resident, last_used,
+                                         &n_resident, max_loras, load_ms, stats);
+        } else {
+            for (int64_t q = 0; q < nset; q++) {
+                int32_t a = setlist[q];
+                if (resident[a] == 0) {
+                    if (n_resident >= max_loras) {
+                        int64_t lru = -1, lru_t = 0;
+                        for (int64_t b = 0; b < n_ad; b++) {
+                            if (resident[b] == 1 && set_stamp[b] != step) {
+                                if (lru < 0 || last_used[b] < lru_t) { lru = b; lru_t = last_used[b]; }
+                            }
                         }
+                        if (lru >= 0) { resident[lru] = 0; n_resident -= 1; }
                     }
-                    if (lru >= 0) { resident[lru] = 0; n_resident -= 1; }
+                    resident[a] = 1; n_resident += 1; stats[S_LOADS] += 1; stats[S_LOAD_MS] += load_ms[a];
+                    step_ms += load_ms[a];
                 }
-                resident[a] = 1; n_resident += 1; stats[S_LOADS] += 1;
-                step_ms += load_ms[a];
+                last_used[a] = step;
             }
-            last_used[a] = step;
         }
         /* vLLM's LoRA kernels launch thread blocks for every slot (the grid's MAX_LORAS axis), busy or not */
         step_ms += params[P_SLOT_MS] * (max_loras + 1);
@@ -299,7 +345,7 @@ int64_t simulate_kernel(int64_t n_req, const double *arr_t, const int32_t *arr_a
     }
     out_counts[0] = nrunning; out_counts[1] = nwait;
     free(computed); free(blocks); free(nxt); free(key); free(last_t); free(head); free(tail); free(nwait_ad);
-    free(heap); free(hpos); free(setlist); free(resident); free(last_used); free(set_stamp); free(running);
+    free(heap); free(hpos); free(setlist); free(resident); free(last_used); free(set_stamp); free(set_pos); free(running);
     free(sched_tok);
     return 0;
 }

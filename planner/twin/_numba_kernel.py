@@ -79,6 +79,50 @@ def _ceil_div(a: int, b: int) -> int:
     return (a + b - 1) // b
 
 
+@njit(cache=True)
+def _load_in_set_order(step: int, nset: int, setlist: np.ndarray, set_order: np.ndarray, set_pos: np.ndarray,
+                       set_stamp: np.ndarray, resident: np.ndarray, last_used: np.ndarray, n_resident: int,
+                       max_loras: int, load_ms: np.ndarray, stats: np.ndarray) -> tuple[float, int]:
+    """The GPU slots after one step's adapters, as vLLM 0.8.5 fills them (LRUCacheWorkerLoRAManager.
+    _apply_adapters): one pass over the batch's adapters in their set's order touches each; one not in a slot
+    is copied into the least recently touched slot (LRUCacheLoRAModelManager.activate_adapter ->
+    _active_adapters.remove_oldest), which may hold an adapter of this batch the pass has not reached yet:
+    that one is copied back when the pass reaches it. Returns the load time and the slots held."""
+    n_ad = set_order.shape[0]
+    ms = 0.0
+    miss = False
+    for q in range(nset):
+        if resident[setlist[q]] == 0:
+            miss = True
+            break
+    if not miss:  # only touches: the order of the stamps is the pass's, whatever order they are written in
+        for q in range(nset):
+            a = setlist[q]
+            last_used[a] = step * n_ad + set_pos[a]
+        return ms, n_resident
+    for q in range(n_ad):
+        a = set_order[q]
+        if set_stamp[a] != step:
+            continue
+        if resident[a] == 0:
+            if n_resident >= max_loras:
+                lru = -1
+                lru_t = np.int64(0)
+                for b in range(n_ad):
+                    if resident[b] == 1 and (lru < 0 or last_used[b] < lru_t):
+                        lru = b
+                        lru_t = last_used[b]
+                resident[lru] = 0
+                n_resident -= 1
+            resident[a] = 1
+            n_resident += 1
+            stats[S_LOADS] += 1
+            stats[S_LOAD_MS] += load_ms[a]
+            ms += load_ms[a]
+        last_used[a] = step * n_ad + q
+    return ms, n_resident
+
+
 @njit(cache=True, nogil=True)
 def simulate_kernel(
     arr_t: np.ndarray,  # float64[N] arrival times, sorted
@@ -86,6 +130,7 @@ def simulate_kernel(
     prompt: np.ndarray,  # int32[N] prompt tokens
     out_len: np.ndarray,  # int32[N] output tokens the request will produce
     load_ms: np.ndarray,  # float64[A] CPU->GPU load time of each adapter
+    set_order: np.ndarray,  # int32[A] the adapters in the order vLLM iterates a set of them (by name hash)
     params: np.ndarray,  # float64[N_PARAMS]
     # outputs
     state: np.ndarray,  # int8[N]
@@ -132,6 +177,10 @@ def simulate_kernel(
     set_stamp = np.full(n_ad, -1, np.int64)
     setlist = np.zeros(n_ad, np.int32)
     n_resident = 0
+    in_set_order = params[P_SET_ORDER] > 0
+    set_pos = np.zeros(n_ad, np.int64)
+    for q in range(n_ad):
+        set_pos[set_order[q]] = q
 
     running = np.zeros(max_seqs + 1, np.int32)
     sched_tok = np.zeros(max_seqs + 1, np.int32)
@@ -311,26 +360,32 @@ def simulate_kernel(
         # ---- step time ----
         base = params[P_STEP_A] + params[P_STEP_B] * decode_n + params[P_STEP_C] * prefill_tok
         step_ms = base * (params[P_LORA_C0] + params[P_LORA_C1] * nset)
-        for q in range(nset):
-            a = setlist[q]
-            if resident[a] == 0:
-                if n_resident >= max_loras:
-                    # evict the least recently used adapter not in this batch
-                    lru = -1
-                    lru_t = np.int64(0)
-                    for b in range(n_ad):
-                        if resident[b] == 1 and set_stamp[b] != step:
-                            if lru < 0 or last_used[b] < lru_t:
-                                lru = b
-                                lru_t = last_used[b]
-                    if lru >= 0:
-                        resident[lru] = 0
-                        n_resident -= 1
-                resident[a] = 1
-                n_resident += 1
-                stats[S_LOADS] += 1
-                step_ms += load_ms[a]
-            last_used[a] = step
+        if in_set_order:
+            load, n_resident = _load_in_set_order(step, nset, setlist, set_order, set_pos, set_stamp, resident,
+                                                  last_used, n_resident, max_loras, load_ms, stats)
+            step_ms += load
+        else:
+            for q in range(nset):
+                a = setlist[q]
+                if resident[a] == 0:
+                    if n_resident >= max_loras:
+                        # evict the least recently used adapter not in this batch
+                        lru = -1
+                        lru_t = np.int64(0)
+                        for b in range(n_ad):
+                            if resident[b] == 1 and set_stamp[b] != step:
+                                if lru < 0 or last_used[b] < lru_t:
+                                    lru = b
+                                    lru_t = last_used[b]
+                        if lru >= 0:
+                            resident[lru] = 0
+                            n_resident -= 1
+                    resident[a] = 1
+                    n_resident += 1
+                    stats[S_LOADS] += 1
+                    stats[S_LOAD_MS] += load_ms[a]
+                    step_ms += load_ms[a]
+                last_used[a] = step
         # vLLM's LoRA kernels launch thread blocks for every slot (the grid's MAX_LORAS axis), busy or not
         step_ms += params[P_SLOT_MS] * (max_loras + 1)
         # the scheduler's cost per waiting request: every one, or (vLLM V1 Scheduler.schedule) only those its

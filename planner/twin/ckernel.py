@@ -89,7 +89,7 @@ def load() -> ctypes.CDLL | None:
         return None
     P = ctypes.c_void_p
     lib.simulate_kernel.restype = ctypes.c_int64
-    lib.simulate_kernel.argtypes = [ctypes.c_int64, P, P, P, P, ctypes.c_int64, P, P, P, P, P,
+    lib.simulate_kernel.argtypes = [ctypes.c_int64, P, P, P, P, ctypes.c_int64, P, P, P, P, P, P,
                                     ctypes.c_int64, P, P, P, P, P, P]
     _lib = lib
     return lib
@@ -101,7 +101,8 @@ def _p(a: np.ndarray, dtype: type) -> int:
 
 
 def simulate_kernel(arr_t: np.ndarray, arr_ad: np.ndarray, prompt: np.ndarray, out_len: np.ndarray,
-                    load_ms: np.ndarray, params: np.ndarray, state: np.ndarray, gen: np.ndarray, ttft: np.ndarray,
+                    load_ms: np.ndarray, set_order: np.ndarray, params: np.ndarray, state: np.ndarray,
+                    gen: np.ndarray, ttft: np.ndarray,
                     ts_running: np.ndarray, ts_waiting: np.ndarray, ts_kv: np.ndarray, itl_hist: np.ndarray,
                     stats: np.ndarray) -> tuple[int, int]:
     lib = load()
@@ -110,7 +111,8 @@ def simulate_kernel(arr_t: np.ndarray, arr_ad: np.ndarray, prompt: np.ndarray, o
     counts = np.zeros(2, np.int64)
     lib.simulate_kernel(arr_t.shape[0], _p(arr_t, np.float64), _p(arr_ad, np.int32), _p(prompt, np.int32),
                         _p(out_len, np.int32), load_ms.shape[0], _p(load_ms, np.float64),
-                        _p(params, np.float64), _p(state, np.int8), _p(gen, np.int32), _p(ttft, np.float32),
+                        _p(set_order, np.int32), _p(params, np.float64), _p(state, np.int8), _p(gen, np.int32),
+                        _p(ttft, np.float32),
                         ts_running.shape[0], _p(ts_running, np.int32), _p(ts_waiting, np.int32),
                         _p(ts_kv, np.float32), _p(itl_hist, np.float64), _p(stats, np.float64),
                         counts.ctypes.data)

@@ -38,7 +38,8 @@ P_OVH_WAIT = 15  # ms per waiting request
 P_SAMPLE_DT = 16  # s between time-series samples
 P_SLOT_MS = 17  # ms per adapter slot (--max-loras + 1) per step: the LoRA kernels' grid
 P_WAIT_SKIPPED = 18  # 1: the per-waiting cost counts only the requests the LoRA rule skips (0: every one)
-N_PARAMS = 19
+P_SET_ORDER = 19  # 1: slots are filled in vLLM's pass over the batch's adapter set, which may evict one of the batch
+N_PARAMS = 20
 
 # indices into the statistics vector
 S_STEPS = 0
@@ -57,7 +58,8 @@ S_MAX_RESIDENT = 12
 S_END_T = 13
 S_BUSY_T = 14
 S_WAIT_TIME = 15
-N_STATS = 16
+S_LOAD_MS = 16  # time spent loading adapters into GPU slots
+N_STATS = 17
 
 ITL_BINS = 400  # log-spaced histogram of inter-token gaps, 0.1 ms .. 100 s
 ITL_LO = -4.0

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import numpy as np
 import yaml
@@ -46,6 +46,11 @@ class ServerProfile(BaseModel):
     prealloc_blocks: int = Field(default=0, ge=0, le=1 << 20)
     step: StepCoefficients
     overhead: Overhead = Field(default_factory=Overhead)
+    slot_fill: Literal["outside_batch", "set_order"] = Field(
+        default="outside_batch",
+        description="Which GPU slot a load evicts: the least recently used adapter outside the batch, or as vLLM "
+                    "0.8.5 does, the least recently touched in one pass over the batch's adapters in their set's "
+                    "order (it may evict an adapter of the batch, which is loaded again).")
     load_ms: dict[Annotated[int, Field(ge=1, le=MAX_RANK)], Annotated[float, Field(ge=0, le=1e5)]] = Field(
         min_length=1, max_length=64, description="Adapter load time (ms) by rank.")
     memory: MemoryModel

@@ -49,6 +49,7 @@ class TwinResult:
     itl_p99_ms: float = float("nan")
     preemptions: int = 0
     loads: int = 0
+    load_ms: float = 0.0  # time the steps spent loading adapters into GPU slots
     steps: int = 0
     mean_running: float = 0.0
     mean_waiting: float = 0.0
@@ -72,6 +73,13 @@ class TwinResult:
                 "itl_p99_ms", "preemptions", "loads", "mean_running", "max_running", "mean_waiting",
                 "max_waiting", "mean_kv_usage", "kv_tokens"]
         return {k: getattr(self, k) for k in keys}
+
+
+def vllm_set_order(n_adapters: int, seed: int) -> np.ndarray:
+    """The order in which vLLM walks a step's adapters when it fills the GPU slots: a Python set of
+    LoRARequests, which hash by name (``LoRARequest.__hash__``), and string hashes are salted per process, so
+    one random order per server run. A stream of its own, so that the requests of a seed do not depend on it."""
+    return np.random.default_rng([seed, 1]).permutation(n_adapters).astype(np.int32)
 
 
 def engine_params(profile: ServerProfile, cfg: ServerConfig, duration: float, kv_blocks: int,
@@ -98,6 +106,7 @@ def engine_params(profile: ServerProfile, cfg: ServerConfig, duration: float, kv
     # the shrink kernel's blocks per slot grow with each 16 of --max-lora-rank (its grid's rank axis)
     p[engine.P_SLOT_MS] = s.slot_ms * (1 + s.slot_rank_share * (-(-max_rank // 16) - 1))
     p[engine.P_WAIT_SKIPPED] = 1.0 if o.wait_counts == "skipped" else 0.0
+    p[engine.P_SET_ORDER] = 1.0 if profile.slot_fill == "set_order" else 0.0
     return p
 
 
@@ -155,6 +164,7 @@ def simulate(workload: Workload, profile: ServerProfile, cfg: ServerConfig, seed
     offered = float(p.sum(dtype=np.int64) + requests.max_tokens.sum(dtype=np.int64)) / T
     del requests  # frees max_tokens (when early stops made output a copy) before the kernel's arrays exist
     load_ms = np.array([profile.load_time_ms(int(r)) for r in workload.ranks], np.float64)
+    set_order = vllm_set_order(workload.n_adapters, seed)
     params = engine_params(profile, cfg, T, kv_blocks, max_rank)
     n_s = int(T // cfg.sample_dt) + 1
     state = np.zeros(n, np.int8)
@@ -165,7 +175,7 @@ def simulate(workload: Workload, profile: ServerProfile, cfg: ServerConfig, seed
     ts_kv = np.zeros(n_s, np.float32)
     hist = np.zeros(engine.ITL_BINS)
     stats = np.zeros(engine.N_STATS)
-    kargs = (t, ad, p, o, load_ms, params, state, gen, ttft, ts_run, ts_wait, ts_kv, hist, stats)
+    kargs = (t, ad, p, o, load_ms, set_order, params, state, gen, ttft, ts_run, ts_wait, ts_kv, hist, stats)
     if progress is None:
         nrun, nwait = kernel.get_kernel()(*kargs)
     else:
@@ -197,7 +207,8 @@ def simulate(workload: Workload, profile: ServerProfile, cfg: ServerConfig, seed
         ttft_mean_ms=float(ft.mean() * 1000) if ft.size else float("nan"),
         ttft_p99_ms=float(np.percentile(ft, 99) * 1000) if ft.size else float("nan"),
         itl_mean_ms=itl_mean, itl_p99_ms=itl_p99,
-        preemptions=int(stats[engine.S_PREEMPT]), loads=int(stats[engine.S_LOADS]), steps=int(stats[engine.S_STEPS]),
+        preemptions=int(stats[engine.S_PREEMPT]), loads=int(stats[engine.S_LOADS]), load_ms=float(stats[engine.S_LOAD_MS]),
+        steps=int(stats[engine.S_STEPS]),
         mean_running=float(stats[engine.S_RUN_TIME] / T), mean_waiting=float(stats[engine.S_WAIT_TIME] / T),
         max_running=int(stats[engine.S_MAX_RUN]), max_waiting=int(stats[engine.S_MAX_WAIT]),
         mean_kv_usage=float(stats[engine.S_KV_TIME] / T / kv_blocks), max_kv_blocks=int(stats[engine.S_MAX_BLOCKS]),

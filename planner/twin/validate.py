@@ -181,6 +181,7 @@ class SeedReplay:
     running: float  # mean running requests
     memory_error: bool
     min_served: float
+    load_ms_per_step: float = 0.0  # the twin's adapter loads, ms per step
 
 
 @dataclass(frozen=True)
@@ -194,6 +195,7 @@ class Replay:
     running: float
     memory_error: bool  # the server refused to start under any seed
     min_served: float
+    load_ms_per_step: float
     # the twin's own spread: mean |seed - mean| / mean of the throughput. The real
     # runs were each run once, so an error below this is noise, not fidelity.
     seed_spread: float
@@ -209,7 +211,8 @@ def _replay_one(job: tuple[RealRun, ServerProfile, int]) -> SeedReplay:
                    ServerConfig(max_loras=run.max_loras, max_rank=run.max_rank,
                                 outstanding_cap=OUTSTANDING_REQUEST_CAP), seed=seed)
     return SeedReplay(run.idx, res.throughput_tok_s, res.offered_tok_s, res.itl_mean_ms, res.ttft_mean_ms,
-                      res.mean_running, res.memory_error, res.min_served_fraction)
+                      res.mean_running, res.memory_error, res.min_served_fraction,
+                      res.load_ms / res.steps if res.steps else 0.0)
 
 
 def _nanmean(values: list[float]) -> float:
@@ -225,7 +228,8 @@ def _mean_over_seeds(seeds: list[SeedReplay]) -> Replay:
                   seed_spread=float(np.mean(np.abs(thr - mean)) / mean) if mean > 0 else 0.0,
                   running=float(np.mean([s.running for s in seeds])),
                   memory_error=any(s.memory_error for s in seeds),
-                  min_served=float(np.mean([s.min_served for s in seeds])))
+                  min_served=float(np.mean([s.min_served for s in seeds])),
+                  load_ms_per_step=float(np.mean([s.load_ms_per_step for s in seeds])))
 
 
 def replay(runs: list[RealRun], profile: ServerProfile, seeds: int = 5, workers: int = 2,
@@ -254,21 +258,34 @@ def expected_distinct(run: RealRun, k: float) -> float:
     return float(min(run.max_loras, np.sum(1 - (1 - p) ** max(k, 0.0))))
 
 
-def calibrate(runs: list[RealRun], base: ServerProfile) -> ServerProfile:
-    """Fit eos_fraction and the step-time coefficients on the given (calibration) runs."""
-    from scipy.optimize import least_squares
+def calibrate(runs: list[RealRun], base: ServerProfile, workers: int = 2) -> ServerProfile:
+    """Fit eos_fraction and the step-time coefficients on the given (calibration) runs, with vLLM's rules on.
 
+    The measured ITL holds the time the real server spent loading adapters; the twin adds its own loads to
+    every step, so the step coefficients are fitted to what is left of the measured ITL once the twin's
+    load time per step (one replay, by the first fit, of the runs with more adapters than slots) is taken off."""
     # early stops: finished requests produced fewer output tokens than the pool's max_tokens
     losses = [1 - r.out_tokens / r.finished / r.mean_out for r in runs if not r.starved and r.finished > 0]
     eos = float(np.clip(2 * np.median(losses), 0, 1))
+    base = base.with_updates(lengths={"eos_fraction": round(eos, 4), "sigma": round(fit_length_sigma(runs, base), 3)})
+    first = _fit_steps(runs, base, np.zeros(len(runs)))
+    swapping = [r for r in runs if r.n_adapters > r.max_loras]
+    loads = replay(swapping, first, seeds=1, workers=workers) if swapping else {}
+    return _fit_steps(runs, base, np.array([loads[r.idx].load_ms_per_step if r.idx in loads else 0.0 for r in runs]))
+
+
+def _fit_steps(runs: list[RealRun], base: ServerProfile, load_ms_per_step: FloatArray) -> ServerProfile:
+    """Least squares of the measured ITL, less the load time per step, on the step-time model."""
+    from scipy.optimize import least_squares
 
     R = np.array([r.mean_running for r in runs])
     W = np.array([r.mean_waiting for r in runs])
-    itl = np.array([r.itl_ms for r in runs])
+    itl = np.array([r.itl_ms for r in runs]) - load_ms_per_step
     pt = np.array([r.prompt_tok_s for r in runs])
     n = np.array([expected_distinct(r, r.mean_running) for r in runs])
     share = base.step.slot_rank_share  # from the kernels' grid, not fitted (one half holds one max rank)
-    slots = np.array([(r.max_loras + 1.0) * (1 + share * (-(-r.max_rank // 16) - 1)) for r in runs])
+    rank_factor = np.array([1 + share * (-(-r.max_rank // 16) - 1) for r in runs])
+    slots = np.array([r.max_loras + 1.0 for r in runs]) * rank_factor
     # the waiting requests the adapter rule skips (wait_counts: skipped): only a server with more
     # adapters than slots fills max_loras with waiting requests left for other adapters
     skipping = np.array([r.n_adapters > r.max_loras for r in runs], float)
@@ -291,11 +308,10 @@ def calibrate(runs: list[RealRun], base: ServerProfile) -> ServerProfile:
     fit = least_squares(lambda x: model(x) - itl, x0,
                         bounds=([1, 0.0, 0.0, 0.0, 0.0, 0.0], [40, 1.0, 1.0, 0.2, 0.01, 5.0]))
     a, b, c, l1, w, g = (float(v) for v in fit.x)
-    sigma = fit_length_sigma(runs, base)
     return base.with_updates(step={"a_ms": round(a, 4), "b_ms": round(b, 5), "c_ms": round(c, 5),
                                    "lora_c1": round(l1, 5), "slot_ms": round(g, 5)},
                              overhead={"wait_ms": round(w, 6), "wait_counts": "skipped"},
-                             lengths={"eos_fraction": round(eos, 4), "sigma": round(sigma, 3)})
+                             slot_fill="set_order")
 
 
 def kv_tokens_per_running(runs: list[RealRun]) -> float:

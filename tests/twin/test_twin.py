@@ -7,7 +7,7 @@ import pytest
 
 from tessera.planner.twin import engine as twin_engine
 from tessera.planner.twin.profile import load_profile
-from tessera.planner.twin.sim import ServerConfig, simulate
+from tessera.planner.twin.sim import ServerConfig, simulate, vllm_set_order
 from tessera.planner.twin.workload import Trace, Workload
 
 VLLM_LORA = Path(__file__).resolve().parents[1] / "data" / "vllm-lora"  # vendored from shared/data
@@ -184,7 +184,45 @@ def test_outputs_present():
     assert res.served_fraction.shape == (16,)
 
 
-@pytest.mark.parametrize("vllm_rules", [False, True], ids=["published", "slots-and-skipped-waiting"])
+def _swap_at_a_full_batch(order):
+    """Two slots; adapters 0 and 1 run, a request of adapter 2 waits (the set is full) until adapter 0's
+    request ends, then joins adapter 1's in the next step: (workload, seed whose vLLM set order is `order`)."""
+    w = Workload(ranks=np.array([16, 16, 16]), rates=np.ones(3), duration_s=100.0,
+                 trace=Trace(t=np.array([0.0, 0.0, 0.01]), adapter=np.array([0, 1, 2]),
+                             prompt=np.array([10, 10, 10]), output=np.array([5, 200, 5])))
+    seed = next(s for s in range(200) if list(vllm_set_order(3, s)) == order)
+    return w, seed
+
+
+def test_a_load_evicts_the_batchs_own_adapter_when_the_pass_reaches_the_newcomer_first():
+    # vLLM's pass over the step's adapters touches each in the set's order; adapter 2 is reached before
+    # adapter 1, whose slot is then the least recently touched (the last step touched 1 before 0): 2 takes
+    # it, and 1 is loaded again, into 0's slot. Two loads in that step, where "outside the batch" needs one.
+    prof = QWEN.with_updates(lengths={"eos_fraction": 0.0}, slot_fill="set_order")
+    w, seed = _swap_at_a_full_batch([2, 1, 0])
+    res = simulate(w, prof, ServerConfig(max_loras=2), seed=seed)
+    assert res.finished == 3 and res.loads == 2 + 2
+    outside = simulate(w, prof.with_updates(slot_fill="outside_batch"), ServerConfig(max_loras=2), seed=seed)
+    assert outside.finished == 3 and outside.loads == 2 + 1
+
+
+def test_a_load_evicts_the_adapter_that_left_when_it_is_the_least_recently_touched():
+    prof = QWEN.with_updates(lengths={"eos_fraction": 0.0}, slot_fill="set_order")
+    w, seed = _swap_at_a_full_batch([0, 1, 2])  # the last step touched 0 before 1: 0's slot is the oldest
+    res = simulate(w, prof, ServerConfig(max_loras=2), seed=seed)
+    assert res.finished == 3 and res.loads == 2 + 1
+
+
+def test_every_load_blocks_its_step_for_the_adapters_load_time():
+    prof = QWEN.with_updates(lengths={"eos_fraction": 0.0}, slot_fill="set_order")
+    w, seed = _swap_at_a_full_batch([2, 1, 0])
+    res = simulate(w, prof, ServerConfig(max_loras=2), seed=seed)
+    assert res.load_ms == pytest.approx(res.loads * QWEN.load_time_ms(16))
+    free = simulate(w, prof.with_updates(load_ms={16: 0.0}), ServerConfig(max_loras=2), seed=seed)
+    assert res.itl_mean_ms > free.itl_mean_ms
+
+
+@pytest.mark.parametrize("vllm_rules", [False, True], ids=["published", "vllm-rules"])
 def test_c_and_numba_builds_give_identical_results(monkeypatch, vllm_rules):
     from tessera.planner.twin import ckernel
 
@@ -192,7 +230,8 @@ def test_c_and_numba_builds_give_identical_results(monkeypatch, vllm_rules):
         pytest.skip("no C compiler")
     prof = _kv_tight_profile()
     if vllm_rules:
-        prof = prof.with_updates(step={"slot_ms": 0.2}, overhead={"wait_ms": 0.01, "wait_counts": "skipped"})
+        prof = prof.with_updates(step={"slot_ms": 0.2}, slot_fill="set_order",
+                                 overhead={"wait_ms": 0.01, "wait_counts": "skipped"})
     w = wl(48, [2.0, 0.5, 0.1], duration=120)
     cfg = ServerConfig(max_loras=8, outstanding_cap=2000)
     monkeypatch.setenv("TESSERA_TWIN_ENGINE", "c")
@@ -233,3 +272,26 @@ def test_progress_is_reported_during_the_run():
              poll_s=0.005)
     mid = [t for t in seen if 0 < t < 600]
     assert len(mid) >= 2, seen[:5]
+
+
+def test_calibration_fits_vllms_rules_to_the_measured_itl_less_the_twins_own_load_time(monkeypatch):
+    # the real ITL holds the real server's adapter loads and the twin adds its own to every step:
+    # a first fit replays the runs with more adapters than slots, the second fits what is left
+    from tessera.planner.twin import validate
+
+    fitted_on = []
+    fit_steps = validate._fit_steps
+
+    def spy(runs, base, load_ms_per_step):
+        fitted_on.append(load_ms_per_step.copy())
+        return fit_steps(runs, base, load_ms_per_step)
+
+    monkeypatch.setattr(validate, "_fit_steps", spy)
+    runs = [r for r in validate.load_runs(VLLM_LORA / "qwen_runs.csv") if r.low_rate][:12]
+    profile = validate.calibrate(runs, QWEN, workers=1)
+    assert profile.slot_fill == "set_order" and profile.overhead.wait_counts == "skipped"
+    first, second = fitted_on
+    swapping = np.array([r.n_adapters > r.max_loras for r in runs])
+    assert swapping.any() and not swapping.all()
+    assert not first.any()
+    assert (second[swapping] > 0).all() and not second[~swapping].any()
