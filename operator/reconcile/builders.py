@@ -221,6 +221,17 @@ def deployment(system: SystemRef, spec: SystemSpec, key: ServerKey, task: TaskPl
     return with_applied_hash(body)
 
 
+def pinned_hostname(deployment: dict) -> str | None:
+    """The `kubernetes.io/hostname` a Deployment's required node affinity pins its pods to; None: not pinned."""
+    required = ((((deployment["spec"]["template"]["spec"].get("affinity") or {}).get("nodeAffinity") or {})
+                 .get("requiredDuringSchedulingIgnoredDuringExecution")) or {})
+    for term in required.get("nodeSelectorTerms") or []:
+        for expression in term.get("matchExpressions") or []:
+            if expression.get("key") == HOSTNAME_LABEL and expression.get("operator") == "In":
+                return str(expression["values"][0])
+    return None
+
+
 def service(system: SystemRef, task: str, port: int) -> dict:
     body = {
         "apiVersion": "v1",

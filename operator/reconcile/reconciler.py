@@ -47,8 +47,8 @@ from tessera.operator.reconcile.decide import (STATE_FORMAT, PoolOutcome, about,
                                                decide_children, decide_mig_configs, decide_relabels, decide_status,
                                                desired_mig, free_slots, live_children, no_pool_status,
                                                nodes_to_relabel, planned_children, planned_nodes, profiling_mig,
-                                               reserved_gpus, stored_plan_stands, stored_pool_plan, system_status,
-                                               frontend_status, spec_digest)
+                                               replacements_awaited, reserved_gpus, stored_plan_stands, stored_pool_plan,
+                                               system_status, frontend_status, spec_digest)
 from tessera.operator.reconcile.node_changes import NodeHold
 from tessera.operator.reconcile.pause import (held_mig_configs, held_nodes, pause_message, paused_status,
                                               paused_systems, planned_hashes, pool_pause, waiting_changes,
@@ -361,6 +361,7 @@ class Reconciler:
         planned, outcome.deployments = planned_children(pool, systems, outcome, self.settings,
                                                         self.profiling.store(pool.key))
         outcome.live = live_children(children, systems)
+        outcome.awaited = replacements_awaited(planned, outcome.live, outcome)
         self.actor.apply(without_paused(decide_children(planned, systems, outcome.live, outcome), paused))
 
     # -- status ----------------------------------------------------------------
