@@ -101,6 +101,15 @@ def node_relabel_patch(config: str) -> dict:
     }}
 
 
+def cordon_patch(config: str) -> dict:
+    """Cordon, with the record that tessera did it and for which config (a later uncordon lifts only this)."""
+    return {"spec": {"unschedulable": True}, "metadata": {"annotations": {naming.CORDONED: config}}}
+
+
+def uncordon_patch() -> dict:
+    return {"spec": {"unschedulable": None}, "metadata": {"annotations": {naming.CORDONED: None}}}
+
+
 # -- model servers -------------------------------------------------------------
 
 def deployment_name(system: SystemRef, key: ServerKey, task: TaskPlan, config: ConfigPlan) -> str:

@@ -54,6 +54,8 @@ class NodeMig:
     blocked_by: list[str] = field(default_factory=list)
     waiting: str | None = None
     """Why the node's change is held back (a pause, the maintenance window: node_changes.py); None: not held."""
+    serving_change: tuple[str, str] | None = None
+    """(reason, message): where the re-partition of this serving node stands (serving_nodes.py); None: none."""
 
 
 @dataclass
@@ -228,12 +230,15 @@ def decide_children(planned: dict[ChildKey, tuple[Json, bool]], systems: list[Sy
         return actions  # a failed solve never deletes running servers
     by_key = {s.ref.key: s for s in systems}
     awaited = replacements_awaited(planned, live, outcome)
+    changing = {m.hostname for m in outcome.mig.values() if m.blocked_by}
     for key, child in sorted(live.items()):
         owner = by_key[owner_key(child) or ""]
         if key in planned or not owner.valid or owner.ref.key in outcome.invalid:
             continue  # planned, or an invalid system's last good plan, which keeps running
         if key in awaited:
             continue  # make before break: it serves until its replacements are available
+        if is_model_server(child) and builders.pinned_hostname(child) in changing and child["spec"].get("replicas"):
+            continue  # its node waits to be re-partitioned: the node's change scales it to zero (serving_nodes.py)
         actions.append(DeleteChild(child, reason=f"no plan of {owner.ref.key} wants it"))
     return actions
 
@@ -251,31 +256,31 @@ def replacements_awaited(planned: dict[ChildKey, tuple[Json, bool]], live: dict[
     node changes. The system's own deletion needs no rule: garbage collection
     removes its children.
     """
-    stale = {key: child for key, child in live.items() if key not in planned and _model_server(child)}
+    stale = {key: child for key, child in live.items() if key not in planned and is_model_server(child)}
     if not stale:
         return {}
     stale_hosts = {builders.pinned_hostname(child) for child in stale.values()}
     behind = {m.hostname for m in outcome.mig.values() if m.blocked_by or (m.applied and m.hostname in stale_hosts)}
     by_task: dict[tuple[str, str, str], list[tuple[ChildKey, Json]]] = {}
     for key, (body, _) in planned.items():
-        if _model_server(body):
-            by_task.setdefault(_task_of(body), []).append((key, body))
+        if is_model_server(body):
+            by_task.setdefault(task_of(body), []).append((key, body))
     awaited = {}
     for key, child in stale.items():
-        waiting = sorted(name for (kind, namespace, name), body in by_task.get(_task_of(child), [])
+        waiting = sorted(name for (kind, namespace, name), body in by_task.get(task_of(child), [])
                          if builders.pinned_hostname(body) not in behind
-                         and not _available_now(live.get((kind, namespace, name)), body))
+                         and not available_now(live.get((kind, namespace, name)), body))
         if waiting:
             awaited[key] = waiting
     return awaited
 
 
-def _model_server(child: Json) -> bool:
+def is_model_server(child: Json) -> bool:
     return bool(child["kind"] == "Deployment"
                 and (child["metadata"].get("labels") or {}).get(naming.CHILD_KIND_LABEL) == builders.MODEL_SERVER)
 
 
-def _task_of(deployment: Json) -> tuple[str, str, str]:
+def task_of(deployment: Json) -> tuple[str, str, str]:
     """(namespace, system label, task label): the Deployments that serve one task of one system."""
     labels = deployment["metadata"].get("labels") or {}
     return deployment["metadata"]["namespace"], labels.get(naming.SYSTEM_LABEL, ""), labels.get(naming.TASK_LABEL, "")
@@ -445,7 +450,7 @@ def system_status(system: SystemObject, outcome: PoolOutcome) -> Verdict:
         return (st.PHASE_DEGRADED if degraded else st.PHASE_READY), conditions, summary
     blocker = servers if mig.status else mig
     conditions.append(st.Condition(st.READY, False, blocker.reason, blocker.message))
-    stuck = blocker.reason in (st.MIG_FAILED, st.NODE_IN_USE, st.NODE_CHANGE_HELD)
+    stuck = blocker.reason in (st.MIG_FAILED, st.NODE_IN_USE, st.NODE_CHANGE_HELD, st.NO_REPLACEMENT_CAPACITY)
     replacing = None if stuck else _replacement_pending(key, outcome)
     conditions.append(replacing or st.Condition(st.PROGRESSING, not stuck, blocker.reason, blocker.message))
     return (st.PHASE_DEGRADED if mig_failed else st.PHASE_DEPLOYING), conditions, summary
@@ -545,11 +550,14 @@ def _mig_condition(outcome: PoolOutcome, key: str) -> st.Condition:
                             f"mig-manager reported failed on {', '.join(failed)}; see its logs on those nodes")
     if waiting:
         return st.Condition(st.MIG_LAYOUT_APPLIED, False, st.NODE_CHANGE_HELD, "; ".join(waiting))
+    changes = sorted(m.serving_change for m in states.values() if m.serving_change and not m.applied)
+    if changes:
+        return st.Condition(st.MIG_LAYOUT_APPLIED, False, changes[0][0], "; ".join(message for _, message in changes))
     if blocked:
         return st.Condition(st.MIG_LAYOUT_APPLIED, False, st.NODE_IN_USE,
                             f"nodes {', '.join(blocked)} need a new MIG layout but pods hold their GPUs "
-                            f"(e.g. {outcome.mig[blocked[0]].blocked_by[0]}); re-partitioning serving nodes "
-                            "is not supported yet")
+                            f"(e.g. {outcome.mig[blocked[0]].blocked_by[0]}) that tessera does not own: tessera "
+                            "never re-partitions such a node")
     if pending:
         return st.Condition(st.MIG_LAYOUT_APPLIED, False, st.MIG_PENDING,
                             f"waiting for mig-manager on {len(pending)} of {len(nodes)} node(s): {', '.join(pending[:5])}")
@@ -597,7 +605,7 @@ def _available(live: Json, body: Json) -> bool:
             and (status.get("updatedReplicas") or 0) >= replicas)
 
 
-def _available_now(live: Json | None, body: Json) -> bool:
+def available_now(live: Json | None, body: Json) -> bool:
     return live is not None and _available(live, body)
 
 

@@ -6,6 +6,7 @@ The known-false ones are strict xfails naming the issue that makes them hold.
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 from pathlib import Path
@@ -177,11 +178,19 @@ def available(body: dict) -> dict:
     return live(body, availableReplicas=replicas, updatedReplicas=replicas)
 
 
-def replacement_decision(plan, pool, outcome, extra_live=()):
-    """The stale Deployment (car-classification's, pinned to gpu-b), and what decide does with it beside
+def pinned_to(body: dict, hostname: str) -> dict:
+    moved = copy.deepcopy(body)
+    (term,) = moved["spec"]["template"]["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    term["matchExpressions"][0]["values"] = [hostname]
+    return moved
+
+
+def replacement_decision(plan, pool, outcome, extra_live=(), old_on: str = "gpu-b"):
+    """The stale Deployment (car-classification's, pinned to `old_on`), and what decide does with it beside
     `extra_live` (the planned bodies by task, for the test to make live)."""
     systems = [system()]
-    old = stale_deployment(plan, applied_pool(plan), systems)
+    old = pinned_to(stale_deployment(plan, applied_pool(plan), systems), old_on)
     planned, _ = planned_children(pool, systems, outcome, SETTINGS)
     by_task = {body["metadata"]["labels"][naming.TASK_LABEL]: body for (kind, _, _), (body, _) in planned.items()
                if kind == "Deployment"}
@@ -209,11 +218,21 @@ def test_a_replacement_on_an_applied_node_where_the_old_deployment_runs_is_not_a
 
 
 def test_a_replacement_on_a_node_whose_change_waits_for_its_pods_to_go_is_not_awaited(plan):
+    """The replacement (on gpu-b) comes only after gpu-b's pods go: the old one (on gpu-a) does not wait for it."""
     pool = pool_with()
     outcome = outcome_for(plan, pool)
-    outcome.mig["gpu-b"].blocked_by = ["shop/traffic-old-pod"]
-    old, actions = replacement_decision(plan, pool, outcome)
+    outcome.mig["gpu-b"].blocked_by = ["shop/some-server-pod"]
+    old, actions = replacement_decision(plan, pool, outcome, old_on="gpu-a")
     assert deleted(actions) == [old["metadata"]["name"]]
+
+
+def test_a_deployment_on_a_node_that_waits_to_change_is_left_to_the_node_change(plan):
+    """Its node's re-partition scales it to zero when the node's turn comes (serving_nodes.py), not a delete now."""
+    pool = pool_with()
+    outcome = outcome_for(plan, pool)
+    outcome.mig["gpu-b"].blocked_by = ["shop/traffic-made-by-an-older-tessera-pod"]
+    _, actions = replacement_decision(plan, pool, outcome)
+    assert deleted(actions) == []
 
 
 def test_a_system_whose_old_deployments_wait_for_their_replacements_reads_replacement_pending(plan):
