@@ -86,10 +86,13 @@ def decide_serving_nodes(pool: Pool, states: dict[str, NodeMig], pods: Mapping[s
         in_progress += 1
         if state.waiting:
             continue  # a pause came meanwhile: nothing more changes what runs
-        actions.extend(_scale_to_zero(_pinned(servers, state.hostname), node.name))
+        own = _pinned(servers, state.hostname)
+        actions.extend(_scale_to_zero(own, node.name))
+        unserved = _capacity(own, state.hostname, planned_servers, live, set()).missing
         states[node.name] = replace(state, serving_change=(st.NODE_DRAINING, (
             f"node {node.name} is cordoned by tessera for its new layout {state.config}: its Deployments are scaled "
-            "to zero until mig-manager applies it, then they return")))
+            "to zero until mig-manager applies it, then they return"
+            + (f"; until then no other node serves {_tasks(unserved)}" if unserved else ""))))
     waiting_hosts = {m.hostname for m in states.values() if m.blocked_by}
     for name, state in sorted(states.items()):
         node = pool.node(name)

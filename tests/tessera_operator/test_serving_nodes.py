@@ -158,7 +158,8 @@ def test_a_node_tessera_cordoned_keeps_its_deployments_at_zero_until_its_layout_
     states, actions, _ = decide(plan, gpu_a_cordoned=True)
     assert [(type(a), a.name) for a in actions if isinstance(a, ScaleToZero)] == [(ScaleToZero, "traffic-old-detection")]
     assert not [a for a in actions if isinstance(a, (CordonNode, UncordonNode))]
-    assert states["gpu-a"].serving_change[0] == st.NODE_DRAINING
+    reason, message = states["gpu-a"].serving_change
+    assert reason == st.NODE_DRAINING and "no other node serves traffic/object-detection" in message
 
 
 def test_tessera_lifts_its_cordon_once_the_new_layout_is_applied_and_only_its_own(plan):
