@@ -145,11 +145,12 @@ class Cluster:
         nodes = self._json(self.core.list_node(label_selector="nvidia.com/mig.config", _preload_content=False))
         return {n["metadata"]["labels"]["nvidia.com/mig.config"] for n in nodes["items"]}
 
-    def gpu_pods_on(self, node: str) -> list[str]:
-        """Pods on a node that hold GPUs or MIG instances (mig-manager does not drain them)."""
+    def gpu_pods_on(self, node: str) -> dict[str, str | None]:
+        """Pods on a node that hold GPUs or MIG instances (mig-manager does not drain them): `namespace/name` -> the
+        tessera Deployment it names (label tessera.ai/deployment on a pod managed by tessera), None for other pods."""
         pods = self._json(self.core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node}",
                                                                 _preload_content=False))["items"]
-        holding = []
+        holding: dict[str, str | None] = {}
         for pod in pods:
             if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
                 continue
@@ -157,7 +158,10 @@ class Cluster:
                 resources = container.get("resources") or {}
                 asked = {**(resources.get("limits") or {}), **(resources.get("requests") or {})}
                 if any(r == "nvidia.com/gpu" or r.startswith("nvidia.com/mig-") for r in asked):
-                    holding.append(f"{pod['metadata']['namespace']}/{pod['metadata']['name']}")
+                    labels = pod["metadata"].get("labels") or {}
+                    tessera = labels.get(naming.MANAGED_BY) == naming.MANAGED_BY_VALUE
+                    holding[f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"] = (
+                        labels.get(naming.DEPLOYMENT_LABEL) if tessera else None)
                     break
         return holding
 
@@ -267,6 +271,16 @@ class Cluster:
                 raise
             self.writes += 1
             self.core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+
+    def scale_to_zero(self, namespace: str, name: str) -> None:
+        """A Deployment's replicas to 0, its applied hash marked so the plan's body is applied again later."""
+        self.writes += 1
+        patch = {"spec": {"replicas": 0}, "metadata": {"annotations": {naming.APPLIED_HASH: naming.SCALED_TO_ZERO}}}
+        try:
+            self.apps.patch_namespaced_deployment(name, namespace, patch, _content_type=MERGE)
+        except ApiException as error:
+            if error.status != 404:
+                raise
 
     def patch_node(self, name: str, patch: dict) -> None:
         self.writes += 1

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, Field
 
 from tessera.operator.demand.settings import DemandSettings
@@ -46,6 +48,15 @@ class OperatorSettings(BaseModel):
         description="When set, a node whose GPUs serve is cordoned or re-partitioned only inside this daily UTC "
                     "window (HH:MM-HH:MM, may wrap midnight; 'never': never by itself) or once its annotation "
                     "tessera.ai/approve-mig-config names the MIG config it waits for. Unset: no such rule.")
+    max_changing_nodes: int = Field(
+        default=1, ge=1, le=64,
+        description="Serving nodes of one pool that are re-partitioned at once (cordoned, drained by scaling "
+                    "their Deployments to zero, re-partitioned, served again).")
+    without_replacement: Literal["wait", "change"] = Field(
+        default="change",
+        description="A serving node whose layout must change while the plan puts what it carries nowhere else: "
+                    "'wait' keeps it serving (status says why, nothing changes); 'change' re-partitions it, one "
+                    "such node per pool at a time, and status states the replicas lost until it serves again.")
     mig_failure_backoff_s: float = Field(
         default=300.0, ge=0, le=86400,
         description="Seconds a node whose mig-manager reported `failed` stays in its pool, keeping its layout and "

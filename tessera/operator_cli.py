@@ -62,6 +62,13 @@ def _selector(_ctx, _param, values: tuple[str, ...]) -> dict[str, str]:
 @click.option("--maintenance-window", default=DEFAULTS.maintenance_window, metavar="HH:MM-HH:MM|never",
               help="Re-partition or cordon a node whose GPUs serve only inside this daily UTC window, or once the "
                    "node's annotation tessera.ai/approve-mig-config names the config it waits for. Default: no rule.")
+@click.option("--max-changing-nodes", type=field_range(OperatorSettings, "max_changing_nodes"),
+              default=DEFAULTS.max_changing_nodes, show_default=True,
+              help="Serving nodes of one pool re-partitioned at once (cordoned, their Deployments scaled to zero).")
+@click.option("--without-replacement", type=click.Choice(["wait", "change"]), default=DEFAULTS.without_replacement,
+              show_default=True,
+              help="When the plan puts what a serving node to re-partition carries nowhere else: wait (keep "
+                   "serving), or change it anyway, one such node per pool at a time, the loss stated in status.")
 @click.option("--mig-failure-backoff", "mig_failure_backoff_s",
               type=field_range(OperatorSettings, "mig_failure_backoff_s"), default=DEFAULTS.mig_failure_backoff_s,
               show_default=True,

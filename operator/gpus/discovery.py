@@ -65,6 +65,8 @@ class NodeFacts:
     """The MIG config an admin approved re-partitioning the node for (annotation tessera.ai/approve-mig-config)."""
     mig_failure: MigFailure | None = None
     """tessera's record of a `failed` on this node (annotation naming.MIG_FAILURE), as last written."""
+    cordoned_for: str | None = None
+    """The MIG config tessera cordoned the node to change to (annotation naming.CORDONED); None: not tessera's cordon."""
 
     def advertised_counts(self) -> dict[str, int]:
         return {name: p.count for name, p in self.advertised.items() if p.count}
@@ -90,6 +92,7 @@ def node_facts(node: dict, requested_annotation: str) -> NodeFacts | None:
         gpu_memory_mib=int(labels[GPU_MEMORY_LABEL]) if labels.get(GPU_MEMORY_LABEL, "").isdigit() else None,
         approved_config=(metadata.get("annotations") or {}).get(naming.APPROVE_MIG_CONFIG),
         mig_failure=_mig_failure((metadata.get("annotations") or {}).get(naming.MIG_FAILURE)),
+        cordoned_for=(metadata.get("annotations") or {}).get(naming.CORDONED),
     )
 
 
@@ -103,8 +106,10 @@ def _mig_failure(text: str | None) -> MigFailure | None:
 
 
 def _schedulable(node: dict) -> bool:
-    """Not cordoned, and Ready or rebooting for mig-manager (a MIG reboot is not a node that left)."""
-    if (node.get("spec") or {}).get("unschedulable"):
+    """Not cordoned but by tessera for its re-partition, and Ready or rebooting for mig-manager (a MIG reboot is not
+    a node that left)."""
+    tessera_cordon = naming.CORDONED in ((node.get("metadata") or {}).get("annotations") or {})
+    if (node.get("spec") or {}).get("unschedulable") and not tessera_cordon:
         return False
     conditions = (node.get("status") or {}).get("conditions") or []
     rebooting = ((node.get("metadata") or {}).get("labels") or {}).get(MIG_STATE_LABEL) == MIG_REBOOTING

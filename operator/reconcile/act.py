@@ -1,7 +1,8 @@
 """Applies decided actions to the cluster, one at a time, in the order given.
 
 The order of a reconcile (docs/operator.md, "The order of writes"): the
-records of mig-manager failures, the pool's plan, the mig-parted ConfigMap, node relabels, Services, then
+records of mig-manager failures, the pool's plan, the mig-parted ConfigMap, node relabels and the cordons and
+scale-downs of serving nodes being re-partitioned (serving_nodes.py), Services, then
 ConfigMaps (a frontend's config) and Deployments (only onto nodes whose layout is applied), stale children,
 then each system's status and its Events; after an AdapterPool's servers, the loads of adapters its pods'
 servers do not list, then those pods' readiness gates and annotations. Every action is idempotent (apply
@@ -20,9 +21,9 @@ from collections.abc import Sequence
 
 from tessera.operator import naming
 from tessera.operator.cluster import Cluster
-from tessera.operator.reconcile.actions import (Action, ApplyChild, DeleteChild, DeletePlan, LabelNode, LoadAdapter,
-                                                PatchPodStatus, PatchStatus, PostEvent, RecordMigFailure, StorePlan,
-                                                WriteMigConfigs)
+from tessera.operator.reconcile.actions import (Action, ApplyChild, CordonNode, DeleteChild, DeletePlan, LabelNode,
+                                                LoadAdapter, PatchPodStatus, PatchStatus, PostEvent, RecordMigFailure,
+                                                ScaleToZero, StorePlan, UncordonNode, WriteMigConfigs)
 from tessera.operator.testhooks import checkpoint
 from tessera.operator.vllm import ServerError, VllmClient
 
@@ -53,6 +54,12 @@ class Actor:
             self.cluster.patch_node(action.node, action.patch)
             log.info("node %s: asked mig-manager for MIG config %s", action.node, action.config)
             checkpoint("after-node-relabel")
+        elif isinstance(action, (CordonNode, UncordonNode)):
+            self.cluster.patch_node(action.node, action.patch)
+            log.info("node %s: %s", action.node, action.reason)
+        elif isinstance(action, ScaleToZero):
+            self.cluster.scale_to_zero(action.namespace, action.name)
+            log.info("deployment %s/%s scaled to zero: %s", action.namespace, action.name, action.reason)
         elif isinstance(action, RecordMigFailure):
             self.cluster.patch_node(action.node, {"metadata": {"annotations": {naming.MIG_FAILURE: action.record}}})
             log.info("node %s: %s", action.node, action.reason)

@@ -52,6 +52,34 @@ class LabelNode:
 
 
 @dataclass(frozen=True)
+class CordonNode:
+    """Cordon a serving node before re-partitioning it, recording that tessera did (builders.cordon_patch)."""
+
+    node: str
+    patch: Json
+    reason: str
+
+
+@dataclass(frozen=True)
+class UncordonNode:
+    """Lift tessera's own cordon of a node and its record (builders.uncordon_patch); never an admin's cordon."""
+
+    node: str
+    patch: Json
+    reason: str
+
+
+@dataclass(frozen=True)
+class ScaleToZero:
+    """Scale a model-server Deployment pinned to a node being re-partitioned to zero (its pods go, the Deployment
+    stays: deleting pods would only make its ReplicaSet recreate them)."""
+
+    namespace: str
+    name: str
+    reason: str
+
+
+@dataclass(frozen=True)
 class RecordMigFailure:
     """Write (or, with None, remove) tessera's record of a node's mig-manager `failed` (a node annotation)."""
 
@@ -122,5 +150,5 @@ class PatchPodStatus:
     reason: str
 
 
-Action = (StorePlan | DeletePlan | WriteMigConfigs | LabelNode | RecordMigFailure | ApplyChild | DeleteChild
-          | PatchStatus | PostEvent | LoadAdapter | PatchPodStatus)
+Action = (StorePlan | DeletePlan | WriteMigConfigs | LabelNode | CordonNode | UncordonNode | ScaleToZero
+          | RecordMigFailure | ApplyChild | DeleteChild | PatchStatus | PostEvent | LoadAdapter | PatchPodStatus)

@@ -101,6 +101,15 @@ def node_relabel_patch(config: str) -> dict:
     }}
 
 
+def cordon_patch(config: str) -> dict:
+    """Cordon, with the record that tessera did it and for which config (a later uncordon lifts only this)."""
+    return {"spec": {"unschedulable": True}, "metadata": {"annotations": {naming.CORDONED: config}}}
+
+
+def uncordon_patch() -> dict:
+    return {"spec": {"unschedulable": None}, "metadata": {"annotations": {naming.CORDONED: None}}}
+
+
 # -- model servers -------------------------------------------------------------
 
 def deployment_name(system: SystemRef, key: ServerKey, task: TaskPlan, config: ConfigPlan) -> str:
@@ -219,6 +228,17 @@ def deployment(system: SystemRef, spec: SystemSpec, key: ServerKey, task: TaskPl
         },
     }
     return with_applied_hash(body)
+
+
+def pinned_hostname(deployment: dict) -> str | None:
+    """The `kubernetes.io/hostname` a Deployment's required node affinity pins its pods to; None: not pinned."""
+    required = ((((deployment["spec"]["template"]["spec"].get("affinity") or {}).get("nodeAffinity") or {})
+                 .get("requiredDuringSchedulingIgnoredDuringExecution")) or {})
+    for term in required.get("nodeSelectorTerms") or []:
+        for expression in term.get("matchExpressions") or []:
+            if expression.get("key") == HOSTNAME_LABEL and expression.get("operator") == "In":
+                return str(expression["values"][0])
+    return None
 
 
 def service(system: SystemRef, task: str, port: int) -> dict:

@@ -48,11 +48,15 @@ class NodeMig:
     config: str
     entries: list[Json]
     expected: dict[str, int]
+    hostname: str
+    """The node's `kubernetes.io/hostname`, which its Deployments are pinned to."""
     applied: bool = False
     failed: bool = False
     blocked_by: list[str] = field(default_factory=list)
     waiting: str | None = None
     """Why the node's change is held back (a pause, the maintenance window: node_changes.py); None: not held."""
+    serving_change: tuple[str, str] | None = None
+    """(reason, message): where the re-partition of this serving node stands (serving_nodes.py); None: none."""
 
 
 @dataclass
@@ -69,6 +73,8 @@ class PoolOutcome:
     deployments: dict[str, list[Json]] = field(default_factory=dict)
     """system key -> the Deployments its plan wants (applied or waiting for MIG)."""
     live: dict[tuple[str, str, str], Json] = field(default_factory=dict)
+    awaited: dict[ChildKey, list[str]] = field(default_factory=dict)
+    """Stale model-server Deployments kept serving -> the replacements they wait for (replacements_awaited)."""
     requeue_after: float | None = None
     failed_nodes: dict[str, mig_failures.NodeFailure] = field(default_factory=dict)
     """The pool's nodes whose mig-manager `failed` is inside its back-off (mig_failures.py)."""
@@ -86,7 +92,8 @@ def node_mig(pool: Pool, node_name: str, node_plan: NodePlan) -> NodeMig:
     node = pool.node(node_name)
     names = {p.name: node_profile_name(p, node.advertised) for p in pool.gpu.profiles}
     entries = builders.mig_parted_entries(node_plan, names)
-    return NodeMig(naming.mig_config_name(entries), entries, builders.advertised_counts_expected(node_plan, names))
+    return NodeMig(naming.mig_config_name(entries), entries, builders.advertised_counts_expected(node_plan, names),
+                   node.hostname)
 
 
 def layout_applied(pool: Pool, node_name: str, mig: NodeMig) -> bool:
@@ -214,7 +221,8 @@ def decide_children(planned: dict[ChildKey, tuple[Json, bool]], systems: list[Sy
                     live: dict[ChildKey, Json], outcome: PoolOutcome) -> list[Action]:
     """Services first, then ConfigMaps and the Deployments whose node's layout is applied (a frontend's ConfigMap
     before the Deployment that mounts it), each only when it differs from the live one;
-    then the deletion of children no plan wants, unless the solve failed or their system is invalid."""
+    then the deletion of children no plan wants, unless the solve failed, their system is invalid, or (a model
+    server) it keeps serving until its replacements are available (replacements_awaited)."""
     actions: list[Action] = []
     for key, (body, ready_to_apply) in sorted(planned.items(), key=lambda item: (item[0][0] != "Service", item[0])):
         current = live.get(key)
@@ -224,12 +232,61 @@ def decide_children(planned: dict[ChildKey, tuple[Json, bool]], systems: list[Sy
     if outcome.solve_error is not None:
         return actions  # a failed solve never deletes running servers
     by_key = {s.ref.key: s for s in systems}
+    awaited = replacements_awaited(planned, live, outcome)
+    changing = {m.hostname for m in outcome.mig.values() if m.blocked_by}
     for key, child in sorted(live.items()):
         owner = by_key[owner_key(child) or ""]
         if key in planned or not owner.valid or owner.ref.key in outcome.invalid:
             continue  # planned, or an invalid system's last good plan, which keeps running
+        if key in awaited:
+            continue  # make before break: it serves until its replacements are available
+        if is_model_server(child) and builders.pinned_hostname(child) in changing and child["spec"].get("replicas"):
+            continue  # its node waits to be re-partitioned: the node's change scales it to zero (serving_nodes.py)
         actions.append(DeleteChild(child, reason=f"no plan of {owner.ref.key} wants it"))
     return actions
+
+
+def replacements_awaited(planned: dict[ChildKey, tuple[Json, bool]], live: dict[ChildKey, Json],
+                         outcome: PoolOutcome) -> dict[ChildKey, list[str]]:
+    """Each live model-server Deployment no plan wants -> the planned Deployments of its task (same system) that
+    it keeps serving for until they are available; one with none left is free to go.
+
+    Awaited are only the replacements that can come while it serves. Not those on
+    a node whose layout is applied and where a Deployment no plan wants still
+    runs: they may need the very MIG instances it holds (a renamed Deployment,
+    replicas moved between configurations of one node). Nor those on a node
+    whose new layout waits for the pods on its GPUs to go: they come after the
+    node changes. The system's own deletion needs no rule: garbage collection
+    removes its children.
+    """
+    stale = {key: child for key, child in live.items() if key not in planned and is_model_server(child)}
+    if not stale:
+        return {}
+    stale_hosts = {builders.pinned_hostname(child) for child in stale.values()}
+    behind = {m.hostname for m in outcome.mig.values() if m.blocked_by or (m.applied and m.hostname in stale_hosts)}
+    by_task: dict[tuple[str, str, str], list[tuple[ChildKey, Json]]] = {}
+    for key, (body, _) in planned.items():
+        if is_model_server(body):
+            by_task.setdefault(task_of(body), []).append((key, body))
+    awaited = {}
+    for key, child in stale.items():
+        waiting = sorted(name for (kind, namespace, name), body in by_task.get(task_of(child), [])
+                         if builders.pinned_hostname(body) not in behind
+                         and not available_now(live.get((kind, namespace, name)), body))
+        if waiting:
+            awaited[key] = waiting
+    return awaited
+
+
+def is_model_server(child: Json) -> bool:
+    return bool(child["kind"] == "Deployment"
+                and (child["metadata"].get("labels") or {}).get(naming.CHILD_KIND_LABEL) == builders.MODEL_SERVER)
+
+
+def task_of(deployment: Json) -> tuple[str, str, str]:
+    """(namespace, system label, task label): the Deployments that serve one task of one system."""
+    labels = deployment["metadata"].get("labels") or {}
+    return deployment["metadata"]["namespace"], labels.get(naming.SYSTEM_LABEL, ""), labels.get(naming.TASK_LABEL, "")
 
 
 def live_children(children: list[Json], systems: list[SystemObject]) -> dict[ChildKey, Json]:
@@ -396,8 +453,9 @@ def system_status(system: SystemObject, outcome: PoolOutcome) -> Verdict:
         return (st.PHASE_DEGRADED if degraded else st.PHASE_READY), conditions, summary
     blocker = servers if mig.status else mig
     conditions.append(st.Condition(st.READY, False, blocker.reason, blocker.message))
-    stuck = blocker.reason in (st.MIG_FAILED, st.NODE_IN_USE, st.NODE_CHANGE_HELD)
-    conditions.append(st.Condition(st.PROGRESSING, not stuck, blocker.reason, blocker.message))
+    stuck = blocker.reason in (st.MIG_FAILED, st.NODE_IN_USE, st.NODE_CHANGE_HELD, st.NO_REPLACEMENT_CAPACITY)
+    replacing = None if stuck else _replacement_pending(key, outcome)
+    conditions.append(replacing or st.Condition(st.PROGRESSING, not stuck, blocker.reason, blocker.message))
     return (st.PHASE_DEGRADED if mig_failed else st.PHASE_DEPLOYING), conditions, summary
 
 
@@ -504,16 +562,35 @@ def _mig_condition(outcome: PoolOutcome, key: str) -> st.Condition:
                             f"mig-manager reported failed on {', '.join(failed)}; see its logs on those nodes")
     if waiting:
         return st.Condition(st.MIG_LAYOUT_APPLIED, False, st.NODE_CHANGE_HELD, "; ".join(waiting))
+    changes = sorted(m.serving_change for m in states.values() if m.serving_change and not m.applied)
+    if changes:
+        return st.Condition(st.MIG_LAYOUT_APPLIED, False, changes[0][0], "; ".join(message for _, message in changes))
     if blocked:
         return st.Condition(st.MIG_LAYOUT_APPLIED, False, st.NODE_IN_USE,
                             f"nodes {', '.join(blocked)} need a new MIG layout but pods hold their GPUs "
-                            f"(e.g. {outcome.mig[blocked[0]].blocked_by[0]}); re-partitioning serving nodes "
-                            "is not supported yet")
+                            f"(e.g. {outcome.mig[blocked[0]].blocked_by[0]}) that tessera does not own: tessera "
+                            "never re-partitions such a node")
     if pending:
         return st.Condition(st.MIG_LAYOUT_APPLIED, False, st.MIG_PENDING,
                             f"waiting for mig-manager on {len(pending)} of {len(nodes)} node(s): {', '.join(pending[:5])}")
     return st.Condition(st.MIG_LAYOUT_APPLIED, True, st.MIG_APPLIED,
                         f"the planned MIG layouts are applied on {len(nodes)} node(s)")
+
+
+def _replacement_pending(key: str, outcome: PoolOutcome) -> st.Condition | None:
+    """Progressing, ReplacementPending: the system's Deployments that serve until their replacements are available."""
+    kept = {child[2]: names for child, names in sorted(outcome.awaited.items())
+            if child in outcome.live and owner_key(outcome.live[child]) == key}
+    if not kept:
+        return None
+    awaited = sorted({name for names in kept.values() for name in names})
+    return st.Condition(st.PROGRESSING, True, st.REPLACEMENT_PENDING,
+                        f"{len(kept)} Deployment(s) of the previous plan keep serving until their replacements are "
+                        f"available: {_some(sorted(kept))} wait(s) for {_some(awaited)}")
+
+
+def _some(names: list[str], shown: int = 3) -> str:
+    return ", ".join(names[:shown]) + (f" and {len(names) - shown} more" if len(names) > shown else "")
 
 
 def _servers_condition(system: SystemObject, outcome: PoolOutcome) -> st.Condition:
@@ -538,6 +615,10 @@ def _available(live: Json, body: Json) -> bool:
             and (status.get("observedGeneration") or 0) >= (live["metadata"].get("generation") or 0)
             and (status.get("availableReplicas") or 0) >= replicas
             and (status.get("updatedReplicas") or 0) >= replicas)
+
+
+def available_now(live: Json | None, body: Json) -> bool:
+    return live is not None and _available(live, body)
 
 
 def _slices(plan: Plan, gpus: list[PlacedGpu], key: str) -> int:

@@ -47,12 +47,13 @@ from tessera.operator.reconcile.decide import (STATE_FORMAT, PoolOutcome, about,
                                                decide_children, decide_mig_configs, decide_relabels, decide_status,
                                                desired_mig, free_slots, live_children, no_pool_status,
                                                nodes_to_relabel, planned_children, planned_nodes, profiling_mig,
-                                               reserved_gpus, stored_plan_stands, stored_pool_plan, system_status,
-                                               frontend_status, spec_digest)
+                                               replacements_awaited, reserved_gpus, stored_plan_stands, stored_pool_plan,
+                                               system_status, frontend_status, spec_digest)
 from tessera.operator.reconcile.node_changes import NodeHold
 from tessera.operator.reconcile.pool_access import denied
 from tessera.operator.reconcile.quotas import instance_quotas
 from tessera.planner.quota import InstanceQuota
+from tessera.operator.reconcile.serving_nodes import Rules, decide_serving_nodes
 from tessera.operator.reconcile.pause import (held_mig_configs, held_nodes, pause_message, paused_status,
                                               paused_systems, planned_hashes, pool_pause, waiting_changes,
                                               without_paused)
@@ -144,7 +145,8 @@ class Reconciler:
             outcome.failed_nodes = mig_failures.in_backoff(pool.nodes, seen.at, self.settings.mig_failure_backoff_s)
             requeue.extend(mig_failures.backoff_requeue(outcome.failed_nodes, time.time()))
             if mig_writable:
-                self.relabel_nodes(pool, outcome, written, NodeHold.of(held, self.settings.maintenance_window))
+                self.relabel_nodes(pool, members.get(pool.key, []), children, outcome, written,
+                                   NodeHold.of(held, self.settings.maintenance_window))
             self.reconcile_children(pool, members.get(pool.key, []), children, outcome, paused[pool.key])
             self.adapter_pools.act(pool, adapter_servers[pool.key], children, outcome)
             state = seen.pool_states[pool.key]
@@ -359,14 +361,22 @@ class Reconciler:
             return outcome
 
     # -- MIG -------------------------------------------------------------------
-    def relabel_nodes(self, pool: Pool, outcome: PoolOutcome, written: dict[str, float], hold: NodeHold) -> None:
-        """Reads the GPU pods of the nodes to re-partition, decides the relabels (less those `hold` holds back),
-        applies them."""
-        gpu_pods = {name: self.cluster.gpu_pods_on(name) for name in nodes_to_relabel(pool, outcome.mig)}
-        outcome.mig, relabels, requeue = decide_relabels(pool, outcome.mig, written, gpu_pods, time.time(),
-                                                         self.settings.mig_config_propagation_s,
+    def relabel_nodes(self, pool: Pool, systems: list[SystemObject], children: list[Json], outcome: PoolOutcome,
+                      written: dict[str, float], hold: NodeHold) -> None:
+        """Reads the GPU pods of the nodes to re-partition, decides the relabels (less those `hold` holds back) and
+        the steps of re-partitioning serving nodes (serving_nodes.py), applies them."""
+        pods = {name: self.cluster.gpu_pods_on(name) for name in nodes_to_relabel(pool, outcome.mig)}
+        outcome.mig, relabels, requeue = decide_relabels(pool, outcome.mig, written,
+                                                         {name: list(found) for name, found in pods.items()},
+                                                         time.time(), self.settings.mig_config_propagation_s,
                                                          self.settings.mig_poll_s, hold)
-        self.actor.apply(list(relabels))
+        planned, _ = planned_children(pool, systems, outcome, self.settings, self.profiling.store(pool.key))
+        outcome.mig, changes = decide_serving_nodes(
+            pool, outcome.mig, pods, live_children(children, systems), [body for body, _ in planned.values()],
+            Rules(self.settings.max_changing_nodes, self.settings.without_replacement))
+        self.actor.apply([*relabels, *changes])
+        if any(m.serving_change for m in outcome.mig.values()):
+            requeue.append(self.settings.mig_poll_s)  # pods terminating and replicas starting elsewhere are looked at
         if outcome.requeue_after is not None:
             requeue.append(outcome.requeue_after)
         outcome.requeue_after = min(requeue, default=None)
@@ -377,6 +387,7 @@ class Reconciler:
         planned, outcome.deployments = planned_children(pool, systems, outcome, self.settings,
                                                         self.profiling.store(pool.key))
         outcome.live = live_children(children, systems)
+        outcome.awaited = replacements_awaited(planned, outcome.live, outcome)
         self.actor.apply(without_paused(decide_children(planned, systems, outcome.live, outcome), paused))
 
     # -- status ----------------------------------------------------------------

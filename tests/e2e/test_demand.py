@@ -158,6 +158,10 @@ def test_demand_from_prometheus_scales_up_and_never_down_on_bad_data(
     # A step up: more capacity (compute slices of MIG instances), its replicas Running.
     exporter.set_rate(series, RATE_UP)
     _wait(custom, operator, lambda: _slices(custom, ns, "classifier") > before, 90, "more capacity after a step up")
+    # Make before break: the previous plan's servers serve until the step's replicas are available (or their
+    # node's turn to change comes), so the replicas counted here are those of the step's plan once it is Ready
+    # (the reconcile that writes Ready has removed the previous plan's servers first).
+    wait_ready(custom, ns, ["classifier"], READY_TIMEOUT_S, operator)
     up = _replicas(api_client, ns, "classifier")
     _wait(custom, operator, lambda: _running(api_client, ns, "classifier") >= up, READY_TIMEOUT_S,
           "the new replicas Running")

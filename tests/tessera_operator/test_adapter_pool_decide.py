@@ -174,7 +174,7 @@ def test_a_server_waits_while_the_compound_plan_in_force_holds_its_gpu():
 def test_a_server_waits_while_its_node_waits_for_a_mig_layout():
     obj, pool = adapter_pool(), gpu_pool()
     servers = decided(obj, pool)
-    pending = {servers.slots[0][0]: NodeMig("tessera-v1-x", [], {}, applied=False)}
+    pending = {servers.slots[0][0]: NodeMig("tessera-v1-x", [], {}, servers.slots[0][0], applied=False)}
     assert not planned_servers(pool, servers, SETTINGS, set(), pending)[0][1]
 
 

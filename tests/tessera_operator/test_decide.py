@@ -6,6 +6,7 @@ The known-false ones are strict xfails naming the issue that makes them hold.
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 from pathlib import Path
@@ -21,14 +22,13 @@ from tessera.operator.reconcile import builders
 from tessera.operator.reconcile.actions import ApplyChild, DeleteChild, LabelNode, PatchStatus, PostEvent
 from tessera.operator.reconcile.decide import (PoolOutcome, decide_children, decide_mig_configs, decide_relabels,
                                                decide_status, desired_mig, invalid_status, layout_applied,
-                                               live_children, no_pool_status, planned_children, stored_plan_stands,
-                                               system_status)
+                                               live_children, no_pool_status, planned_children,
+                                               replacements_awaited, stored_plan_stands, system_status)
 from tessera.operator.settings import OperatorSettings
 
 from .conftest import gpu_node, pool_of
 
 SETTINGS = OperatorSettings(default_image="example.org/default:1")
-PART_2 = "The operator, part 2"
 SYSTEM = {
     "apiVersion": "tessera.ai/v1alpha1", "kind": "CompoundInferenceSystem",
     "metadata": {"name": "traffic", "namespace": "shop", "uid": "uid-1", "generation": 3},
@@ -163,7 +163,6 @@ def test_the_children_of_a_spec_that_turned_invalid_at_the_api_keep_running(plan
     assert not [a for a in actions if isinstance(a, DeleteChild)]
 
 
-@pytest.mark.xfail(strict=True, reason=f"{PART_2}: a re-plan deletes old Deployments before replacements exist")
 def test_a_serving_deployment_is_not_deleted_before_its_replacement_is_applied(plan):
     pool, systems = pool_with(), [system()]
     old = stale_deployment(plan, applied_pool(plan), systems)
@@ -171,6 +170,82 @@ def test_a_serving_deployment_is_not_deleted_before_its_replacement_is_applied(p
     planned, _ = planned_children(pool, systems, outcome, SETTINGS)
     actions = decide_children(planned, systems, live_children([old], systems), outcome)
     assert not [a for a in actions if isinstance(a, DeleteChild)]
+
+
+def available(body: dict) -> dict:
+    """A child whose every planned replica is available and updated."""
+    replicas = body["spec"]["replicas"]
+    return live(body, availableReplicas=replicas, updatedReplicas=replicas)
+
+
+def pinned_to(body: dict, hostname: str) -> dict:
+    moved = copy.deepcopy(body)
+    (term,) = moved["spec"]["template"]["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    term["matchExpressions"][0]["values"] = [hostname]
+    return moved
+
+
+def replacement_decision(plan, pool, outcome, extra_live=(), old_on: str = "gpu-b"):
+    """The stale Deployment (car-classification's, pinned to `old_on`), and what decide does with it beside
+    `extra_live` (the planned bodies by task, for the test to make live)."""
+    systems = [system()]
+    old = pinned_to(stale_deployment(plan, applied_pool(plan), systems), old_on)
+    planned, _ = planned_children(pool, systems, outcome, SETTINGS)
+    by_task = {body["metadata"]["labels"][naming.TASK_LABEL]: body for (kind, _, _), (body, _) in planned.items()
+               if kind == "Deployment"}
+    children = [old, *(make(by_task[task]) for task, make in extra_live)]
+    return old, decide_children(planned, systems, live_children(children, systems), outcome)
+
+
+def deleted(actions) -> list[str]:
+    return [a.child["metadata"]["name"] for a in actions if isinstance(a, DeleteChild)]
+
+
+def test_a_deployment_no_plan_wants_is_deleted_once_its_replacements_are_available(plan):
+    pool = pool_with()
+    old, waiting = replacement_decision(plan, pool, outcome_for(plan, pool), [("car-classification", live)])
+    assert deleted(waiting) == [], "its replacement exists but has no available replica yet"
+    old, actions = replacement_decision(plan, pool, outcome_for(plan, pool), [("car-classification", available)])
+    assert deleted(actions) == [old["metadata"]["name"]]
+
+
+def test_a_replacement_on_an_applied_node_where_the_old_deployment_runs_is_not_awaited(plan):
+    """It may need the very MIG instances the old one holds (a renamed Deployment): waiting would never end."""
+    pool = applied_pool(plan)
+    old, actions = replacement_decision(plan, pool, outcome_for(plan, pool, applied={"gpu-a", "gpu-b"}))
+    assert deleted(actions) == [old["metadata"]["name"]]
+
+
+def test_a_replacement_on_a_node_whose_change_waits_for_its_pods_to_go_is_not_awaited(plan):
+    """The replacement (on gpu-b) comes only after gpu-b's pods go: the old one (on gpu-a) does not wait for it."""
+    pool = pool_with()
+    outcome = outcome_for(plan, pool)
+    outcome.mig["gpu-b"].blocked_by = ["shop/some-server-pod"]
+    old, actions = replacement_decision(plan, pool, outcome, old_on="gpu-a")
+    assert deleted(actions) == [old["metadata"]["name"]]
+
+
+def test_a_deployment_on_a_node_that_waits_to_change_is_left_to_the_node_change(plan):
+    """Its node's re-partition scales it to zero when the node's turn comes (serving_nodes.py), not a delete now."""
+    pool = pool_with()
+    outcome = outcome_for(plan, pool)
+    outcome.mig["gpu-b"].blocked_by = ["shop/traffic-made-by-an-older-tessera-pod"]
+    _, actions = replacement_decision(plan, pool, outcome)
+    assert deleted(actions) == []
+
+
+def test_a_system_whose_old_deployments_wait_for_their_replacements_reads_replacement_pending(plan):
+    pool, systems = pool_with(), [system()]
+    old = stale_deployment(plan, applied_pool(plan), systems)
+    outcome = outcome_for(plan, pool)
+    planned, outcome.deployments = planned_children(pool, systems, outcome, SETTINGS)
+    outcome.live = live_children([old], systems)
+    outcome.awaited = replacements_awaited(planned, outcome.live, outcome)
+    _, conditions, _ = system_status(system(), outcome)
+    progressing = next(c for c in conditions if c.type == st.PROGRESSING)
+    assert (progressing.status, progressing.reason) == (True, st.REPLACEMENT_PENDING)
+    assert old["metadata"]["name"] in progressing.message
 
 
 # -- MIG -----------------------------------------------------------------------
