@@ -16,6 +16,9 @@ reports at run time that it falls back to numba (the `numba` extra), or that it
 needs one of the two.
 """
 
+import hashlib
+from pathlib import Path
+
 from setuptools import Extension, find_namespace_packages, setup
 
 FOLDERS = {
@@ -33,7 +36,10 @@ for package, folder in FOLDERS.items():
     packages.append(package)
     packages += [f"{package}.{sub}" for sub in find_namespace_packages(folder, exclude=["*__pycache__*"])]
 
-twin_kernel = Extension("tessera.planner.twin._kernel", ["planner/twin/_kernel.c"], libraries=["m"],
-                        extra_compile_args=["-O2"], optional=True)
+KERNEL = "planner/twin/_kernel.c"
+# The source's hash, built in: the loader uses an installed kernel only when it was built from the source beside it.
+twin_kernel = Extension("tessera.planner.twin._kernel", [KERNEL], libraries=["m"], extra_compile_args=["-O2"],
+                        define_macros=[("TESSERA_KERNEL_SOURCE", f'"{hashlib.sha256(Path(KERNEL).read_bytes()).hexdigest()[:16]}"')],
+                        optional=True)
 
 setup(packages=packages, package_dir=FOLDERS, include_package_data=True, ext_modules=[twin_kernel])

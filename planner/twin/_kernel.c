@@ -11,6 +11,13 @@ enum { P_DURATION, P_MAX_TOKENS, P_MAX_SEQS, P_MAX_LORAS, P_KV_BLOCKS, P_BLOCK, 
        P_SLOT_MS, P_WAIT_SKIPPED, P_SET_ORDER };
 enum { S_STEPS, S_PREEMPT, S_LOADS, S_DROPPED, S_ITL_SUM, S_ITL_N, S_RUN_TIME, S_KV_TIME, S_MAX_RUN,
        S_MAX_WAIT, S_MAX_BLOCKS, S_MAX_SET, S_MAX_RESIDENT, S_END_T, S_BUSY_T, S_WAIT_TIME, S_LOAD_MS };
+/* The source this library was built from (setup.py and ckernel.py pass its hash): a library built from an
+   older source, whose arguments may differ, is never called (ckernel.installed_library). */
+#ifndef TESSERA_KERNEL_SOURCE
+#define TESSERA_KERNEL_SOURCE ""
+#endif
+const char *kernel_source(void) { return TESSERA_KERNEL_SOURCE; }
+
 #define ITL_BINS 400
 #define ITL_LO (-4.0)
 #define ITL_HI 2.0

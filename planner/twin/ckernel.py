@@ -37,11 +37,29 @@ def _cache_dir() -> Path:
     return Path(base)
 
 
+def source_tag() -> str:
+    return hashlib.sha256(_SRC.read_bytes()).hexdigest()[:16]
+
+
+def _built_from_source(library: Path) -> bool:
+    """Whether the library was compiled from the source beside it: an editable install keeps the kernel
+    built at install time, and after a change of the source its arguments may no longer match."""
+    try:
+        built = ctypes.CDLL(str(library))
+    except OSError:
+        return False
+    tag = getattr(built, "kernel_source", None)
+    if tag is None:
+        return False
+    tag.restype = ctypes.c_char_p
+    return bool(tag() == source_tag().encode())
+
+
 def installed_library() -> Path | None:
-    """The kernel setup.py compiled at install time, if it did."""
+    """The kernel setup.py compiled at install time from this source, if it did."""
     for suffix in importlib.machinery.EXTENSION_SUFFIXES:
         candidate = _SRC.with_name("_kernel" + suffix)
-        if candidate.exists():
+        if candidate.exists() and _built_from_source(candidate):
             return candidate
     return None
 
@@ -52,7 +70,7 @@ def _cached_build() -> Path | None:
     if not _SRC.exists():
         unavailable_reason = f"{_SRC} is missing"
         return None
-    tag = hashlib.sha256(_SRC.read_bytes()).hexdigest()[:16]
+    tag = source_tag()
     so = _cache_dir() / f"twin_kernel_{tag}.so"
     if so.exists():
         return so
@@ -63,7 +81,8 @@ def _cached_build() -> Path | None:
     so.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=so.parent) as tmp:
         out = Path(tmp) / so.name
-        r = subprocess.run([cc, "-O2", "-shared", "-fPIC", "-o", str(out), str(_SRC), "-lm"],
+        r = subprocess.run([cc, "-O2", "-shared", "-fPIC", f'-DTESSERA_KERNEL_SOURCE="{tag}"', "-o", str(out),
+                            str(_SRC), "-lm"],
                            capture_output=True, text=True)
         if r.returncode != 0:
             unavailable_reason = f"{cc} failed to compile {_SRC.name}: {r.stderr.strip()[:500]}"
