@@ -29,6 +29,7 @@ from cluster.vllm_standin import VllmStandin
 
 from tessera.operator.reconcile import adapter_pools
 from tessera.operator.reconcile.act import Actor
+from tessera.operator.reconcile.adapter_loading import Retry
 from tessera.operator.settings import OperatorSettings
 from tessera.operator.vllm import VllmClient
 
@@ -49,10 +50,11 @@ def one_case(adapters: int, servers: int, at_once: int, load_s: float) -> dict:
         pools = adapter_pools.AdapterPools(actor, settings)
         pools.at_once = at_once
         pods = fake_pods(servers)
-        placed = {("bench", f"pool-server-{i}"): tuple(f"a{j}" for j in range(i, adapters, servers))
+        placed = {("bench", f"pool-server-{i}"): {f"a{j}": "source" for j in range(i, adapters, servers)}
                   for i in range(servers)}
+        retry = Retry(settings.adapter_load_failures, settings.adapter_load_backoff_max_s, time.time())
         started = time.perf_counter()
-        pools.load_missing(pods, placed, pools.list_servers(pods))
+        pools.load_missing(pods, placed, pools.list_servers(pods), retry)
         after = pools.list_servers(pods)
         first = time.perf_counter() - started
         assert all(after[p["metadata"]["uid"]].adapters == set(placed[("bench", p["metadata"]["labels"]

@@ -80,6 +80,13 @@ class OperatorSettings(BaseModel):
     adapter_server_timeout_s: float = Field(
         default=30.0, gt=0, le=600,
         description="Seconds tessera waits for one answer of a server's vLLM API (a load reads the adapter's files).")
+    adapter_load_failures: int = Field(
+        default=3, ge=1, le=100,
+        description="Failed loads in a row after which an adapter is failed on a server pod: the pod's readiness "
+                    "gate stops waiting for it, the pool is Degraded AdapterLoadFailed, and it is tried again "
+                    "after a wait that doubles.")
+    adapter_load_backoff_max_s: float = Field(
+        default=300.0, ge=5, le=86400, description="The longest wait between tries of a failed adapter, seconds.")
     frontend_image: str = Field(
         default="registry.invalid/tessera/tessera:unset", max_length=512,
         description="tessera's own image, which runs `tessera frontend` for systems with spec.frontend.")

@@ -86,6 +86,15 @@ def _selector(_ctx, _param, values: tuple[str, ...]) -> dict[str, str]:
               type=field_range(OperatorSettings, "adapter_server_timeout_s"),
               default=DEFAULTS.adapter_server_timeout_s, show_default=True,
               help="Seconds to wait for one answer of a server's vLLM API.")
+@click.option("--adapter-load-failures", "adapter_load_failures",
+              type=field_range(OperatorSettings, "adapter_load_failures"), default=DEFAULTS.adapter_load_failures,
+              show_default=True,
+              help="Failed loads in a row that mark an adapter failed on a server pod (its pod turns Ready without "
+                   "it; it is retried with back-off).")
+@click.option("--adapter-load-backoff-max", "adapter_load_backoff_max_s",
+              type=field_range(OperatorSettings, "adapter_load_backoff_max_s"),
+              default=DEFAULTS.adapter_load_backoff_max_s, show_default=True,
+              help="Longest wait in seconds between tries of a failed adapter (the wait doubles from 10 s).")
 @click.option("--frontend-image", default=DEFAULTS.frontend_image, show_default=True,
               help="tessera's own image, for the frontend of each system with spec.frontend.")
 @click.option("--frontend-port", type=field_range(OperatorSettings, "frontend_port"), default=DEFAULTS.frontend_port,

@@ -85,6 +85,7 @@ KINDS = {kind.name: kind for kind in (
             _column("GPUs", ".status.plan.gpus", "integer", "Servers planned (one whole GPU each)."),
             _column("Adapters", ".status.plan.adaptersPlaced", "integer", "Adapters placed on a server."),
             _column("Unplaced", ".status.plan.adaptersUnplaced", "integer", "Adapters that fit no server."),
+            _column("Failed", ".status.plan.adaptersFailed", "integer", "Adapters that failed to load repeatedly."),
             AGE,
         ),
     ),

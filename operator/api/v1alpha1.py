@@ -164,6 +164,12 @@ class ServerSummary(Spec):
     node: str = Field(max_length=253, description="The node holding the server's GPU.")
     gpu: int = Field(ge=0, le=1024, description="Index of the server's whole GPU on its node (MIG off).")
     ready: bool = Field(description="The server's Deployment is available with its planned spec.")
+    adapters_loaded: int | None = Field(
+        default=None, alias="adaptersLoaded", ge=0, le=2000,
+        description="Placed adapters its server lists (the least over its pods); absent while no pod answers.")
+    adapters_failed: int | None = Field(
+        default=None, alias="adaptersFailed", ge=0, le=2000,
+        description="Placed adapters that failed to load repeatedly on a pod of it (retried with back-off).")
 
 
 class AdapterPlacementSummary(Spec):
@@ -192,6 +198,9 @@ class AdapterPlacementSummary(Spec):
         alias="requestsPerSecond", ge=0, le=1e10, description="Expected requests/s of all the pool's adapters.",
     )
     servers_ready: int = Field(alias="serversReady", ge=0, le=256, description="Servers available.")
+    adapters_failed: int = Field(
+        default=0, alias="adaptersFailed", ge=0, le=2000,
+        description="Placed adapters failed on a server (Degraded AdapterLoadFailed names them with the error).")
     servers: list[ServerSummary] = Field(
         max_length=256, json_schema_extra=list_map("name"), description="Per server: adapters and slots.",
     )

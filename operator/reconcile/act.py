@@ -78,9 +78,16 @@ class Actor:
             self.cluster.post_event(action.body)
             checkpoint("after-event")
         elif isinstance(action, LoadAdapter):
-            try:
-                self.servers.load_adapter(action.url, action.adapter, action.path)
-            except ServerError as error:  # the readiness decided after the loads reports it, and retries
-                log.warning("pod %s: adapter %s not loaded: %s", action.pod, action.adapter, error)
+            self.load(action)
         elif isinstance(action, PatchPodStatus):
             self.cluster.patch_pod_status(action.namespace, action.name, action.patch)
+
+    def load(self, action: LoadAdapter) -> ServerError | None:
+        """One load; why it failed (the failures recorded after the loads count a refusal), else None."""
+        log.debug("LoadAdapter: %s", action.reason)
+        try:
+            self.servers.load_adapter(action.url, action.adapter, action.path)
+        except ServerError as error:
+            log.warning("pod %s: adapter %s not loaded: %s", action.pod, action.adapter, error)
+            return error
+        return None

@@ -13,20 +13,34 @@ adapters per server in; plain actions out. The rules (docs/adapter-loading.md):
   answer alone. A server that does not answer is False.
 - The annotation `tessera.ai/loaded-adapters` holds how many of the placed
   adapters the server listed and a digest of their names.
+- An adapter whose loads fail `limit` times in a row on a pod is failed there
+  (issue 30 item 4): the gate no longer waits for it, so one bad adapter never
+  keeps the others from serving, and it is tried again after a wait that
+  doubles from LOAD_RETRY_S up to a cap. Each pod's record of its failures
+  (the count, the engine's last error, the adapter's source) is the annotation
+  `tessera.ai/adapter-failures`, written with the gate, so a restarted
+  operator resumes it; a changed source or digest starts the count afresh.
 - Nothing is written where condition and annotation already say so.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from tessera.operator import naming
 from tessera.operator.reconcile.actions import Json, LoadAdapter, PatchPodStatus
-from tessera.operator.reconcile.adapter_pool_decide import PoolServers, deployment_name
+from tessera.operator.reconcile.adapter_pool_decide import PoolServers, ServerLoad, deployment_name
 
 READINESS_GATE = naming.ADAPTERS_LOADED
 LOADED_ANNOTATION = naming.LOADED_ADAPTERS
+FAILURES_ANNOTATION = f"{naming.GROUP}/adapter-failures"
+ERROR_CHARS = 200
+"""The engine's error kept per failing adapter, cut to this many characters."""
+RECORDED_MOST = 100
+"""Failing adapters one pod's annotation records (about 300 bytes each); those beyond are retried every
+LOAD_RETRY_S and keep the gate closed, as without a record."""
 DEPLOYMENT_LABEL = f"{naming.GROUP}/deployment"
 ADAPTER_DIR = "/adapters"
 """Where a server finds adapter `name`'s files: `/adapters/<name>` (how they get there is not in this slice)."""
@@ -35,6 +49,7 @@ LOAD_RETRY_S = 5.0
 MISSING_EXAMPLES = 5
 
 LOADED, LOADING, NOT_ANSWERING, MISSING = "AdaptersLoaded", "LoadingAdapters", "ServerNotAnswering", "AdaptersMissing"
+SOME_FAILED = "SomeAdaptersFailed"
 
 
 @dataclass(frozen=True)
@@ -48,18 +63,86 @@ class Listed:
 
 ServerKey = tuple[str, str]
 """(namespace, Deployment name) of one placed server."""
+Placed = Mapping[ServerKey, Mapping[str, str]]
+"""Each placed server's adapters, in the placement's order: name -> a digest of its source (uri and digest)."""
 
 
-def placed_adapters(decided: list[PoolServers]) -> dict[ServerKey, tuple[str, ...]]:
-    """The adapters each placed server's pods must hold, by its Deployment (an invalid pool's: none decided)."""
+@dataclass(frozen=True)
+class Failure:
+    """One adapter's loads that failed in a row on one pod."""
+
+    tries: int
+    error: str
+    """The engine's last error, cut to ERROR_CHARS."""
+    source: str
+    """The adapter's source digest when it failed: another source starts the count afresh."""
+    at: int
+    """Epoch seconds of the last failed try."""
+
+
+Failures = dict[str, Failure]
+"""A pod's failing adapters, by name."""
+
+
+@dataclass(frozen=True)
+class Retry:
+    """When a failing adapter counts as failed, and when it is tried again."""
+
+    limit: int
+    """Failed loads in a row that mark an adapter failed (--adapter-load-failures)."""
+    cap_s: float
+    """The longest wait between tries of a failed adapter (--adapter-load-backoff-max)."""
+    now: float
+    """Epoch seconds of this reconcile."""
+
+    def failed(self, failure: Failure) -> bool:
+        return failure.tries >= self.limit
+
+    def wait_s(self, failure: Failure) -> float:
+        """Seconds until the next try: LOAD_RETRY_S until failed, then doubling with each failed try, capped."""
+        if not self.failed(failure):
+            return LOAD_RETRY_S
+        return min(LOAD_RETRY_S * 2.0 ** (failure.tries - self.limit + 1), max(self.cap_s, LOAD_RETRY_S))
+
+    def due_in(self, failure: Failure) -> float:
+        return failure.at + self.wait_s(failure) - self.now
+
+
+def source_digest(uri: str, digest: str) -> str:
+    return naming.digest([uri, digest])[:12]
+
+
+def placed_adapters(decided: list[PoolServers]) -> dict[ServerKey, dict[str, str]]:
+    """The adapters each placed server's pods must hold, by its Deployment, with their sources' digests (an
+    invalid pool's: none decided)."""
     placed = {}
     for servers in decided:
-        if servers.placement is None:
+        if servers.placement is None or servers.pool.spec is None:
             continue
         ref = servers.pool.ref
+        sources = {a.name: source_digest(a.weights.uri, a.weights.digest) for a in servers.pool.spec.adapters}
         for index, server in enumerate(servers.placement.servers):
-            placed[(ref.namespace, deployment_name(ref, index))] = tuple(server.adapters)
+            placed[(ref.namespace, deployment_name(ref, index))] = {name: sources[name] for name in server.adapters}
     return placed
+
+
+def recorded_failures(pod: Json) -> Failures:
+    """The pod's failure record as the annotation holds it (an unreadable one counts as none)."""
+    text = (pod["metadata"].get("annotations") or {}).get(FAILURES_ANNOTATION)
+    try:
+        return {name: Failure(int(f["tries"]), str(f["error"]), str(f["source"]), int(f["at"]))
+                for name, f in json.loads(text).items()} if text else {}
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return {}
+
+
+def current_failures(pod: Json, wanted: Mapping[str, str]) -> Failures:
+    """The recorded failures of adapters still placed on the pod's server from the same source."""
+    return {name: f for name, f in recorded_failures(pod).items() if wanted.get(name) == f.source}
+
+
+def failures_value(failures: Failures) -> str | None:
+    return json.dumps({name: asdict(f) for name, f in failures.items()}, separators=(",", ":")) if failures else None
 
 
 def server_url(template: str, pod: Json, port: int) -> str:
@@ -87,31 +170,76 @@ def pod_name(pod: Json) -> str:
     return f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
 
 
-def decide_loads(pods: list[Json], placed: Mapping[ServerKey, tuple[str, ...]],
-                 listed: Mapping[str, Listed]) -> list[LoadAdapter]:
-    """A load for each placed adapter a running pod's server does not list (in the placement's order)."""
+def decide_loads(pods: list[Json], placed: Placed, listed: Mapping[str, Listed], retry: Retry) -> list[LoadAdapter]:
+    """A load for each placed adapter a running pod's server does not list (in the placement's order), but for
+    failing adapters whose wait for the next try has not passed."""
     loads = []
     for pod in pods:
         seen = listed.get(pod["metadata"]["uid"])
         wanted = placed.get(server_of(pod))
         if wanted is None or seen is None or seen.adapters is None:
             continue
+        failures = current_failures(pod, wanted)
         for name in wanted:
-            if name not in seen.adapters:
-                loads.append(LoadAdapter(seen.url, pod_name(pod), name, adapter_path(name),
-                                         reason=f"placed on the server, not listed by pod {pod_name(pod)}"))
+            if name in seen.adapters:
+                continue
+            failure = failures.get(name)
+            if failure is None:
+                reason = f"placed on the server, not listed by pod {pod_name(pod)}"
+            elif retry.due_in(failure) <= 0:  # tries LOAD_RETRY_S apart, not one per event-driven reconcile
+                reason = f"pod {pod_name(pod)} failed to load it {failure.tries} time(s) in a row; trying again"
+            else:
+                continue
+            loads.append(LoadAdapter(seen.url, pod_name(pod), name, adapter_path(name), reason=reason))
     return loads
 
 
-def readiness(wanted: tuple[str, ...], seen: Listed) -> tuple[bool, str, str]:
-    """(loaded, reason, message) of the readiness gate, from what the server lists."""
+def record_failures(pods: list[Json], placed: Placed, errors: Mapping[str, Mapping[str, str | None]],
+                    listed: Mapping[str, Listed], retry: Retry) -> dict[str, Failures]:
+    """Each pod's failures after this reconcile's loads (`errors`: pod name -> adapter -> the engine's error,
+    None for a load that succeeded), by pod uid: a failed load counts one more, an adapter the server lists
+    now is off the record, at most RECORDED_MOST of them (in the placement's order)."""
+    records = {}
+    for pod in pods:
+        seen = listed.get(pod["metadata"]["uid"])
+        wanted = placed.get(server_of(pod))
+        if wanted is None or seen is None:
+            continue
+        failures = current_failures(pod, wanted)
+        for name, error in errors.get(pod_name(pod), {}).items():
+            if error is not None:
+                tries = failures[name].tries + 1 if name in failures else 1
+                failures[name] = Failure(tries, error[:ERROR_CHARS], wanted[name], int(retry.now))
+        listing = seen.adapters if seen.adapters is not None else frozenset()
+        kept = [name for name in wanted if name in failures and name not in listing]
+        records[pod["metadata"]["uid"]] = {name: failures[name] for name in kept[:RECORDED_MOST]}
+    return records
+
+
+def examples(names: list[str]) -> str:
+    return ", ".join(names[:MISSING_EXAMPLES]) + (", ..." if len(names) > MISSING_EXAMPLES else "")
+
+
+def failed_names(wanted: Mapping[str, str], seen: Listed, failures: Failures, retry: Retry) -> list[str]:
+    """The placed adapters failed on the pod that its server does not list."""
+    listing = seen.adapters if seen.adapters is not None else frozenset()
+    return [name for name in wanted if name in failures and retry.failed(failures[name]) and name not in listing]
+
+
+def readiness(wanted: Mapping[str, str], seen: Listed, failed: list[str]) -> tuple[bool, str, str]:
+    """(loaded, reason, message) of the readiness gate, from what the server lists; `failed` adapters are not
+    waited for."""
     if seen.adapters is None:
         return False, NOT_ANSWERING, f"the server does not answer GET /v1/models: {seen.error}"
-    missing = [name for name in wanted if name not in seen.adapters]
-    if not missing:
-        return True, LOADED, f"the server lists all {len(wanted)} adapters placed on it"
-    examples = ", ".join(missing[:MISSING_EXAMPLES]) + (", ..." if len(missing) > MISSING_EXAMPLES else "")
-    return False, MISSING, f"{len(missing)} of {len(wanted)} placed adapters not listed by the server: {examples}"
+    missing = [name for name in wanted if name not in seen.adapters and name not in failed]
+    if missing:
+        return False, MISSING, (f"{len(missing)} of {len(wanted)} placed adapters not listed by the server: "
+                                f"{examples(missing)}")
+    if failed:
+        return True, SOME_FAILED, (f"the server lists {len(wanted) - len(failed)} of the {len(wanted)} adapters "
+                                   f"placed on it; {len(failed)} failed to load and are retried with back-off: "
+                                   f"{examples(failed)}")
+    return True, LOADED, f"the server lists all {len(wanted)} adapters placed on it"
 
 
 def loaded_value(names: list[str]) -> str:
@@ -124,10 +252,10 @@ def gate_condition(pod: Json) -> Json | None:
     return next((c for c in conditions if c.get("type") == READINESS_GATE), None)
 
 
-def decide_readiness(pods: list[Json], placed: Mapping[ServerKey, tuple[str, ...]],
-                     listed: Mapping[str, Listed], now: str) -> list[PatchPodStatus]:
-    """Each running server pod's readiness gate and annotation, in one patch where they differ from what its
-    server lists."""
+def decide_readiness(pods: list[Json], placed: Placed, listed: Mapping[str, Listed], now: str,
+                     records: Mapping[str, Failures], retry: Retry) -> list[PatchPodStatus]:
+    """Each running server pod's readiness gate and annotations, in one patch where they differ from what its
+    server lists and its failures' record (`records`, by pod uid)."""
     patches = []
     for pod in pods:
         seen = listed.get(pod["metadata"]["uid"])
@@ -135,26 +263,62 @@ def decide_readiness(pods: list[Json], placed: Mapping[ServerKey, tuple[str, ...
         if wanted is None or seen is None:
             continue
         patch: Json = {}
-        loaded, reason, message = readiness(wanted, seen)
+        failures = records.get(pod["metadata"]["uid"], {})
+        loaded, reason, message = readiness(wanted, seen, failed_names(wanted, seen, failures, retry))
         status = "True" if loaded else "False"
         current = gate_condition(pod) or {}
         if (current.get("status"), current.get("reason"), current.get("message")) != (status, reason, message):
             since = current.get("lastTransitionTime") if current.get("status") == status else now
             patch["status"] = {"conditions": [{"type": READINESS_GATE, "status": status, "reason": reason,
                                                "message": message, "lastTransitionTime": since or now}]}
+        annotations = pod["metadata"].get("annotations") or {}
+        changed: dict[str, str | None] = {}
         if seen.adapters is not None:
             value = loaded_value([name for name in wanted if name in seen.adapters])
-            if (pod["metadata"].get("annotations") or {}).get(LOADED_ANNOTATION) != value:
-                patch["metadata"] = {"annotations": {LOADED_ANNOTATION: value}}
+            if annotations.get(LOADED_ANNOTATION) != value:
+                changed[LOADED_ANNOTATION] = value
+        if annotations.get(FAILURES_ANNOTATION) != failures_value(failures):
+            changed[FAILURES_ANNOTATION] = failures_value(failures)  # None removes it (a merge patch)
+        if changed:
+            patch["metadata"] = {"annotations": changed}
         if patch:
             patches.append(PatchPodStatus(pod["metadata"]["namespace"], pod["metadata"]["name"], patch,
                                           reason=f"pod {pod_name(pod)}: {reason}"))
     return patches
 
 
-def loading_requeue(pods: list[Json], placed: Mapping[ServerKey, tuple[str, ...]],
-                    listed: Mapping[str, Listed]) -> float | None:
-    """LOAD_RETRY_S while a running server pod does not list all its adapters (a load failed, or it is not up)."""
-    waiting = [pod for pod in pods if pod["metadata"]["uid"] in listed and server_of(pod) in placed
-               and not readiness(placed[server_of(pod)], listed[pod["metadata"]["uid"]])[0]]
-    return LOAD_RETRY_S if waiting else None
+def loading_requeue(pods: list[Json], placed: Placed, listed: Mapping[str, Listed], records: Mapping[str, Failures],
+                    retry: Retry) -> float | None:
+    """LOAD_RETRY_S while a running server pod does not list all its adapters but failed ones (a load failed, or it
+    is not up); else the seconds until the next try of a failed adapter; None: nothing to wait for."""
+    waits = []
+    for pod in pods:
+        uid = pod["metadata"]["uid"]
+        if uid not in listed or server_of(pod) not in placed:
+            continue
+        wanted, seen, failures = placed[server_of(pod)], listed[uid], records.get(uid, {})
+        failed = failed_names(wanted, seen, failures, retry)
+        if not readiness(wanted, seen, failed)[0]:
+            waits.append(LOAD_RETRY_S)
+        waits.extend(max(retry.due_in(failures[name]), 1.0) for name in failed)
+    return min(waits, default=None)
+
+
+def server_loads(pods: list[Json], placed: Placed, listed: Mapping[str, Listed], records: Mapping[str, Failures],
+                 retry: Retry) -> dict[ServerKey, ServerLoad]:
+    """Per placed server with an answering pod: the placed adapters every such pod lists, and the failed ones on
+    any of them with the engine's error (for the pool's status)."""
+    loads: dict[ServerKey, ServerLoad] = {}
+    for pod in pods:
+        seen = listed.get(pod["metadata"]["uid"])
+        wanted = placed.get(server_of(pod))
+        if wanted is None or seen is None or seen.adapters is None:
+            continue
+        failures = records.get(pod["metadata"]["uid"], {})
+        loaded = sum(1 for name in wanted if name in seen.adapters)
+        failed = {name: failures[name].error for name in failed_names(wanted, seen, failures, retry)}
+        before = loads.get(server_of(pod))
+        if before is not None:
+            loaded, failed = min(loaded, before.loaded), {**before.failed, **failed}
+        loads[server_of(pod)] = ServerLoad(loaded, failed)
+    return loads

@@ -18,6 +18,8 @@ The rules (docs/operator.md, "AdapterPools"):
   at no time do both kinds claim one GPU.
 - Adapters beyond the GPUs free for them are unplaced: Degraded says how
   much of the pool's rate the placed ones carry.
+- Adapters that failed to load repeatedly (adapter_loading.py) make the pool
+  Degraded AdapterLoadFailed, naming them with the engine's error.
 """
 
 from __future__ import annotations
@@ -53,6 +55,18 @@ SERVER_ANNOTATION = f"{naming.GROUP}/adapter-server"
 """On a server's Deployment: the server's index in the placement."""
 RUNTIME_LORA_ENV = "VLLM_ALLOW_RUNTIME_LORA_UPDATING"
 UNPLACED_EXAMPLES = 16
+FAILED_EXAMPLES = 3
+"""Failed adapters the Degraded message names with their error (about 300 characters each)."""
+
+
+@dataclass(frozen=True)
+class ServerLoad:
+    """What one server's pods hold, as the reconcile's loads left them (adapter_loading.server_loads)."""
+
+    loaded: int
+    """Placed adapters every answering pod of the server lists."""
+    failed: dict[str, str] = dataclasses.field(default_factory=dict)
+    """Failed adapters on any of its pods -> the engine's last error."""
 
 
 @dataclass
@@ -251,17 +265,23 @@ def decide_servers(planned: list[tuple[Json, bool]], live: list[Json], valid: bo
 
 # -- status -------------------------------------------------------------------------
 
-def placement_summary(decided: PoolServers, planned: list[tuple[Json, bool]], live: list[Json]) -> Json:
-    """status.plan: counts, a bounded list of unplaced names, and per server its flags, GPU and readiness."""
+def placement_summary(decided: PoolServers, planned: list[tuple[Json, bool]], live: list[Json],
+                      loads: Mapping[tuple[str, str], ServerLoad]) -> Json:
+    """status.plan: counts, a bounded list of unplaced names, and per server its flags, GPU, readiness and
+    adapters loaded and failed."""
     placement, problem = decided.placement, decided.pool.problem
     assert placement is not None and problem is not None and decided.pool.spec is not None
     by_name = {c["metadata"]["name"]: c for c in live if c["kind"] == "Deployment"}
     rates = {a.name: a.rate_rps for a in problem.adapters}
-    servers = [ServerSummary(name=body["metadata"]["name"], adapters=len(server.adapters), lora_slots=server.max_loras,
-                             max_lora_rank=server.max_lora_rank, node=slot[0], gpu=slot[1],
-                             ready=body["metadata"]["name"] in by_name and available(by_name[body["metadata"]["name"]],
-                                                                                    body))
-               for (body, _), server, slot in zip(planned, placement.servers, decided.slots)]
+    namespace = decided.pool.ref.namespace
+    servers = []
+    for (body, _), server, slot in zip(planned, placement.servers, decided.slots):
+        name = body["metadata"]["name"]
+        load = loads.get((namespace, name))
+        servers.append(ServerSummary(
+            name=name, adapters=len(server.adapters), lora_slots=server.max_loras, max_lora_rank=server.max_lora_rank,
+            node=slot[0], gpu=slot[1], ready=name in by_name and available(by_name[name], body),
+            adapters_loaded=load.loaded if load else None, adapters_failed=len(load.failed) if load else None))
     twin = [s.twin.min_served_fraction for s in placement.servers if s.twin is not None]
     summary = AdapterPlacementSummary(
         gpu=decided.pool.spec.gpu, gpus=len(placement.servers),
@@ -269,14 +289,29 @@ def placement_summary(decided: PoolServers, planned: list[tuple[Json, bool]], li
         adapters_unplaced=len(placement.unplaced), unplaced_examples=list(placement.unplaced[:UNPLACED_EXAMPLES]),
         predicted_min_served_fraction=min(twin) if twin and len(twin) == len(placement.servers) else None,
         rate_placed_rps=round(sum(rates[n] for s in placement.servers for n in s.adapters), 6),
-        rate_rps=round(sum(rates.values()), 6), servers_ready=sum(s.ready for s in servers), servers=servers)
+        rate_rps=round(sum(rates.values()), 6), servers_ready=sum(s.ready for s in servers),
+        adapters_failed=sum(s.adapters_failed or 0 for s in servers), servers=servers)
     return summary.model_dump(by_alias=True, mode="json", exclude_none=True)
 
 
+def load_failed_message(namespace: str, loads: Mapping[tuple[str, str], ServerLoad]) -> str | None:
+    """Degraded's message for the pool's failed adapters (a few named, with the server and the engine's error);
+    None: none failed."""
+    failed = [(server, name, error) for (ns, server), load in sorted(loads.items()) if ns == namespace
+              for name, error in load.failed.items()]
+    if not failed:
+        return None
+    named = "; ".join(f"{name} on {server}: {error}" for server, name, error in failed[:FAILED_EXAMPLES])
+    more = f"; and {len(failed) - FAILED_EXAMPLES} more" if len(failed) > FAILED_EXAMPLES else ""
+    return (f"{len(failed)} adapter load(s) failed repeatedly and are retried with back-off (the other adapters "
+            f"serve): {named}{more}")
+
+
 def pool_status(obj: AdapterPoolObject, decided: PoolServers | None, planned: list[tuple[Json, bool]],
-                live: list[Json]) -> tuple[str, list[st.Condition], Json | None]:
+                live: list[Json], loads: Mapping[tuple[str, str], ServerLoad] | None = None,
+                ) -> tuple[str, list[st.Condition], Json | None]:
     """(phase, conditions, status.plan or None to keep the last one) of one AdapterPool; `decided` None: no GPU
-    pool of its product."""
+    pool of its product; `loads`: what its servers' pods hold (none asked yet: absent)."""
     if not obj.valid:
         kept = any(c["kind"] == "Deployment" for c in live)
         message = (obj.error or "") + ("; its running servers stay until the spec is fixed" if kept else "")
@@ -289,8 +324,9 @@ def pool_status(obj: AdapterPoolObject, decided: PoolServers | None, planned: li
         message = f"no schedulable nodes of GPU product {obj.spec.gpu!r} (spec.gpuProduct)"
         return st.PHASE_PENDING, [st.Condition(st.READY, False, st.NO_GPU_POOL, message),
                                   st.Condition(st.ADAPTERS_PLACED, False, st.NO_GPU_POOL, message), valid], None
-    summary = placement_summary(decided, planned, live)
+    summary = placement_summary(decided, planned, live, loads or {})
     placed, unplaced = summary["adaptersPlaced"], summary["adaptersUnplaced"]
+    failed = load_failed_message(obj.ref.namespace, loads or {})
     conditions = [valid]
     if unplaced:
         share = summary["placedRequestsPerSecond"] / summary["requestsPerSecond"] if summary["requestsPerSecond"] else 1
@@ -300,10 +336,12 @@ def pool_status(obj: AdapterPoolObject, decided: PoolServers | None, planned: li
                    f"({summary['placedRequestsPerSecond']:g} of {summary['requestsPerSecond']:g} requests/s); "
                    "add GPUs or raise limits.maxServers")
         conditions += [st.Condition(st.ADAPTERS_PLACED, False, st.INSUFFICIENT_CAPACITY, message),
-                       st.Condition(st.DEGRADED, True, st.INSUFFICIENT_CAPACITY, message)]
+                       st.Condition(st.DEGRADED, True, st.INSUFFICIENT_CAPACITY,
+                                    message + (f"; {failed}" if failed else ""))]
     else:
         message = f"{placed} adapters on {len(decided.placement.servers)} server(s)"
         conditions += [st.Condition(st.ADAPTERS_PLACED, True, st.ALL_ADAPTERS_PLACED, message),
+                       st.Condition(st.DEGRADED, True, st.ADAPTER_LOAD_FAILED, failed) if failed else
                        st.Condition(st.DEGRADED, False, st.DEMAND_SERVED, "every adapter is placed on a server")]
     ready, total = summary["serversReady"], len(summary["servers"])
     waiting = sum(1 for _, now in planned if not now)
@@ -312,7 +350,7 @@ def pool_status(obj: AdapterPoolObject, decided: PoolServers | None, planned: li
         if waiting else "")
     if ready == total:
         conditions.append(st.Condition(st.READY, True, st.SERVERS_READY, servers))
-        return (st.PHASE_DEGRADED if unplaced else st.PHASE_READY), conditions, summary
+        return (st.PHASE_DEGRADED if unplaced or failed else st.PHASE_READY), conditions, summary
     was_ready = any(c.get("type") == st.READY and c.get("status") == "True" for c in obj.status.get("conditions") or [])
     conditions.append(st.Condition(st.READY, False, st.SERVERS_UNAVAILABLE if was_ready else st.SERVERS_STARTING,
                                    servers))

@@ -9,21 +9,24 @@ cached for the process while the pool's problem and free GPUs are unchanged.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 from tessera.operator.api import status as st
 from tessera.operator.api.adapter_pools import AdapterPoolObject
 from tessera.operator.gpus.discovery import Pool
 from tessera.operator.reconcile.act import Actor
 from tessera.operator.reconcile.actions import Json, LoadAdapter
-from tessera.operator.reconcile.adapter_loading import (Listed, ServerKey, decide_loads, decide_readiness,
-                                                        loading_requeue, placed_adapters, pod_name, server_of,
-                                                        serving, server_url)
-from tessera.operator.reconcile.adapter_pool_decide import (PoolServers, Slot, choose_slots, compound_gpus,
-                                                            decide_pool_status, decide_servers, owned_by,
-                                                            placed_compound_gpus, planned_servers, pool_status,
-                                                            server_slots, within)
+from tessera.operator.reconcile.adapter_loading import (Listed, Placed, Retry, ServerKey, decide_loads,
+                                                        decide_readiness, loading_requeue, placed_adapters, pod_name,
+                                                        record_failures, server_loads, server_of, serving,
+                                                        server_url)
+from tessera.operator.reconcile.adapter_pool_decide import (PoolServers, ServerLoad, Slot, choose_slots,
+                                                            compound_gpus, decide_pool_status, decide_servers,
+                                                            owned_by, placed_compound_gpus, planned_servers,
+                                                            pool_status, server_slots, within)
 from tessera.operator.reconcile.decide import PoolOutcome
 from tessera.operator.settings import OperatorSettings
 from tessera.operator.vllm import ServerError
@@ -31,6 +34,23 @@ from tessera.planner.placement import Placement, PlacementProblem, place
 
 SERVERS_AT_ONCE = 16
 """Servers asked, or loaded, at once: a server that does not answer costs a reconcile one timeout, not one per pod."""
+
+
+@dataclass(frozen=True)
+class Acted:
+    """One AdapterPool's servers as applied, for its status once its pods are loaded."""
+
+    servers: PoolServers
+    planned: list[tuple[Json, bool]]
+    live: list[Json]
+
+
+@dataclass(frozen=True)
+class Loading:
+    """What keep_loaded left: the seconds until a pod is looked at again, and what each server's pods hold."""
+
+    requeue: float | None
+    servers: dict[ServerKey, ServerLoad]
 
 
 class AdapterPools:
@@ -75,36 +95,58 @@ class AdapterPools:
         live = {slot for d in decided for slot in server_slots(children, d.pool.ref).values()}
         return live | {slot for d in decided for slot in d.gpus}
 
-    def act(self, pool: Pool, decided: list[PoolServers], children: list[Json], outcome: PoolOutcome) -> None:
+    def act(self, pool: Pool, decided: list[PoolServers], children: list[Json], outcome: PoolOutcome) -> list[Acted]:
         """After the compound solve: each AdapterPool's servers where the compound plan in force leaves their GPU
-        free, and its status."""
+        free (their status is written after the loads, by write_statuses)."""
         compound = placed_compound_gpus(outcome.placement)
+        acted = []
         for servers in decided:
             planned = planned_servers(pool, servers, self.settings, compound, outcome.mig)
             live = owned_by(children, servers.pool.ref)
             self.actor.apply(decide_servers(planned, live, servers.pool.valid))
-            self.write_status(servers.pool, *pool_status(servers.pool, servers, planned, live))
+            acted.append(Acted(servers, planned, live))
+        return acted
 
-    def keep_loaded(self, decided: list[PoolServers], pods: list[Json]) -> float | None:
-        """Load what the pods' servers do not list, then set each pod's readiness gate from what its server lists
-        after the loads; the seconds until a pod not loaded yet is looked at again."""
+    def write_statuses(self, acted: list[Acted], loading: Loading) -> None:
+        """Each acted AdapterPool's status, with what its servers' pods hold after this reconcile's loads."""
+        for pool in acted:
+            self.write_status(pool.servers.pool, *pool_status(pool.servers.pool, pool.servers, pool.planned,
+                                                              pool.live, loading.servers))
+
+    def keep_loaded(self, decided: list[PoolServers], pods: list[Json]) -> Loading:
+        """Load what the pods' servers do not list (but failed adapters still waiting for their next try), record
+        the failed loads, then set each pod's readiness gate from what its server lists after the loads."""
+        retry = Retry(self.settings.adapter_load_failures, self.settings.adapter_load_backoff_max_s, time.time())
         placed = placed_adapters(decided)
         pods = [pod for pod in pods if serving(pod) and server_of(pod) in placed]
         listed = self.list_servers(pods)
-        loaded_on = self.load_missing(pods, placed, listed)
-        listed.update(self.list_servers([pod for pod in pods if pod_name(pod) in loaded_on]))
-        self.actor.apply(decide_readiness(pods, placed, listed, st.now_rfc3339()))
-        return loading_requeue(pods, placed, listed)
+        errors = self.load_missing(pods, placed, listed, retry)
+        listed.update(self.list_servers([pod for pod in pods if pod_name(pod) in errors]))
+        records = record_failures(pods, placed, errors, listed, retry)
+        self.actor.apply(decide_readiness(pods, placed, listed, st.now_rfc3339(), records, retry))
+        return Loading(loading_requeue(pods, placed, listed, records, retry),
+                       server_loads(pods, placed, listed, records, retry))
 
-    def load_missing(self, pods: list[Json], placed: Mapping[ServerKey, tuple[str, ...]],
-                     listed: Mapping[str, Listed]) -> set[str]:
-        """The loads decided, `at_once` servers at a time (one pod's loads in order); the pods loaded on."""
+    def load_missing(self, pods: list[Json], placed: Placed, listed: Mapping[str, Listed],
+                     retry: Retry) -> dict[str, dict[str, str | None]]:
+        """The loads decided, `at_once` servers at a time (one pod's loads in order); by pod, each adapter tried
+        and the engine's error (None: loaded), for each pod with a load."""
         by_pod: dict[str, list[LoadAdapter]] = {}
-        for load in decide_loads(pods, placed, listed):
+        for load in decide_loads(pods, placed, listed, retry):
             by_pod.setdefault(load.pod, []).append(load)
         with ThreadPoolExecutor(self.at_once) as workers:
-            list(workers.map(self.actor.apply, by_pod.values()))
-        return set(by_pod)
+            tried = list(workers.map(self.load_in_order, by_pod.values()))
+        return dict(zip(by_pod, tried))
+
+    def load_in_order(self, loads: list[LoadAdapter]) -> dict[str, str | None]:
+        """Each adapter loaded (None) or refused (the engine's error); a load the server did not answer is left
+        out: it says nothing about the adapter, so it does not count towards marking it failed."""
+        tried: dict[str, str | None] = {}
+        for load in loads:
+            error = self.actor.load(load)
+            if error is None or error.status is not None:
+                tried[load.adapter] = None if error is None else str(error)
+        return tried
 
     def list_servers(self, pods: list[Json]) -> dict[str, Listed]:
         """Observe: what each pod's server lists (`GET /v1/models`), by pod uid, `at_once` servers at a time."""

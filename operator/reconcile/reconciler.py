@@ -139,6 +139,7 @@ class Reconciler:
         if write is not None and mig_writable:
             self.actor.apply([write])
         requeue: list[float] = []
+        adapter_pools_acted = []
         for pool in pools:
             outcome = outcomes[pool.key]
             held = held_nodes(paused[pool.key], outcome, [n.name for n in pool.nodes], pool_paused[pool.key])
@@ -148,7 +149,7 @@ class Reconciler:
                 self.relabel_nodes(pool, members.get(pool.key, []), children, outcome, written,
                                    NodeHold.of(held, self.settings.maintenance_window))
             self.reconcile_children(pool, members.get(pool.key, []), children, outcome, paused[pool.key])
-            self.adapter_pools.act(pool, adapter_servers[pool.key], children, outcome)
+            adapter_pools_acted += self.adapter_pools.act(pool, adapter_servers[pool.key], children, outcome)
             state = seen.pool_states[pool.key]
             pool_changed = (pool_paused[pool.key] is not None
                             and state.get("pool") != self.pool_hash(pool, adapter_gpus[pool.key]))
@@ -171,8 +172,10 @@ class Reconciler:
         self.adapter_pools.without_pool(adapter_members.get(None, []), children)
         loading = self.adapter_pools.keep_loaded([d for servers in adapter_servers.values() for d in servers],
                                                  list(seen.adapter_server_pods))
-        if loading is not None:
-            requeue.append(loading)
+        # after the loads, so a pool's status says which adapters failed on its servers this very reconcile
+        self.adapter_pools.write_statuses(adapter_pools_acted, loading)
+        if loading.requeue is not None:
+            requeue.append(loading.requeue)
         if self.demand.watching(systems):
             requeue.append(self.settings.demand.poll_s)
         return ReconcileResult(min(requeue, default=None), self.cluster.writes - writes_before)

@@ -18,6 +18,7 @@ server does not list its adapters, before tessera opens the gate.
 
 from __future__ import annotations
 
+import json
 import time
 from functools import partial
 
@@ -26,15 +27,19 @@ from kubernetes import client
 from cluster.kube import wait_for
 from tessera.operator import naming
 from tessera.operator.api.v1alpha1 import child_name
-from tessera.operator.reconcile.adapter_loading import MISSING, NOT_ANSWERING, loaded_value
+from tessera.operator.api.status import ADAPTER_LOAD_FAILED
+from tessera.operator.reconcile.adapter_loading import (FAILURES_ANNOTATION, MISSING, NOT_ANSWERING, SOME_FAILED,
+                                                        loaded_value)
 from tessera.operator.reconcile.adapter_pool_decide import within
+from tessera.operator.settings import OperatorSettings
 from tessera.planner.placement import place
 from tessera.planner.placement.pool_file import load_problem
 
 from .operator_fixtures import crds, custom, run_operator, vllm  # noqa: F401  (fixtures)
-from .test_adapter_pools import POOL, POOL_FILE, wait_pool_ready
+from .test_adapter_pools import POOL, POOL_FILE, adapter_pool, wait_pool_ready
 
 RESTORED_WITHIN_S = 30
+DEFAULT_FAILURES = OperatorSettings().adapter_load_failures
 WAIT_S = 60
 
 
@@ -182,7 +187,7 @@ def test_a_pod_added_by_a_scale_up_is_loaded_before_it_is_ready(run_operator, co
     assert is_ready(core.read_namespaced_pod(first.metadata.name, operator.namespace))  # the first kept serving
 
 
-def test_an_adapter_the_server_cannot_load_keeps_only_its_pod_not_ready_and_the_others_load(
+def test_an_adapter_the_server_cannot_load_is_failed_after_its_tries_and_its_pod_serves_the_others(
         run_operator, core, custom, kubectl, vllm):
     servers = placed()
     (deployment, adapters), *others = servers.items()
@@ -198,8 +203,23 @@ def test_an_adapter_the_server_cannot_load_keeps_only_its_pod_not_ready_and_the_
     pod = wait_for(refused, WAIT_S, "the broken adapter's pod reported missing it", interval=0.5)
     gate = condition(pod, naming.ADAPTERS_LOADED)
     assert gate.status == "False" and f"1 of {len(adapters)}" in gate.message and broken in gate.message
+    assert not is_ready(pod)  # a failure short of the limit keeps the gate waiting
+
+    pod = wait_for(partial(ready_pod, core, operator.namespace, deployment), WAIT_S, "the pod Ready without it",
+                   interval=0.5)
+    failures = json.loads(pod.metadata.annotations[FAILURES_ANNOTATION])
+    assert failures[broken]["tries"] == DEFAULT_FAILURES and "No adapter found" in failures[broken]["error"]
+    # each other adapter loaded once, the broken one tried exactly the limit's times (the next try waits 10 s)
+    assert vllm.loads(operator.namespace, pod.metadata.name) == len(adapters) - 1 + DEFAULT_FAILURES
     assert sorted(vllm.listed(operator.namespace, pod.metadata.name)) == sorted(a for a in adapters if a != broken)
-    assert not is_ready(pod)
+    assert condition(pod, naming.ADAPTERS_LOADED).reason == SOME_FAILED
+
+    def degraded():
+        found = adapter_pool(custom, operator.namespace) or {}
+        return next((c for c in found.get("status", {}).get("conditions", [])
+                     if c["type"] == "Degraded" and c["reason"] == ADAPTER_LOAD_FAILED), None)
+    message = wait_for(degraded, WAIT_S, "the pool Degraded AdapterLoadFailed", interval=0.5)["message"]
+    assert f"{broken} on {deployment}: Loading lora {broken} failed: No adapter found for /adapters/{broken}" in message
     for other, its_adapters in others:
         assert_loaded(vllm, wait_for(partial(ready_pod, core, operator.namespace, other), WAIT_S, f"{other} Ready",
                                      interval=0.5), its_adapters)

@@ -18,7 +18,8 @@ from tessera.operator.api.adapter_pools import read_adapter_pool
 from tessera.operator.api.v1alpha1 import AdapterPoolStatus, child_name
 from tessera.operator.gpus.node_plans import Placement as NodePlacement, NodePlan
 from tessera.operator.reconcile.actions import ApplyChild, DeleteChild, PatchStatus, PostEvent
-from tessera.operator.reconcile.adapter_pool_decide import (GPU_ANNOTATION, PoolServers, assign_adapter_pools,
+from tessera.operator.reconcile.adapter_pool_decide import (GPU_ANNOTATION, PoolServers, ServerLoad,
+                                                            assign_adapter_pools,
                                                             choose_slots, compound_gpus, decide_pool_status,
                                                             decide_servers, placed_compound_gpus, planned_servers,
                                                             pool_status, server_slots, within)
@@ -226,6 +227,43 @@ def test_a_pool_the_gpus_cannot_hold_is_degraded_and_says_how_much_it_serves():
     assert summary["adaptersUnplaced"] == 8 - summary["adaptersPlaced"] > 0
     share = summary["placedRequestsPerSecond"] / summary["requestsPerSecond"]
     assert f"carry {share:.0%} of its expected rate" in degraded.message and "1 GPU(s) free" in degraded.message
+
+
+def test_a_pool_whose_adapters_failed_to_load_is_degraded_naming_them_with_the_engines_error_and_a_warning():
+    obj, pool = adapter_pool(), gpu_pool()
+    servers, planned = servers_of(obj, pool)
+    first = planned[0][0]["metadata"]["name"]
+    loads = {("shop", first): ServerLoad(3, {"code-review": "No adapter found for /adapters/code-review"})}
+    phase, conditions, summary = pool_status(obj, servers, planned, [live(b) for b, _ in planned], loads)
+    degraded = next(c for c in conditions if c.type == st.DEGRADED)
+    assert phase == st.PHASE_DEGRADED and degraded.status and degraded.reason == st.ADAPTER_LOAD_FAILED
+    assert f"code-review on {first}: No adapter found for /adapters/code-review" in degraded.message
+    assert next(c for c in conditions if c.type == st.READY).status  # the other adapters serve
+    new = st.build_status(obj.ref.generation, phase, conditions, summary, obj.status, NOW)
+    events = [a.body for a in decide_pool_status(obj, new, NOW) if isinstance(a, PostEvent)]
+    assert any(e["type"] == "Warning" and e["reason"] == st.ADAPTER_LOAD_FAILED for e in events)
+
+
+def test_each_servers_loaded_and_failed_adapters_are_counted_in_the_plan():
+    obj, pool = adapter_pool(), gpu_pool()
+    servers, planned = servers_of(obj, pool)
+    first = planned[0][0]["metadata"]["name"]
+    loads = {("shop", first): ServerLoad(2, {"code-review": "refused", "sql-writer": "refused"})}
+    _, _, summary = pool_status(obj, servers, planned, [live(b) for b, _ in planned], loads)
+    assert (summary["servers"][0]["adaptersLoaded"], summary["servers"][0]["adaptersFailed"]) == (2, 2)
+    assert summary["adaptersFailed"] == 2
+    assert all("adaptersLoaded" not in server for server in summary["servers"][1:])  # no pod answered yet
+
+
+def test_the_degraded_message_names_a_few_failed_adapters_and_counts_the_rest():
+    obj, pool = adapter_pool(), gpu_pool()
+    servers, planned = servers_of(obj, pool)
+    first = planned[0][0]["metadata"]["name"]
+    loads = {("shop", first): ServerLoad(0, {f"adapter-{i:04d}": "e" * 200 for i in range(2000)})}
+    _, conditions, _ = pool_status(obj, servers, planned, [live(b) for b, _ in planned], loads)
+    degraded = next(c for c in conditions if c.type == st.DEGRADED)
+    assert "2000 adapter load(s) failed" in degraded.message and "and 1997 more" in degraded.message
+    assert len(degraded.message) < 1_000
 
 
 def test_a_spec_the_placement_refuses_is_invalid_with_its_field_and_a_warning_event():
