@@ -57,6 +57,10 @@ class OperatorSettings(BaseModel):
         description="A serving node whose layout must change while the plan puts what it carries nowhere else: "
                     "'wait' keeps it serving (status says why, nothing changes); 'change' re-partitions it, one "
                     "such node per pool at a time, and status states the replicas lost until it serves again.")
+    node_not_ready_grace_s: float = Field(
+        default=60.0, ge=0, le=3600,
+        description="Seconds a pool node may be NotReady (a kubelet restart, a short partition) before it counts as "
+                    "gone from its pool and the pool plans again without it; a MIG reboot never counts.")
     mig_failure_backoff_s: float = Field(
         default=300.0, ge=0, le=86400,
         description="Seconds a node whose mig-manager reported `failed` stays in its pool, keeping its layout and "

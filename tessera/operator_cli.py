@@ -69,6 +69,11 @@ def _selector(_ctx, _param, values: tuple[str, ...]) -> dict[str, str]:
               show_default=True,
               help="When the plan puts what a serving node to re-partition carries nowhere else: wait (keep "
                    "serving), or change it anyway, one such node per pool at a time, the loss stated in status.")
+@click.option("--node-not-ready-grace", "node_not_ready_grace_s",
+              type=field_range(OperatorSettings, "node_not_ready_grace_s"), default=DEFAULTS.node_not_ready_grace_s,
+              show_default=True,
+              help="Seconds a pool node may be NotReady before its pool plans again without it (a MIG reboot never "
+                   "counts; an admin's cordon takes it out at once).")
 @click.option("--mig-failure-backoff", "mig_failure_backoff_s",
               type=field_range(OperatorSettings, "mig_failure_backoff_s"), default=DEFAULTS.mig_failure_backoff_s,
               show_default=True,

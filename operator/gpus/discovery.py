@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from tessera.operator import naming
 from tessera.planner.catalog import CATALOG, GpuProduct, MigProfile
@@ -65,6 +66,8 @@ class NodeFacts:
     """The MIG config an admin approved re-partitioning the node for (annotation tessera.ai/approve-mig-config)."""
     mig_failure: MigFailure | None = None
     """tessera's record of a `failed` on this node (annotation naming.MIG_FAILURE), as last written."""
+    not_ready_since: float | None = None
+    """When the node's Ready condition last turned from True (Unix seconds); None while it is Ready."""
     cordoned_for: str | None = None
     """The MIG config tessera cordoned the node to change to (annotation naming.CORDONED); None: not tessera's cordon."""
 
@@ -72,8 +75,12 @@ class NodeFacts:
         return {name: p.count for name, p in self.advertised.items() if p.count}
 
 
-def node_facts(node: dict, requested_annotation: str) -> NodeFacts | None:
-    """The facts of a GPU node, or None for a node without GPU feature discovery labels."""
+def node_facts(node: dict, requested_annotation: str, at: float = 0.0,
+               not_ready_grace_s: float = 0.0) -> NodeFacts | None:
+    """The facts of a GPU node, or None for a node without GPU feature discovery labels.
+
+    A node NotReady for less than `not_ready_grace_s` at `at` (Unix seconds) still counts as schedulable:
+    a kubelet restart or a short network partition is not a node that left the pool (no re-plan for it)."""
     metadata = node.get("metadata") or {}
     labels = metadata.get("labels") or {}
     product = labels.get(PRODUCT_LABEL)
@@ -83,7 +90,7 @@ def node_facts(node: dict, requested_annotation: str) -> NodeFacts | None:
         name=metadata["name"],
         product_label=product,
         gpu_count=int(labels[GPU_COUNT_LABEL]),
-        schedulable=_schedulable(node),
+        schedulable=_schedulable(node, at, not_ready_grace_s),
         hostname=labels.get(HOSTNAME_LABEL, metadata["name"]),
         mig_config=labels.get(MIG_CONFIG_LABEL),
         mig_state=labels.get(MIG_STATE_LABEL),
@@ -93,6 +100,7 @@ def node_facts(node: dict, requested_annotation: str) -> NodeFacts | None:
         approved_config=(metadata.get("annotations") or {}).get(naming.APPROVE_MIG_CONFIG),
         mig_failure=_mig_failure((metadata.get("annotations") or {}).get(naming.MIG_FAILURE)),
         cordoned_for=(metadata.get("annotations") or {}).get(naming.CORDONED),
+        not_ready_since=_not_ready_since(node),
     )
 
 
@@ -105,15 +113,35 @@ def _mig_failure(text: str | None) -> MigFailure | None:
         return None
 
 
-def _schedulable(node: dict) -> bool:
-    """Not cordoned but by tessera for its re-partition, and Ready or rebooting for mig-manager (a MIG reboot is not
-    a node that left)."""
+def _schedulable(node: dict, at: float, not_ready_grace_s: float) -> bool:
+    """Not cordoned but by tessera for its re-partition, and Ready, rebooting for mig-manager (a MIG reboot is not
+    a node that left) or NotReady for less than the grace period. An admin's cordon takes it out at once."""
     tessera_cordon = naming.CORDONED in ((node.get("metadata") or {}).get("annotations") or {})
     if (node.get("spec") or {}).get("unschedulable") and not tessera_cordon:
         return False
-    conditions = (node.get("status") or {}).get("conditions") or []
     rebooting = ((node.get("metadata") or {}).get("labels") or {}).get(MIG_STATE_LABEL) == MIG_REBOOTING
-    return rebooting or any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+    since = _not_ready_since(node)
+    return rebooting or since is None or at - since < not_ready_grace_s
+
+
+def _not_ready_since(node: dict) -> float | None:
+    """When Ready last left True; a node that never reported Ready counts as NotReady since the epoch."""
+    conditions = (node.get("status") or {}).get("conditions") or []
+    ready = next((c for c in conditions if c.get("type") == "Ready"), None)
+    if ready is not None and ready.get("status") == "True":
+        return None
+    stamp = (ready or {}).get("lastTransitionTime")
+    try:
+        return datetime.fromisoformat(str(stamp).replace("Z", "+00:00")).timestamp() if stamp else 0.0
+    except ValueError:
+        return 0.0
+
+
+def grace_left_s(node: NodeFacts, at: float, not_ready_grace_s: float) -> float | None:
+    """Seconds until a NotReady node's grace period ends (it then leaves its pool); None for any other node."""
+    if node.not_ready_since is None or not node.schedulable or node.mig_state == MIG_REBOOTING:
+        return None
+    return max(0.0, node.not_ready_since + not_ready_grace_s - at)
 
 
 def _advertised(labels: dict[str, str]) -> dict[str, AdvertisedProfile]:

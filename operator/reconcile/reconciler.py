@@ -33,7 +33,7 @@ from tessera.operator.api import status as st
 from tessera.operator.api.systems import SystemObject
 from tessera.operator.cluster import Cluster, dumps
 from tessera.operator.demand.planning import DemandPlanner
-from tessera.operator.gpus.discovery import Pool
+from tessera.operator.gpus.discovery import Pool, grace_left_s
 from tessera.operator.gpus.node_plans import Share, place, placed_gpus, share_of
 from tessera.operator.gpus.planner_input import MigConfigs, planner_pool
 from tessera.operator.profiling.in_cluster import Profiling
@@ -145,6 +145,9 @@ class Reconciler:
             held = held_nodes(paused[pool.key], outcome, [n.name for n in pool.nodes], pool_paused[pool.key])
             outcome.failed_nodes = mig_failures.in_backoff(pool.nodes, seen.at, self.settings.mig_failure_backoff_s)
             requeue.extend(mig_failures.backoff_requeue(outcome.failed_nodes, time.time()))
+            # a NotReady node leaves its pool when its grace ends: be there to plan without it
+            requeue.extend(left + 0.5 for node in pool.nodes
+                           if (left := grace_left_s(node, seen.at, self.settings.node_not_ready_grace_s)) is not None)
             if mig_writable:
                 self.relabel_nodes(pool, members.get(pool.key, []), children, outcome, written,
                                    NodeHold.of(held, self.settings.maintenance_window))

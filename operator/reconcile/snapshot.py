@@ -72,7 +72,8 @@ class Snapshot:
 def observe(cluster: Cluster, settings: OperatorSettings, demand: DemandPlanner) -> Snapshot:
     systems = [read_system(obj) for obj in cluster.list_systems()]
     at = time.time()
-    facts = [f for f in (node_facts(n, naming.MIG_CONFIG_REQUESTED) for n in cluster.list_nodes()) if f]
+    facts = [f for f in (node_facts(n, naming.MIG_CONFIG_REQUESTED, at, settings.node_not_ready_grace_s)
+                         for n in cluster.list_nodes()) if f]
     candidates, _unknown = group_pools(facts)
     pool_nodes = tuple(node for pool in candidates for node in pool.nodes)
     pools, _unknown = group_pools([f for f in facts if not mig_failures.left_out(f, at, settings.mig_failure_backoff_s)])

@@ -1,0 +1,51 @@
+"""Node churn (issue 28 item 4): when a node counts as gone from its pool (operator/gpus/discovery.py)."""
+
+from datetime import datetime, timezone
+
+from tessera.operator import naming
+from tessera.operator.gpus.discovery import grace_left_s, group_pools, node_facts
+
+from .conftest import gpu_node
+
+WENT_NOT_READY = "2026-12-04T10:00:00Z"
+T0 = datetime(2026, 12, 4, 10, 0, tzinfo=timezone.utc).timestamp()
+GRACE_S = 60.0
+
+
+def not_ready(name: str = "gpu-0", **labels) -> dict:
+    node = gpu_node(name, ready=False, extra_labels=labels)
+    node["status"]["conditions"][0]["lastTransitionTime"] = WENT_NOT_READY
+    return node
+
+
+def in_pool(node: dict, at: float) -> bool:
+    pools, _ = group_pools([node_facts(node, naming.MIG_CONFIG_REQUESTED, at, GRACE_S)])
+    return bool(pools)
+
+
+def test_a_node_notready_within_its_grace_period_stays_in_its_pool():
+    assert in_pool(not_ready(), T0 + GRACE_S - 1)
+
+
+def test_a_node_notready_past_its_grace_period_leaves_its_pool():
+    assert not in_pool(not_ready(), T0 + GRACE_S + 1)
+
+
+def test_a_node_rebooting_for_mig_manager_is_not_a_node_that_left_however_long():
+    assert in_pool(not_ready(**{"nvidia.com/mig.config.state": "rebooting"}), T0 + 100 * GRACE_S)
+
+
+def test_an_admins_cordon_takes_a_ready_node_out_at_once():
+    assert not in_pool(gpu_node("gpu-0", unschedulable=True), T0)
+
+
+def test_a_node_that_never_reported_ready_has_no_grace():
+    node = gpu_node("gpu-0", ready=False)
+    assert not in_pool(node, T0)
+
+
+def test_the_reconcile_returns_when_the_grace_of_a_notready_node_ends():
+    facts = node_facts(not_ready(), naming.MIG_CONFIG_REQUESTED, T0 + 20, GRACE_S)
+    assert grace_left_s(facts, T0 + 20, GRACE_S) == GRACE_S - 20
+    ready = node_facts(gpu_node("gpu-1"), naming.MIG_CONFIG_REQUESTED, T0, GRACE_S)
+    assert grace_left_s(ready, T0, GRACE_S) is None
