@@ -27,7 +27,7 @@ from tessera.operator.reconcile.actions import (Action, ApplyChild, CordonNode, 
                                                 UncordonNode)
 from tessera.operator.reconcile.decide import (NodeMig, PoolOutcome, decide_children, decide_relabels, desired_mig,
                                                live_children, nodes_to_relabel, planned_children,
-                                               replacements_awaited)
+                                               replacements_awaited, system_status)
 from tessera.operator.reconcile.node_changes import NO_HOLD, NodeHold
 from tessera.operator.reconcile.serving_nodes import Rules, decide_serving_nodes
 
@@ -55,6 +55,8 @@ class Stand:
     """Its pod still holds gpu-a's GPUs (serving, or terminating after the scale to zero)."""
     new_up: bool = False
     """The plan's Deployment on gpu-a applied and available."""
+    loss: str | None = None
+    """What the cordon recorded the change to cost (annotation tessera.ai/change-loss)."""
 
 
 @dataclass
@@ -62,6 +64,12 @@ class Reconciled:
     actions: list[Action]
     gpu_a: NodeMig
     requeue: list[float]
+    outcome: PoolOutcome
+
+    def mig_condition(self) -> st.Condition:
+        """The system's MigLayoutApplied, from this reconcile."""
+        _, conditions, _ = system_status(system(), self.outcome)
+        return next(c for c in conditions if c.type == st.MIG_LAYOUT_APPLIED)
 
     def steps(self) -> list[tuple[str, str]]:
         """The change's steps among the actions: (action, node or Deployment)."""
@@ -82,7 +90,10 @@ def reconcile(plan, stand: Stand, config_written_ago_s: float = 3600.0, hold: No
     a_labels = {"old": mig_labels("tessera-v1-older", "success", {"3g.40gb": 2}),
                 "pending": mig_labels(config, "pending", {}),
                 "applied": mig_labels(config, "success", wanted["gpu-a"].expected)}[stand.mig]
-    pool = pool_of(node("gpu-a", a_labels, cordoned_for=config if stand.cordoned else None),
+    gpu_a = node("gpu-a", a_labels, cordoned_for=config if stand.cordoned else None)
+    if stand.loss is not None:
+        gpu_a["metadata"]["annotations"][naming.CHANGE_LOSS] = stand.loss
+    pool = pool_of(gpu_a,
                    node("gpu-b", mig_labels(wanted["gpu-b"].config, "success", wanted["gpu-b"].expected)),
                    node("gpu-c"))
     outcome = PoolOutcome(plan=plan, placement=placement)
@@ -108,7 +119,7 @@ def reconcile(plan, stand: Stand, config_written_ago_s: float = 3600.0, hold: No
     outcome.live = current
     outcome.awaited = replacements_awaited(planned, current, outcome)
     return Reconciled([*relabels, *changes, *decide_children(planned, [system()], current, outcome)],
-                      outcome.mig["gpu-a"], requeue)
+                      outcome.mig["gpu-a"], requeue, outcome)
 
 
 def _previous(body: dict, replicas: int) -> dict:
@@ -177,3 +188,16 @@ def test_a_change_tessera_began_is_finished_outside_the_maintenance_window(plan)
 def test_a_pause_holds_a_begun_change_where_it_stands(plan):
     paused = reconcile(plan, Stand(), hold=NodeHold({"gpu-a": "paused (tessera.ai/paused on the system)"}))
     assert paused.steps() == [] and paused.gpu_a.waiting
+
+
+def test_a_change_without_replacement_records_its_loss_on_the_node_with_the_cordon(plan):
+    (cordon,) = [a for a in reconcile(plan, Stand(cordoned=False)).actions if isinstance(a, CordonNode)]
+    recorded = cordon.patch["metadata"]["annotations"][naming.CHANGE_LOSS]
+    assert "traffic/object-detection loses 2 replica(s) until the node serves again" in recorded
+
+
+def test_the_next_leader_states_the_loss_the_cordon_recorded_once_the_deployments_are_gone(plan):
+    recorded = "without replacement capacity: traffic/object-detection loses 2 replica(s) until the node serves again"
+    found = reconcile(plan, Stand(mig="pending", old_replicas=None, pod=False, loss=recorded))
+    mig = found.mig_condition()
+    assert (mig.status, mig.reason) == (False, st.NODE_DRAINING) and recorded in mig.message
