@@ -28,7 +28,8 @@ from tessera.operator.testhooks import EXIT_CODE
 from .operator_fixtures import crds, custom, run_operator  # noqa: F401  (fixtures)
 from .operator_harness import MANAGED, OperatorProcess, pinned_node, system_yaml, wait_ready
 from .test_serving_node_change import (CORDONED, MIG_CONFIG, READY_TIMEOUT_S, Sampler,
-                                       no_deployment_deleted_while_it_served_before_its_replacements, wait_for_change)
+                                       no_deployment_deleted_while_it_served_before_its_replacements,
+                                       no_task_below_its_capacity_in_force, wait_for_change)
 
 TAKE_OVER_S = 30
 POINTS = ["after-cordon", "after-scale-to-zero"]
@@ -76,6 +77,7 @@ def test_a_standby_finishes_the_serving_node_change_a_killed_leader_began(point,
     log = standby.log_text()
     assert "scaled to zero" in log or point == "after-scale-to-zero", "the standby took the step after the cordon"
     assert "lift tessera's cordon" in log and f"node {serving}: asked mig-manager" in log, log
+    assert no_task_below_its_capacity_in_force(sampler.samples), "also across the hand-over"
     assert no_deployment_deleted_while_it_served_before_its_replacements(sampler.samples)
 
 
