@@ -41,6 +41,10 @@ APPROVE_MIG_CONFIG = f"{GROUP}/approve-mig-config"
 CORDONED = f"{GROUP}/cordoned"
 """Node annotation: tessera cordoned the node to re-partition it (its value: the MIG config it changes to); tessera
 uncordons only nodes that carry it, never an admin's cordon (operator/reconcile/serving_nodes.py)."""
+CHANGE_LOSS = f"{GROUP}/change-loss"
+"""Node annotation beside CORDONED, on a node changed without replacement capacity (--without-replacement change):
+the replicas lost until it serves again, as the cordon stated them; a later reconcile (a new leader too) states the
+loss from it after the Deployments went to zero. Lifted with the cordon."""
 SCALED_TO_ZERO = "scaled-to-zero"
 """The applied hash of a Deployment tessera scaled to zero to re-partition its node: the plan's body differs from it,
 so the Deployment is applied again once the node's new layout is."""

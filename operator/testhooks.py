@@ -4,7 +4,7 @@ With TESSERA_TEST_EXIT_AT=<point>[:<n>] in its environment the operator
 process exits at once (exit code 17, no clean-up, as a crash or a kill
 would leave things) the n-th time (default the first) it reaches <point>.
 Unset, `checkpoint` does nothing. The points are listed in KILL_POINTS and
-in docs/operator.md.
+SERVING_CHANGE_POINTS, and in docs/operator.md.
 """
 
 from __future__ import annotations
@@ -29,6 +29,13 @@ KILL_POINTS = (
     "after-status",             # one system's status written
     "after-event",              # one Event posted
 )
+"""Reached by every first install: tests/e2e/test_operator_restarts.py kills the operator at each."""
+SERVING_CHANGE_POINTS = (
+    "after-cordon",             # a serving node cordoned by tessera, its Deployments still serving
+    "after-scale-to-zero",      # one Deployment pinned to the cordoned node scaled to zero
+    "after-uncordon",           # tessera's cordon lifted, the node's new Deployments not yet applied
+)
+"""Reached only while a serving node is re-partitioned: tests/e2e/test_leader_handover.py kills the leader there."""
 _reached: dict[str, int] = {}
 
 

@@ -70,6 +70,8 @@ class NodeFacts:
     """When the node's Ready condition last turned from True (Unix seconds); None while it is Ready."""
     cordoned_for: str | None = None
     """The MIG config tessera cordoned the node to change to (annotation naming.CORDONED); None: not tessera's cordon."""
+    change_loss: str | None = None
+    """What the change costs until the node serves again, as tessera's cordon recorded it (naming.CHANGE_LOSS)."""
 
     def advertised_counts(self) -> dict[str, int]:
         return {name: p.count for name, p in self.advertised.items() if p.count}
@@ -100,6 +102,7 @@ def node_facts(node: dict, requested_annotation: str, at: float = 0.0,
         approved_config=(metadata.get("annotations") or {}).get(naming.APPROVE_MIG_CONFIG),
         mig_failure=_mig_failure((metadata.get("annotations") or {}).get(naming.MIG_FAILURE)),
         cordoned_for=(metadata.get("annotations") or {}).get(naming.CORDONED),
+        change_loss=(metadata.get("annotations") or {}).get(naming.CHANGE_LOSS),
         not_ready_since=_not_ready_since(node),
     )
 

@@ -57,9 +57,11 @@ class Actor:
         elif isinstance(action, (CordonNode, UncordonNode)):
             self.cluster.patch_node(action.node, action.patch)
             log.info("node %s: %s", action.node, action.reason)
+            checkpoint("after-cordon" if isinstance(action, CordonNode) else "after-uncordon")
         elif isinstance(action, ScaleToZero):
             self.cluster.scale_to_zero(action.namespace, action.name)
             log.info("deployment %s/%s scaled to zero: %s", action.namespace, action.name, action.reason)
+            checkpoint("after-scale-to-zero")
         elif isinstance(action, RecordMigFailure):
             self.cluster.patch_node(action.node, {"metadata": {"annotations": {naming.MIG_FAILURE: action.record}}})
             log.info("node %s: %s", action.node, action.reason)

@@ -101,13 +101,16 @@ def node_relabel_patch(config: str) -> dict:
     }}
 
 
-def cordon_patch(config: str) -> dict:
-    """Cordon, with the record that tessera did it and for which config (a later uncordon lifts only this)."""
-    return {"spec": {"unschedulable": True}, "metadata": {"annotations": {naming.CORDONED: config}}}
+def cordon_patch(config: str, loss: str | None = None) -> dict:
+    """Cordon, with the record that tessera did it and for which config (a later uncordon lifts only this), and the
+    loss of a change without replacement capacity (None: none)."""
+    return {"spec": {"unschedulable": True},
+            "metadata": {"annotations": {naming.CORDONED: config, naming.CHANGE_LOSS: loss}}}
 
 
 def uncordon_patch() -> dict:
-    return {"spec": {"unschedulable": None}, "metadata": {"annotations": {naming.CORDONED: None}}}
+    return {"spec": {"unschedulable": None}, "metadata": {"annotations": {naming.CORDONED: None,
+                                                                          naming.CHANGE_LOSS: None}}}
 
 
 # -- model servers -------------------------------------------------------------

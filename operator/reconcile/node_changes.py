@@ -7,7 +7,10 @@ re-partitioned (or cordoned for it) only inside that daily UTC window, or once
 an admin's annotation `tessera.ai/approve-mig-config` on the node names the
 very config it waits for: an approval is for one change, so an old approval
 never lets a later layout through. A node that serves nothing changes at any
-time: nothing runs there to disturb.
+time: nothing runs there to disturb. A change tessera began (its cordon's
+annotation tessera.ai/cordoned names the config) is finished outside the
+window: it was allowed when it began, and holding it would leave the node
+cordoned with its Deployments at zero until the next window.
 
 Pure: the time is an argument (seconds since the epoch, UTC).
 """
@@ -74,7 +77,8 @@ class NodeHold:
         """Why the node may not change to `config` now; None: it may."""
         if node.name in self.paused:
             return self.paused[node.name]
-        if self.window is None or not serving or node.approved_config == config or self.window.contains(now):
+        if (self.window is None or not serving or config in (node.approved_config, node.cordoned_for)
+                or self.window.contains(now)):
             return None
         return (f"node {node.name} serves: its change to {config} waits for {self.window.describe()} or an admin's "
                 f"approval (kubectl annotate node {node.name} {naming.APPROVE_MIG_CONFIG}={config})")

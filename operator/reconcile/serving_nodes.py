@@ -18,7 +18,9 @@ stands:
    node of the pool changes, and states the replicas lost.
 3. At most `--max-changing-nodes` serving nodes of a pool change at once; the
    nodes tessera cordoned count.
-4. Cordon, recording that tessera did (annotation tessera.ai/cordoned), and
+4. Cordon, recording that tessera did (annotation tessera.ai/cordoned; for a
+   change without replacement capacity also the replicas it loses,
+   tessera.ai/change-loss, which every later reconcile states), and
    scale the Deployments pinned to the node to zero (deleting their pods
    would only make their ReplicaSets recreate them). Once no pod holds its
    GPUs, decide_relabels relabels it; once its layout is applied,
@@ -89,10 +91,11 @@ def decide_serving_nodes(pool: Pool, states: dict[str, NodeMig], pods: Mapping[s
         own = _pinned(servers, state.hostname)
         actions.extend(_scale_to_zero(own, node.name))
         unserved = _capacity(own, state.hostname, planned_servers, live, set()).missing
+        # the loss the cordon recorded: once the Deployments are at zero they no longer show it
+        loss = node.change_loss or (f"until then no other node serves {_tasks(unserved)}" if unserved else "")
         states[node.name] = replace(state, serving_change=(st.NODE_DRAINING, (
             f"node {node.name} is cordoned by tessera for its new layout {state.config}: its Deployments are scaled "
-            "to zero until mig-manager applies it, then they return"
-            + (f"; until then no other node serves {_tasks(unserved)}" if unserved else ""))))
+            "to zero until mig-manager applies it, then they return" + (f"; {loss}" if loss else ""))))
     waiting_hosts = {m.hostname for m in states.values() if m.blocked_by}
     for name, state in sorted(states.items()):
         node = pool.node(name)
@@ -111,7 +114,7 @@ def decide_serving_nodes(pool: Pool, states: dict[str, NodeMig], pods: Mapping[s
             states[name] = replace(state, serving_change=verdict)
             continue
         loss = _loss(capacity.missing)
-        actions.append(CordonNode(name, builders.cordon_patch(state.config), reason=(
+        actions.append(CordonNode(name, builders.cordon_patch(state.config, loss or None), reason=(
             f"re-partition serving node {name} to {state.config}" + (f"; {loss}" if loss else
                                                                      "; what it carries runs elsewhere"))))
         actions.extend(_scale_to_zero(own, name))

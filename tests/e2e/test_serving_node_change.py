@@ -86,6 +86,7 @@ def test_a_demand_rise_moves_replicas_first_then_re_partitions_the_serving_node(
 
     summary = found["riser"]["status"]["plan"]
     assert summary["servedRequestsPerSecond"] == summary["demandRequestsPerSecond"] == 12000
+    assert no_task_below_its_capacity_in_force(sampler.samples)
     cordoned = sampler.first(lambda _, nodes: nodes[serving][1] is not None)
     moved = sampler.first(lambda deployments, _: any(node == free and available > 0
                                                      for _, node, _, available in deployments.values()))
@@ -108,6 +109,26 @@ def wait_for_change(custom, namespace, operator, sampler: Sampler, serving: str)
             return found
         time.sleep(0.5)
     raise AssertionError(f"the serving node {serving} did not change and serve again:\n{operator.log_text()}")
+
+
+def no_task_below_its_capacity_in_force(samples) -> bool:
+    """The must-show floor, "no task ever below its planned capacity minus one replica", held strictly, as
+    --without-replacement wait promises: at every sample each task has at least the available replicas (summed over
+    its Deployments) it had at the first, when the demand rose and the plan in force was all available. (riser has
+    one replica then: the floor less one replica would be zero and could not fail.)"""
+    start, first = _available_by_task(samples[0][1]), samples[0][0]
+    for at, deployments, _ in samples:
+        now = _available_by_task(deployments)
+        short = {task: (now.get(task, 0), before) for task, before in start.items() if now.get(task, 0) < before}
+        assert not short, f"{at - first:.1f} s in, tasks below their capacity in force (available, before): {short}"
+    return True
+
+
+def _available_by_task(deployments: dict) -> dict[str, int]:
+    found: dict[str, int] = {}
+    for task, _, _, available in deployments.values():
+        found[task] = found.get(task, 0) + available
+    return found
 
 
 def no_deployment_deleted_while_it_served_before_its_replacements(samples) -> bool:
