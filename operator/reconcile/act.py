@@ -54,9 +54,15 @@ class Actor:
             self.cluster.patch_node(action.node, action.patch)
             log.info("node %s: asked mig-manager for MIG config %s", action.node, action.config)
             checkpoint("after-node-relabel")
-        elif isinstance(action, (CordonNode, UncordonNode)):
+        elif isinstance(action, CordonNode):
             self.cluster.patch_node(action.node, action.patch)
             log.info("node %s: %s", action.node, action.reason)
+        elif isinstance(action, UncordonNode):
+            if self.cluster.patch_node_guarded(action.node, action.ops):
+                log.info("node %s: %s", action.node, action.reason)
+            else:
+                log.info("node %s: its cordon is no longer tessera's as read (an admin removed or changed "
+                         "tessera's record since): left cordoned", action.node)
         elif isinstance(action, ScaleToZero):
             self.cluster.scale_to_zero(action.namespace, action.name)
             log.info("deployment %s/%s scaled to zero: %s", action.namespace, action.name, action.reason)

@@ -62,10 +62,11 @@ class CordonNode:
 
 @dataclass(frozen=True)
 class UncordonNode:
-    """Lift tessera's own cordon of a node and its record (builders.uncordon_patch); never an admin's cordon."""
+    """Lift tessera's own cordon of a node and its record (builders.uncordon_ops); never an admin's cordon: the
+    JSON patch's test lets it through only while tessera's record still names the config it was read with."""
 
     node: str
-    patch: Json
+    ops: list[Json]
     reason: str
 
 

@@ -106,8 +106,12 @@ def cordon_patch(config: str) -> dict:
     return {"spec": {"unschedulable": True}, "metadata": {"annotations": {naming.CORDONED: config}}}
 
 
-def uncordon_patch() -> dict:
-    return {"spec": {"unschedulable": None}, "metadata": {"annotations": {naming.CORDONED: None}}}
+def uncordon_ops(config: str) -> list[dict]:
+    """Lift tessera's cordon and its record, as one JSON patch that holds only while the record still names
+    `config`: an admin who removed or changed it since (took the cordon over) keeps the node cordoned."""
+    record = "/metadata/annotations/" + naming.CORDONED.replace("~", "~0").replace("/", "~1")
+    return [{"op": "test", "path": record, "value": config}, {"op": "remove", "path": record},
+            {"op": "add", "path": "/spec/unschedulable", "value": False}]
 
 
 # -- model servers -------------------------------------------------------------

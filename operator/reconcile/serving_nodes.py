@@ -76,12 +76,14 @@ def decide_serving_nodes(pool: Pool, states: dict[str, NodeMig], pods: Mapping[s
     planned_servers = [body for body in planned if is_model_server(body)]
     actions: list[Action] = []
     in_progress = 0
-    for node in sorted((n for n in pool.nodes if n.cordoned_for is not None), key=lambda n: n.name):
+    cordoned = {n.name: n.cordoned_for for n in pool.nodes if n.cordoned_for is not None}
+    for node in sorted((n for n in pool.nodes if n.name in cordoned), key=lambda n: n.name):
         state = states.get(node.name)
         if state is None or state.applied or state.failed:
             why = ("its new layout is applied" if state is not None and state.applied
                    else "mig-manager failed; it keeps its layout" if state is not None else "the plan no longer uses it")
-            actions.append(UncordonNode(node.name, builders.uncordon_patch(), reason=f"lift tessera's cordon: {why}"))
+            actions.append(UncordonNode(node.name, builders.uncordon_ops(cordoned[node.name]),
+                                        reason=f"lift tessera's cordon: {why}"))
             continue
         in_progress += 1
         if state.waiting:
