@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from tessera.operator import naming
+from tessera.operator import metrics, naming
 from tessera.operator.cluster import Cluster
 from tessera.operator.reconcile.actions import (Action, ApplyChild, CordonNode, DeleteChild, DeletePlan, LabelNode,
                                                 LoadAdapter, PatchPodStatus, PatchStatus, PostEvent, RecordMigFailure,
@@ -43,6 +43,7 @@ class Actor:
         log.debug("%s: %s", type(action).__name__, action.reason)
         if isinstance(action, StorePlan):
             self.cluster.write_pool_state(action.pool, action.data)
+            metrics.PLANS_STORED.labels(action.pool).inc()
             checkpoint("after-plan-stored")
         elif isinstance(action, DeletePlan):
             self.cluster.delete_pool_state(action.pool)
