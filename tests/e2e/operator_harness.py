@@ -74,11 +74,13 @@ class OperatorProcess:
     state_namespace: str
     resync_s: float = 5.0
     extra_args: list[str] = field(default_factory=list)
-    metrics_port: int = field(default_factory=free_port)
+    metrics_port: int = 0
+    """The port of the running process's /metrics (each start picks a free one)."""
     process: subprocess.Popen | None = None
     runs: int = 0
 
     def command(self) -> list[str]:
+        self.metrics_port = free_port()
         return [sys.executable, "-P", "-m", "tessera", "operator", "--kubeconfig", str(self.kubeconfig),
                 "--namespace", self.namespace, "--node-selector", self.pool.selector,
                 "--state-namespace", self.state_namespace, "--mig-config-propagation", "1.5",
@@ -123,12 +125,16 @@ class OperatorProcess:
             except subprocess.TimeoutExpired:
                 self.kill()
 
-    def metric(self, name: str) -> float:
-        """The sum of a metric's samples (every label set) on the operator's /metrics, as Prometheus scrapes it."""
+    def metric_samples(self, name: str) -> list[tuple[dict[str, str], float]]:
+        """A metric's samples on the operator's /metrics, as Prometheus scrapes them: (labels, value) each."""
         with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as response:
             text = response.read().decode()
-        return sum(sample.value for family in text_string_to_metric_families(text) for sample in family.samples
-                   if sample.name == name)
+        return [(sample.labels, sample.value) for family in text_string_to_metric_families(text)
+                for sample in family.samples if sample.name == name]
+
+    def metric(self, name: str) -> float:
+        """The sum of a metric's samples, every label set."""
+        return sum(value for _, value in self.metric_samples(name))
 
     def log_text(self) -> str:
         return "\n".join((self.logdir / f"operator-{i}.log").read_text(errors="replace")[-4000:]
