@@ -36,8 +36,25 @@ class Actor:
         self.servers = servers
 
     def apply(self, actions: Sequence[Action]) -> None:
+        refused: set[str] = set()  # nodes whose cordon the API server refused: their Deployments keep serving
         for action in actions:
-            self.apply_one(action)
+            if isinstance(action, CordonNode):
+                if not self.cordon(action):
+                    refused.add(action.node)
+            elif isinstance(action, ScaleToZero) and action.node in refused:
+                log.info("deployment %s/%s keeps serving: node %s was not cordoned", action.namespace, action.name,
+                         action.node)
+            else:
+                self.apply_one(action)
+
+    def cordon(self, action: CordonNode) -> bool:
+        """False, nothing written, when the node was cordoned since tessera read it: an admin's cordon, not claimed."""
+        if self.cluster.patch_node_guarded(action.node, action.ops):
+            log.info("node %s: %s", action.node, action.reason)
+            return True
+        log.info("node %s: cordoned by someone else since tessera read it: left the admin's, not re-partitioned",
+                 action.node)
+        return False
 
     def apply_one(self, action: Action) -> None:
         log.debug("%s: %s", type(action).__name__, action.reason)
@@ -55,9 +72,6 @@ class Actor:
             self.cluster.patch_node(action.node, action.patch)
             log.info("node %s: asked mig-manager for MIG config %s", action.node, action.config)
             checkpoint("after-node-relabel")
-        elif isinstance(action, CordonNode):
-            self.cluster.patch_node(action.node, action.patch)
-            log.info("node %s: %s", action.node, action.reason)
         elif isinstance(action, UncordonNode):
             if self.cluster.patch_node_guarded(action.node, action.ops):
                 log.info("node %s: %s", action.node, action.reason)

@@ -53,10 +53,11 @@ class LabelNode:
 
 @dataclass(frozen=True)
 class CordonNode:
-    """Cordon a serving node before re-partitioning it, recording that tessera did (builders.cordon_patch)."""
+    """Cordon a serving node before re-partitioning it, recording that tessera did (builders.cordon_ops); only
+    while it is not cordoned: an admin's cordon that came after tessera read the node is never claimed."""
 
     node: str
-    patch: Json
+    ops: list[Json]
     reason: str
 
 
@@ -77,6 +78,8 @@ class ScaleToZero:
 
     namespace: str
     name: str
+    node: str
+    """The node it is pinned to: a cordon of it the API server refused leaves the Deployment serving."""
     reason: str
 
 

@@ -101,17 +101,24 @@ def node_relabel_patch(config: str) -> dict:
     }}
 
 
-def cordon_patch(config: str) -> dict:
-    """Cordon, with the record that tessera did it and for which config (a later uncordon lifts only this)."""
-    return {"spec": {"unschedulable": True}, "metadata": {"annotations": {naming.CORDONED: config}}}
+def cordon_ops(config: str) -> list[dict]:
+    """Cordon, with the record that tessera did it and for which config, as one JSON patch that holds only while the
+    node is not cordoned (a `test` for null passes on an absent field): an admin's cordon that came after tessera
+    read the node stays the admin's. Nodes carry annotations (the TTL controller's) for the record to go into."""
+    return [{"op": "test", "path": "/spec/unschedulable", "value": None},
+            {"op": "add", "path": "/spec/unschedulable", "value": True},
+            {"op": "add", "path": _RECORD, "value": config}]
 
 
 def uncordon_ops(config: str) -> list[dict]:
     """Lift tessera's cordon and its record, as one JSON patch that holds only while the record still names
     `config`: an admin who removed or changed it since (took the cordon over) keeps the node cordoned."""
-    record = "/metadata/annotations/" + naming.CORDONED.replace("~", "~0").replace("/", "~1")
-    return [{"op": "test", "path": record, "value": config}, {"op": "remove", "path": record},
+    return [{"op": "test", "path": _RECORD, "value": config}, {"op": "remove", "path": _RECORD},
             {"op": "add", "path": "/spec/unschedulable", "value": False}]
+
+
+_RECORD = "/metadata/annotations/" + naming.CORDONED.replace("~", "~0").replace("/", "~1")
+"""tessera's cordon record as a JSON pointer."""
 
 
 # -- model servers -------------------------------------------------------------

@@ -113,7 +113,7 @@ def decide_serving_nodes(pool: Pool, states: dict[str, NodeMig], pods: Mapping[s
             states[name] = replace(state, serving_change=verdict)
             continue
         loss = _loss(capacity.missing)
-        actions.append(CordonNode(name, builders.cordon_patch(state.config), reason=(
+        actions.append(CordonNode(name, builders.cordon_ops(state.config), reason=(
             f"re-partition serving node {name} to {state.config}" + (f"; {loss}" if loss else
                                                                      "; what it carries runs elsewhere"))))
         actions.extend(_scale_to_zero(own, name))
@@ -165,7 +165,7 @@ def _pinned(servers: list[Json], hostname: str) -> list[Json]:
 
 
 def _scale_to_zero(own: list[Json], node: str) -> list[Action]:
-    return [ScaleToZero(c["metadata"]["namespace"], c["metadata"]["name"], reason=f"node {node} is re-partitioned")
+    return [ScaleToZero(c["metadata"]["namespace"], c["metadata"]["name"], node, reason=f"node {node} is re-partitioned")
             for c in own if c["spec"].get("replicas")]
 
 

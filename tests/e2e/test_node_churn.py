@@ -28,7 +28,7 @@ from tessera.operator import naming
 from tessera.operator.cluster import Cluster
 from tessera.operator.reconcile import builders
 from tessera.operator.reconcile.act import Actor
-from tessera.operator.reconcile.actions import UncordonNode
+from tessera.operator.reconcile.actions import CordonNode, ScaleToZero, UncordonNode
 from tessera.operator.settings import OperatorSettings
 from tessera.operator.vllm import VllmClient
 
@@ -135,17 +135,39 @@ def test_tessera_s_uncordon_leaves_a_cordon_an_admin_took_over_after_tessera_rea
     (name,) = create_gpu_nodes(core, 1, H100, gpus_per_node=1, name_prefix="h100-cordon-handover")
     try:
         cluster = Cluster(api_client, OperatorSettings())
-        cluster.patch_node(name, builders.cordon_patch("tessera-v1-next"))  # tessera's cordon
+        assert cluster.patch_node_guarded(name, builders.cordon_ops("tessera-v1-next"))  # tessera's cordon
         uncordon = UncordonNode(name, builders.uncordon_ops("tessera-v1-next"), reason="its new layout is applied")
         kubectl("annotate", "node", name, f"{naming.CORDONED}-")  # the admin's, after tessera read the node
         Actor(cluster, VllmClient(1.0)).apply([uncordon])
         node = core.read_node(name)
         assert node.spec.unschedulable, "tessera lifted a cordon that was no longer its own"
 
-        cluster.patch_node(name, builders.cordon_patch("tessera-v1-next"))
+        kubectl("uncordon", name)  # the admin is done; tessera cordons it again, and its own cordon is lifted
+        assert cluster.patch_node_guarded(name, builders.cordon_ops("tessera-v1-next"))
         Actor(cluster, VllmClient(1.0)).apply([uncordon])
         node = core.read_node(name)
         assert not node.spec.unschedulable and naming.CORDONED not in (node.metadata.annotations or {}), \
             "tessera's own cordon, its record unchanged, is lifted"
+    finally:
+        core.delete_node(name)
+
+
+def test_tessera_never_claims_a_cordon_an_admin_set_after_tessera_read_the_node(api_client, core, kubectl, namespace):
+    """The admin cordons between tessera's read and its cordon: the API server refuses the cordon's test, the node
+    gets no tessera record (so tessera never lifts it), and its Deployment is not scaled to zero."""
+    (name,) = create_gpu_nodes(core, 1, H100, gpus_per_node=1, name_prefix="h100-cordon-first")
+    apps = client.AppsV1Api(api_client)
+    labels = {"app": "server"}
+    apps.create_namespaced_deployment(namespace, {
+        "metadata": {"name": "server"}, "spec": {"replicas": 1, "selector": {"matchLabels": labels}, "template": {
+            "metadata": {"labels": labels}, "spec": {"containers": [{"name": "server", "image": "example.org/s:1"}]}}}})
+    try:
+        kubectl("cordon", name)  # the admin's, after tessera read the node
+        Actor(Cluster(api_client, OperatorSettings()), VllmClient(1.0)).apply([
+            CordonNode(name, builders.cordon_ops("tessera-v1-next"), reason="re-partition serving node"),
+            ScaleToZero(namespace, "server", name, reason=f"node {name} is re-partitioned")])
+        node = core.read_node(name)
+        assert node.spec.unschedulable and naming.CORDONED not in (node.metadata.annotations or {})
+        assert apps.read_namespaced_deployment("server", namespace).spec.replicas == 1
     finally:
         core.delete_node(name)

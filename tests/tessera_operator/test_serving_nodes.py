@@ -97,11 +97,23 @@ def test_a_serving_node_where_a_pod_tessera_does_not_own_holds_a_gpu_is_never_to
 
 
 def test_a_serving_node_is_cordoned_and_drained_by_scaling_to_zero_once_what_it_carries_runs_elsewhere(plan):
-    _, actions, _ = decide(plan, extra_planned=[detection_on_c], extra_live=[detection_on_c_available])
+    _, actions, outcome = decide(plan, extra_planned=[detection_on_c], extra_live=[detection_on_c_available])
     cordon, scale = actions
     assert isinstance(cordon, CordonNode) and cordon.node == "gpu-a"
-    assert cordon.patch["spec"]["unschedulable"] is True and naming.CORDONED in cordon.patch["metadata"]["annotations"]
-    assert isinstance(scale, ScaleToZero) and scale.name == "traffic-old-detection"
+    assert cordon.ops == builders.cordon_ops(outcome.mig["gpu-a"].config)
+    assert isinstance(scale, ScaleToZero) and (scale.name, scale.node) == ("traffic-old-detection", "gpu-a")
+
+
+def test_tessera_cordons_a_serving_node_only_while_it_is_not_cordoned(plan):
+    """An admin who cordoned the node after the reconcile read it keeps the cordon as the admin's: the API server
+    applies the cordon (and its record) only while its test holds, and the Actor then leaves the node's
+    Deployments serving (e2e: test_node_churn.py)."""
+    _, (cordon, _), outcome = decide(plan, extra_planned=[detection_on_c], extra_live=[detection_on_c_available])
+    guard, *writes = cordon.ops
+    assert guard == {"op": "test", "path": "/spec/unschedulable", "value": None}
+    assert writes == [{"op": "add", "path": "/spec/unschedulable", "value": True},
+                      {"op": "add", "path": "/metadata/annotations/tessera.ai~1cordoned",
+                       "value": outcome.mig["gpu-a"].config}]
 
 
 def test_a_serving_node_waits_while_its_replacements_elsewhere_are_not_available(plan):
