@@ -31,6 +31,9 @@ DEFAULT_MIG_CONFIGMAP = "default-mig-parted-config"
 APPLY = "application/apply-patch+yaml"
 MERGE = "application/merge-patch+json"
 STRATEGIC = "application/strategic-merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
+UNPROCESSABLE = 422
+"""The API server's answer to a JSON patch whose `test` operation fails."""
 POOL_STATE_PREFIX = "tessera-pool-"
 CLIENT_CALLS: dict[type, tuple[str, ...]] = {
     client.CoreV1Api: (
@@ -285,6 +288,18 @@ class Cluster:
     def patch_node(self, name: str, patch: dict) -> None:
         self.writes += 1
         self.core.patch_node(name, patch, _content_type=MERGE)
+
+    def patch_node_guarded(self, name: str, ops: list[dict]) -> bool:
+        """A JSON patch whose `test` operations guard it; False, and nothing written, when one fails (the API
+        server applies a JSON patch whole or not at all, against the node as it is then, not as tessera read it)."""
+        self.writes += 1
+        try:
+            self.core.patch_node(name, ops, _content_type=JSON_PATCH)
+        except ApiException as error:
+            if error.status != UNPROCESSABLE:
+                raise
+            return False
+        return True
 
     def patch_pod_status(self, namespace: str, name: str, patch: dict) -> None:
         """A strategic merge on the status subresource: the pod's conditions merge by type, so the kubelet's stay;

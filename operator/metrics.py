@@ -9,6 +9,9 @@ from tessera.planner.plan import Plan
 
 RECONCILES = Counter("tessera_reconciles_total", "Reconciles run, by what triggered them.", ["kind"])
 RECONCILE_ERRORS = Counter("tessera_reconcile_errors_total", "Reconciles that raised, by trigger.", ["kind"])
+PLANS_STORED = Counter("tessera_plans_stored_total",
+                       "Plans stored for a pool, one per change of its inputs (systems, nodes, options): its re-plans.",
+                       ["pool"])
 SOLVES_CANCELLED = Counter("tessera_solves_cancelled_total",
                            "Solves cancelled because their inputs changed (never two in a row).")
 RECONCILE_SECONDS = Histogram("tessera_reconcile_seconds", "Wall time of one reconcile of all pools.",

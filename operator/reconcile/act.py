@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from tessera.operator import naming
+from tessera.operator import metrics, naming
 from tessera.operator.cluster import Cluster
 from tessera.operator.reconcile.actions import (Action, ApplyChild, CordonNode, DeleteChild, DeletePlan, LabelNode,
                                                 LoadAdapter, PatchPodStatus, PatchStatus, PostEvent, RecordMigFailure,
@@ -36,13 +36,32 @@ class Actor:
         self.servers = servers
 
     def apply(self, actions: Sequence[Action]) -> None:
+        refused: set[str] = set()  # nodes whose cordon the API server refused: their Deployments keep serving
         for action in actions:
-            self.apply_one(action)
+            if isinstance(action, CordonNode):
+                if not self.cordon(action):
+                    refused.add(action.node)
+            elif isinstance(action, ScaleToZero) and action.node in refused:
+                log.info("deployment %s/%s keeps serving: node %s was not cordoned", action.namespace, action.name,
+                         action.node)
+            else:
+                self.apply_one(action)
+
+    def cordon(self, action: CordonNode) -> bool:
+        """False, nothing written, when the node was cordoned since tessera read it: an admin's cordon, not claimed."""
+        if self.cluster.patch_node_guarded(action.node, action.ops):
+            log.info("node %s: %s", action.node, action.reason)
+            checkpoint("after-cordon")
+            return True
+        log.info("node %s: cordoned by someone else since tessera read it: left the admin's, not re-partitioned",
+                 action.node)
+        return False
 
     def apply_one(self, action: Action) -> None:
         log.debug("%s: %s", type(action).__name__, action.reason)
         if isinstance(action, StorePlan):
             self.cluster.write_pool_state(action.pool, action.data)
+            metrics.PLANS_STORED.labels(action.pool).inc()
             checkpoint("after-plan-stored")
         elif isinstance(action, DeletePlan):
             self.cluster.delete_pool_state(action.pool)
@@ -54,10 +73,13 @@ class Actor:
             self.cluster.patch_node(action.node, action.patch)
             log.info("node %s: asked mig-manager for MIG config %s", action.node, action.config)
             checkpoint("after-node-relabel")
-        elif isinstance(action, (CordonNode, UncordonNode)):
-            self.cluster.patch_node(action.node, action.patch)
-            log.info("node %s: %s", action.node, action.reason)
-            checkpoint("after-cordon" if isinstance(action, CordonNode) else "after-uncordon")
+        elif isinstance(action, UncordonNode):
+            if self.cluster.patch_node_guarded(action.node, action.ops):
+                log.info("node %s: %s", action.node, action.reason)
+                checkpoint("after-uncordon")
+            else:
+                log.info("node %s: its cordon is no longer tessera's as read (an admin removed or changed "
+                         "tessera's record since): left cordoned", action.node)
         elif isinstance(action, ScaleToZero):
             self.cluster.scale_to_zero(action.namespace, action.name)
             log.info("deployment %s/%s scaled to zero: %s", action.namespace, action.name, action.reason)

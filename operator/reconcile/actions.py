@@ -53,19 +53,21 @@ class LabelNode:
 
 @dataclass(frozen=True)
 class CordonNode:
-    """Cordon a serving node before re-partitioning it, recording that tessera did (builders.cordon_patch)."""
+    """Cordon a serving node before re-partitioning it, recording that tessera did (builders.cordon_ops); only
+    while it is not cordoned: an admin's cordon that came after tessera read the node is never claimed."""
 
     node: str
-    patch: Json
+    ops: list[Json]
     reason: str
 
 
 @dataclass(frozen=True)
 class UncordonNode:
-    """Lift tessera's own cordon of a node and its record (builders.uncordon_patch); never an admin's cordon."""
+    """Lift tessera's own cordon of a node and its record (builders.uncordon_ops); never an admin's cordon: the
+    JSON patch's test lets it through only while tessera's record still names the config it was read with."""
 
     node: str
-    patch: Json
+    ops: list[Json]
     reason: str
 
 
@@ -76,6 +78,8 @@ class ScaleToZero:
 
     namespace: str
     name: str
+    node: str
+    """The node it is pinned to: a cordon of it the API server refused leaves the Deployment serving."""
     reason: str
 
 

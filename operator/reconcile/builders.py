@@ -101,16 +101,33 @@ def node_relabel_patch(config: str) -> dict:
     }}
 
 
-def cordon_patch(config: str, loss: str | None = None) -> dict:
-    """Cordon, with the record that tessera did it and for which config (a later uncordon lifts only this), and the
-    loss of a change without replacement capacity (None: none)."""
-    return {"spec": {"unschedulable": True},
-            "metadata": {"annotations": {naming.CORDONED: config, naming.CHANGE_LOSS: loss}}}
+def cordon_ops(config: str, loss: str | None = None) -> list[dict]:
+    """Cordon, with the record that tessera did it and for which config, and the loss of a change without
+    replacement capacity (None: none), as one JSON patch that holds only while the node is not cordoned (a `test`
+    for null passes on an absent field): an admin's cordon that came after tessera read the node stays the admin's.
+    Nodes carry annotations (the TTL controller's) for the record to go into."""
+    return [{"op": "test", "path": "/spec/unschedulable", "value": None},
+            {"op": "add", "path": "/spec/unschedulable", "value": True},
+            {"op": "add", "path": _RECORD, "value": config},
+            *([{"op": "add", "path": _LOSS, "value": loss}] if loss else [])]
 
 
-def uncordon_patch() -> dict:
-    return {"spec": {"unschedulable": None}, "metadata": {"annotations": {naming.CORDONED: None,
-                                                                          naming.CHANGE_LOSS: None}}}
+def uncordon_ops(config: str, loss_recorded: bool = False) -> list[dict]:
+    """Lift tessera's cordon, its record and the loss it recorded (if any, as read), as one JSON patch that holds
+    only while the record still names `config`: an admin who removed or changed it since (took the cordon over)
+    keeps the node cordoned."""
+    return [{"op": "test", "path": _RECORD, "value": config}, {"op": "remove", "path": _RECORD},
+            *([{"op": "remove", "path": _LOSS}] if loss_recorded else []),
+            {"op": "add", "path": "/spec/unschedulable", "value": False}]
+
+
+def _annotation_pointer(key: str) -> str:
+    return "/metadata/annotations/" + key.replace("~", "~0").replace("/", "~1")
+
+
+_RECORD = _annotation_pointer(naming.CORDONED)
+"""tessera's cordon record as a JSON pointer."""
+_LOSS = _annotation_pointer(naming.CHANGE_LOSS)
 
 
 # -- model servers -------------------------------------------------------------

@@ -78,12 +78,14 @@ def decide_serving_nodes(pool: Pool, states: dict[str, NodeMig], pods: Mapping[s
     planned_servers = [body for body in planned if is_model_server(body)]
     actions: list[Action] = []
     in_progress = 0
-    for node in sorted((n for n in pool.nodes if n.cordoned_for is not None), key=lambda n: n.name):
+    cordoned = {n.name: n.cordoned_for for n in pool.nodes if n.cordoned_for is not None}
+    for node in sorted((n for n in pool.nodes if n.name in cordoned), key=lambda n: n.name):
         state = states.get(node.name)
         if state is None or state.applied or state.failed:
             why = ("its new layout is applied" if state is not None and state.applied
                    else "mig-manager failed; it keeps its layout" if state is not None else "the plan no longer uses it")
-            actions.append(UncordonNode(node.name, builders.uncordon_patch(), reason=f"lift tessera's cordon: {why}"))
+            actions.append(UncordonNode(node.name, builders.uncordon_ops(cordoned[node.name], node.change_loss is not None),
+                                        reason=f"lift tessera's cordon: {why}"))
             continue
         in_progress += 1
         if state.waiting:
@@ -114,7 +116,7 @@ def decide_serving_nodes(pool: Pool, states: dict[str, NodeMig], pods: Mapping[s
             states[name] = replace(state, serving_change=verdict)
             continue
         loss = _loss(capacity.missing)
-        actions.append(CordonNode(name, builders.cordon_patch(state.config, loss or None), reason=(
+        actions.append(CordonNode(name, builders.cordon_ops(state.config, loss or None), reason=(
             f"re-partition serving node {name} to {state.config}" + (f"; {loss}" if loss else
                                                                      "; what it carries runs elsewhere"))))
         actions.extend(_scale_to_zero(own, name))
@@ -166,7 +168,7 @@ def _pinned(servers: list[Json], hostname: str) -> list[Json]:
 
 
 def _scale_to_zero(own: list[Json], node: str) -> list[Action]:
-    return [ScaleToZero(c["metadata"]["namespace"], c["metadata"]["name"], reason=f"node {node} is re-partitioned")
+    return [ScaleToZero(c["metadata"]["namespace"], c["metadata"]["name"], node, reason=f"node {node} is re-partitioned")
             for c in own if c["spec"].get("replicas")]
 
 

@@ -76,6 +76,18 @@ class KubeletStandIn:
                 if error.status != 404:
                     raise
 
+    def report_not_ready(self) -> None:
+        """Heartbeats stop and Ready turns False, as a kubelet whose container runtime went down posts it. Nothing
+        turns the node Ready again: KWOK does not manage it, and the node controller moves a node whose kubelet
+        went silent on to Unknown, never to True."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        now = _now()
+        self.core.patch_node_status(self.name, {"status": {"conditions": [{
+            "type": "Ready", "status": "False", "reason": "KubeletNotReady", "message": "container runtime is down",
+            "lastHeartbeatTime": now, "lastTransitionTime": now}]}})
+
     def _beat(self) -> None:
         while not self._stop.wait(HEARTBEAT_S):
             try:

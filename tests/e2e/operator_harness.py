@@ -13,12 +13,14 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
 from kubernetes import client
+from prometheus_client.parser import text_string_to_metric_families
 
 from cluster.controlplane import die_with_parent_prefix, free_port
 from cluster.gpu_nodes import create_gpu_nodes, gpu_states
@@ -72,15 +74,18 @@ class OperatorProcess:
     state_namespace: str
     resync_s: float = 5.0
     extra_args: list[str] = field(default_factory=list)
+    metrics_port: int = 0
+    """The port of the running process's /metrics (each start picks a free one)."""
     process: subprocess.Popen | None = None
     runs: int = 0
 
     def command(self) -> list[str]:
+        self.metrics_port = free_port()
         return [sys.executable, "-P", "-m", "tessera", "operator", "--kubeconfig", str(self.kubeconfig),
                 "--namespace", self.namespace, "--node-selector", self.pool.selector,
                 "--state-namespace", self.state_namespace, "--mig-config-propagation", "1.5",
                 "--resync", str(self.resync_s), "--debounce", "0.3", "--solve-time-limit", "120",
-                "--health-port", str(free_port()), "--metrics-port", str(free_port()),
+                "--health-port", str(free_port()), "--metrics-port", str(self.metrics_port),
                 # A killed operator holds its Lease until it expires: a short one keeps restarts quick.
                 "--lease-duration", "4", *self.extra_args]
 
@@ -119,6 +124,17 @@ class OperatorProcess:
                 self.process.wait(timeout=20)
             except subprocess.TimeoutExpired:
                 self.kill()
+
+    def metric_samples(self, name: str) -> list[tuple[dict[str, str], float]]:
+        """A metric's samples on the operator's /metrics, as Prometheus scrapes them: (labels, value) each."""
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as response:
+            text = response.read().decode()
+        return [(sample.labels, sample.value) for family in text_string_to_metric_families(text)
+                for sample in family.samples if sample.name == name]
+
+    def metric(self, name: str) -> float:
+        """The sum of a metric's samples, every label set."""
+        return sum(value for _, value in self.metric_samples(name))
 
     def log_text(self) -> str:
         return "\n".join((self.logdir / f"operator-{i}.log").read_text(errors="replace")[-4000:]

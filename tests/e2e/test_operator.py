@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 
+import pytest
 import yaml
 
 from cluster.gpu_nodes import gpu_states
@@ -26,6 +27,7 @@ from .operator_harness import (
 )
 
 READY_TIMEOUT_S = 240
+PLANS = "tessera_plans_stored_total"
 
 
 def _planned_layouts(core, operator: OperatorProcess) -> dict[str, list]:
@@ -150,10 +152,20 @@ def test_deleting_the_systems_leaves_no_tessera_object(run_operator, core, custo
     assert operator.alive()
 
 
-def test_deleting_the_system_that_fills_a_pool_plans_the_others_again(run_operator, custom, kubectl):
+def resyncs(operator: OperatorProcess) -> float:
+    """Reconciles the resync timer started (alone or with other triggers), by the operator's metric."""
+    return sum(value for labels, value in operator.metric_samples("tessera_reconciles_total")
+               if "resync" in labels["kind"].split("+"))
+
+
+@pytest.mark.parametrize("restart", [False, True], ids=["running", "across-a-restart"])
+def test_deleting_the_system_that_fills_a_pool_plans_the_others_again_within_one_resync(restart, run_operator,
+                                                                                        custom, kubectl):
     """One node of 8 GPUs: `filler` takes 30 of its 56 slices, `waiting` needs as many. The joint plan
-    cannot serve both; once `filler` is deleted, the pool plans again and `waiting` is served in full
-    (a stored plan made for a deleted system no longer stands)."""
+    cannot serve both; once `filler` is deleted (with the operator running, or while it is down), the pool
+    plans again no later than the first resync after it (`tessera_plans_stored_total` moves before
+    `tessera_reconciles_total` counts a second resync) and `waiting` is served in full: a stored plan made
+    for a deleted system no longer stands, also for an operator that starts after the delete."""
     operator = run_operator(nodes=1).start()
     kubectl("apply", "-n", operator.namespace, "-f", "-", input=system_yaml("filler", demandRequestsPerSecond=40000))
     wait_ready(custom, operator.namespace, ["filler"], READY_TIMEOUT_S, operator)
@@ -161,7 +173,25 @@ def test_deleting_the_system_that_fills_a_pool_plans_the_others_again(run_operat
     wait_for(lambda: (s := systems(custom, operator.namespace).get("waiting")) and condition(s, "Ready")
              and not is_true(s, "Ready") and s, 120, "waiting planned and not Ready")
 
+    if restart:
+        operator.stop()
+        plans = before = 0.0  # a fresh process counts from zero
+    else:
+        plans, before = operator.metric(PLANS), resyncs(operator)
     kubectl("delete", "compoundinferencesystem", "filler", "-n", operator.namespace)
+    if restart:
+        operator.start()
+    (after,) = wait_for(lambda: _resyncs_once_replanned(operator, plans), READY_TIMEOUT_S, "a re-plan without filler",
+                        interval=0.1)
+    assert after - before <= 1, f"re-planned only after {after - before:.0f} resyncs"
     found = wait_ready(custom, operator.namespace, ["waiting"], READY_TIMEOUT_S, operator)
     summary = found["waiting"]["status"]["plan"]
     assert summary["servedRequestsPerSecond"] == summary["demandRequestsPerSecond"]
+
+
+def _resyncs_once_replanned(operator: OperatorProcess, plans: float) -> tuple[float] | None:
+    """(the resyncs so far,) once a plan beyond `plans` is stored; None before, or while /metrics does not answer."""
+    try:
+        return (resyncs(operator),) if operator.metric(PLANS) > plans else None
+    except OSError:
+        return None

@@ -49,3 +49,14 @@ def test_the_reconcile_returns_when_the_grace_of_a_notready_node_ends():
     assert grace_left_s(facts, T0 + 20, GRACE_S) == GRACE_S - 20
     ready = node_facts(gpu_node("gpu-1"), naming.MIG_CONFIG_REQUESTED, T0, GRACE_S)
     assert grace_left_s(ready, T0, GRACE_S) is None
+
+
+def test_a_node_tessera_cordoned_whose_mig_reboot_makes_it_notready_stays_in_its_pool_as_tessera_s():
+    """tessera's change in progress (its cordon, then mig-manager's reboot) is not a node that left: the node keeps
+    its place in the pool and tessera's record, so the change goes on and tessera lifts its own cordon after."""
+    node = not_ready(**{"nvidia.com/mig.config.state": "rebooting"})
+    node["spec"]["unschedulable"] = True
+    node["metadata"]["annotations"] = {naming.CORDONED: "tessera-v1-next"}
+    pools, _ = group_pools([node_facts(node, naming.MIG_CONFIG_REQUESTED, T0 + 100 * GRACE_S, GRACE_S)])
+    assert [(n.name, n.cordoned_for) for p in pools for n in p.nodes] == [("gpu-0", "tessera-v1-next")]
+

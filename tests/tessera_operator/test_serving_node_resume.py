@@ -192,7 +192,7 @@ def test_a_pause_holds_a_begun_change_where_it_stands(plan):
 
 def test_a_change_without_replacement_records_its_loss_on_the_node_with_the_cordon(plan):
     (cordon,) = [a for a in reconcile(plan, Stand(cordoned=False)).actions if isinstance(a, CordonNode)]
-    recorded = cordon.patch["metadata"]["annotations"][naming.CHANGE_LOSS]
+    (recorded,) = [op["value"] for op in cordon.ops if op["path"].endswith("change-loss")]
     assert "traffic/object-detection loses 2 replica(s) until the node serves again" in recorded
 
 
@@ -201,3 +201,10 @@ def test_the_next_leader_states_the_loss_the_cordon_recorded_once_the_deployment
     found = reconcile(plan, Stand(mig="pending", old_replicas=None, pod=False, loss=recorded))
     mig = found.mig_condition()
     assert (mig.status, mig.reason) == (False, st.NODE_DRAINING) and recorded in mig.message
+
+
+def test_the_uncordon_lifts_the_loss_the_cordon_recorded_with_it(plan):
+    recorded = "without replacement capacity: traffic/object-detection loses 2 replica(s) until the node serves again"
+    found = reconcile(plan, Stand(mig="applied", old_replicas=None, pod=False, loss=recorded))
+    (uncordon,) = [a for a in found.actions if isinstance(a, UncordonNode)]
+    assert {"op": "remove", "path": "/metadata/annotations/tessera.ai~1change-loss"} in uncordon.ops

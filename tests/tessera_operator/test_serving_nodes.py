@@ -97,11 +97,23 @@ def test_a_serving_node_where_a_pod_tessera_does_not_own_holds_a_gpu_is_never_to
 
 
 def test_a_serving_node_is_cordoned_and_drained_by_scaling_to_zero_once_what_it_carries_runs_elsewhere(plan):
-    _, actions, _ = decide(plan, extra_planned=[detection_on_c], extra_live=[detection_on_c_available])
+    _, actions, outcome = decide(plan, extra_planned=[detection_on_c], extra_live=[detection_on_c_available])
     cordon, scale = actions
     assert isinstance(cordon, CordonNode) and cordon.node == "gpu-a"
-    assert cordon.patch["spec"]["unschedulable"] is True and naming.CORDONED in cordon.patch["metadata"]["annotations"]
-    assert isinstance(scale, ScaleToZero) and scale.name == "traffic-old-detection"
+    assert cordon.ops == builders.cordon_ops(outcome.mig["gpu-a"].config)
+    assert isinstance(scale, ScaleToZero) and (scale.name, scale.node) == ("traffic-old-detection", "gpu-a")
+
+
+def test_tessera_cordons_a_serving_node_only_while_it_is_not_cordoned(plan):
+    """An admin who cordoned the node after the reconcile read it keeps the cordon as the admin's: the API server
+    applies the cordon (and its record) only while its test holds, and the Actor then leaves the node's
+    Deployments serving (e2e: test_node_churn.py)."""
+    _, (cordon, _), outcome = decide(plan, extra_planned=[detection_on_c], extra_live=[detection_on_c_available])
+    guard, *writes = cordon.ops
+    assert guard == {"op": "test", "path": "/spec/unschedulable", "value": None}
+    assert writes == [{"op": "add", "path": "/spec/unschedulable", "value": True},
+                      {"op": "add", "path": "/metadata/annotations/tessera.ai~1cordoned",
+                       "value": outcome.mig["gpu-a"].config}]
 
 
 def test_a_serving_node_waits_while_its_replacements_elsewhere_are_not_available(plan):
@@ -163,9 +175,9 @@ def test_a_node_tessera_cordoned_keeps_its_deployments_at_zero_until_its_layout_
 
 
 def test_tessera_lifts_its_cordon_once_the_new_layout_is_applied_and_only_its_own(plan):
-    _, actions, _ = decide(plan, gpu_a_cordoned=True, gpu_a_applied=True)
+    _, actions, outcome = decide(plan, gpu_a_cordoned=True, gpu_a_applied=True)
     assert [(type(a), a.node) for a in actions] == [(UncordonNode, "gpu-a")]
-    assert actions[0].patch == builders.uncordon_patch()
+    assert actions[0].ops == builders.uncordon_ops(outcome.mig["gpu-a"].config)
     _, untouched, _ = decide(plan, gpu_a_applied=True)
     assert untouched == [], "no uncordon of a node tessera did not cordon"
 
@@ -175,3 +187,13 @@ def test_a_node_tessera_cordoned_stays_in_its_pool_and_one_an_admin_cordoned_lea
     admins = gpu_node("gpu-b", unschedulable=True)
     pools, _ = group_pools([node_facts(n, naming.MIG_CONFIG_REQUESTED) for n in (ours, admins)])
     assert [n.name for p in pools for n in p.nodes] == ["gpu-a"]
+
+
+def test_tessera_lifts_its_cordon_only_while_its_record_still_names_the_config_it_cordoned_for(plan):
+    """An admin who took the cordon over (removed or changed tessera's record) after the reconcile read the node
+    keeps it: the API server applies the uncordon only while its test holds (e2e: test_node_churn.py)."""
+    _, (uncordon,), outcome = decide(plan, gpu_a_cordoned=True, gpu_a_applied=True)
+    guard, *writes = uncordon.ops
+    assert guard == {"op": "test", "path": "/metadata/annotations/tessera.ai~1cordoned",
+                     "value": outcome.mig["gpu-a"].config}
+    assert [op["op"] for op in writes] == ["remove", "add"]
