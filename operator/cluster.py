@@ -32,6 +32,8 @@ APPLY = "application/apply-patch+yaml"
 MERGE = "application/merge-patch+json"
 STRATEGIC = "application/strategic-merge-patch+json"
 POOL_STATE_PREFIX = "tessera-pool-"
+CUSTOM_KINDS = {"InferencePool": ("inference.networking.k8s.io", "v1", "inferencepools")}
+"""Other projects' kinds tessera writes: kind -> (group, version, plural)."""
 CLIENT_CALLS: dict[type, tuple[str, ...]] = {
     client.CoreV1Api: (
         "list_node", "patch_node", "read_namespace", "list_namespace", "create_namespace",
@@ -46,8 +48,10 @@ CLIENT_CALLS: dict[type, tuple[str, ...]] = {
                             "delete_namespaced_endpoint_slice"),
     client.BatchV1Api: ("list_job_for_all_namespaces", "list_namespaced_job", "patch_namespaced_job"),
     client.CustomObjectsApi: ("list_cluster_custom_object", "list_namespaced_custom_object",
-                              "get_cluster_custom_object", "patch_namespaced_custom_object_status"),
+                              "get_cluster_custom_object", "patch_namespaced_custom_object_status",
+                              "patch_namespaced_custom_object", "delete_namespaced_custom_object"),
     client.ApiextensionsV1Api: ("read_custom_resource_definition",),
+    client.ApisApi: ("get_api_versions",),
     client.CoordinationV1Api: ("read_namespaced_lease", "create_namespaced_lease", "replace_namespaced_lease"),
 }
 """Every kubernetes-client method tessera calls (tests/tessera_operator/test_client_validators.py keeps it whole)."""
@@ -79,6 +83,7 @@ class Cluster:
         self.apps = client.AppsV1Api(api_client)
         self.batch = client.BatchV1Api(api_client)
         self.discovery = client.DiscoveryV1Api(api_client)
+        self.apis = client.ApisApi(api_client)
         self.custom = client.CustomObjectsApi(api_client)
         self.extensions = client.ApiextensionsV1Api(api_client)
         self.writes = 0
@@ -142,6 +147,16 @@ class Cluster:
         listed = self._json(self.discovery.list_namespaced_endpoint_slice(namespace, label_selector=selector,
                                                                           _preload_content=False))["items"]
         return [{**s, "kind": "EndpointSlice", "apiVersion": "discovery.k8s.io/v1"} for s in listed]
+
+    def serves(self, group_version: str) -> bool:
+        """Whether the API server serves this group/version (API discovery: any authenticated user may ask)."""
+        groups = self._json(self.apis.get_api_versions(_preload_content=False)).get("groups") or []
+        return any(v.get("groupVersion") == group_version for g in groups for v in g.get("versions") or [])
+
+    def list_custom_objects(self, group: str, version: str, plural: str, namespace: str, selector: str) -> list[dict]:
+        listed: Any = self.custom.list_namespaced_custom_object(group, version, namespace, plural,
+                                                                label_selector=selector)
+        return listed["items"]
 
     def list_resource_quotas(self) -> list[dict]:
         """The ResourceQuotas of the watched namespaces (those on MIG instances cap what a solve may give)."""
@@ -323,6 +338,9 @@ class Cluster:
             self.discovery.patch_namespaced_endpoint_slice(name, namespace, body, **kwargs)
         elif body["kind"] == "Job":
             self.batch.patch_namespaced_job(name, namespace, body, **kwargs)
+        elif body["kind"] in CUSTOM_KINDS:
+            group, version, plural = CUSTOM_KINDS[body["kind"]]
+            self.custom.patch_namespaced_custom_object(group, version, namespace, plural, name, body, **kwargs)
         elif body["kind"] == "ConfigMap":
             self.core.patch_namespaced_config_map(name, namespace, body, **kwargs)
         else:
@@ -339,6 +357,10 @@ class Cluster:
                 self.apps.delete_namespaced_deployment(metadata["name"], metadata["namespace"], body=options)
             elif obj["kind"] == "ConfigMap":
                 self.core.delete_namespaced_config_map(metadata["name"], metadata["namespace"], body=options)
+            elif obj["kind"] in CUSTOM_KINDS:
+                group, version, plural = CUSTOM_KINDS[obj["kind"]]
+                self.custom.delete_namespaced_custom_object(group, version, metadata["namespace"], plural,
+                                                            metadata["name"], body=options)
             elif obj["kind"] == "EndpointSlice":
                 self.discovery.delete_namespaced_endpoint_slice(metadata["name"], metadata["namespace"], body=options)
             else:

@@ -27,7 +27,7 @@ from tessera.operator.reconcile.adapter_pool_decide import (PoolServers, ServerL
                                                             compound_gpus, decide_pool_status, decide_servers,
                                                             owned_by, placed_compound_gpus, planned_servers,
                                                             pool_status, server_slots, within)
-from tessera.operator.reconcile.adapter_routes import decide_routes
+from tessera.operator.reconcile.adapter_routes import decide_inference_pools, decide_routes
 from tessera.operator.reconcile.decide import PoolOutcome
 from tessera.operator.reconcile.snapshot import Snapshot
 from tessera.operator.settings import OperatorSettings
@@ -154,10 +154,12 @@ class AdapterPools:
         return tried
 
     def keep_routes(self, decided: list[PoolServers], seen: Snapshot, loading: Loading) -> None:
-        """Each adapter's Service and EndpointSlice: exactly the Ready pods holding it, as the loads left them."""
+        """Each adapter's Service and EndpointSlice: exactly the Ready pods holding it, as the loads left them; each
+        pool's InferencePool where the cluster serves the kind."""
+        port = self.settings.server_port
         self.actor.apply(decide_routes(decided, list(seen.adapter_server_pods), placed_adapters(decided),
-                                       loading.held, list(seen.route_services), list(seen.route_slices),
-                                       self.settings.server_port))
+                                       loading.held, list(seen.route_services), list(seen.route_slices), port))
+        self.actor.apply(decide_inference_pools(decided, seen.inference_pools_served, list(seen.inference_pools), port))
 
     def list_servers(self, pods: list[Json]) -> dict[str, Listed]:
         """Observe: what each pod's server lists (`GET /v1/models`), by pod uid, `at_once` servers at a time."""

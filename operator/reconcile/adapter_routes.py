@@ -19,6 +19,9 @@ plain actions out. The rules (docs/adapter-routes.md):
   form; a route keeps the name its Service has, so names never move.
 - Routes of adapters no longer in the spec go; an invalid pool's stay as
   they are (what its servers hold is not decided).
+- Where the cluster serves `inference.networking.k8s.io/v1` (API discovery),
+  a pool with `spec.endpointPickerRef` also gets one InferencePool selecting
+  all its servers' pods, for a Gateway and the user's endpoint picker.
 """
 
 from __future__ import annotations
@@ -30,8 +33,9 @@ from tessera.operator import naming
 from tessera.operator.api.adapter_pools import PoolRef
 from tessera.operator.reconcile.actions import Action, ApplyChild, DeleteChild, Json
 from tessera.operator.reconcile.adapter_loading import Held, Placed, holding, server_of
-from tessera.operator.reconcile.adapter_pool_decide import PoolServers, owned_by
+from tessera.operator.reconcile.adapter_pool_decide import SERVER_COMPONENT, PoolServers, owned_by
 from tessera.operator.reconcile.builders import applied_hash, with_applied_hash
+from tessera.planner.adapter_pool import EndpointPickerRef
 
 ROUTE_COMPONENT = "adapter-route"
 ADAPTER_LABEL = f"{naming.GROUP}/adapter"
@@ -195,3 +199,46 @@ def decide_routes(decided: list[PoolServers], pods: list[Json], placed: Placed, 
                 actions.append(DeleteChild(child, reason="no adapter of the pool has this route"))
     return actions
 
+
+# -- the pool's InferencePool (Gateway API Inference Extension) ------------------------
+
+INFERENCE_GROUP, INFERENCE_VERSION, INFERENCE_POOLS = "inference.networking.k8s.io", "v1", "inferencepools"
+INFERENCE_POOL_COMPONENT = "inference-pool"
+
+
+def inference_pool(ref: PoolRef, picker: EndpointPickerRef, port: int) -> Json:
+    """The pool's InferencePool: every server pod of the pool (the servers' own selector labels), on the server
+    port, its endpoint picker the user's."""
+    selector = {naming.MANAGED_BY: naming.MANAGED_BY_VALUE, naming.POOL_LABEL: naming.label_value(ref.name),
+                naming.CHILD_KIND_LABEL: SERVER_COMPONENT}
+    return with_applied_hash({
+        "apiVersion": f"{INFERENCE_GROUP}/{INFERENCE_VERSION}", "kind": "InferencePool",
+        "metadata": {"name": ref.name, "namespace": ref.namespace,
+                     "labels": naming.pool_child_labels(ref.name, INFERENCE_POOL_COMPONENT),
+                     "ownerReferences": [ref.owner_reference()]},
+        "spec": {"selector": {"matchLabels": selector}, "targetPorts": [{"number": port}],
+                 "endpointPickerRef": {"kind": "Service", "name": picker.name, "port": {"number": picker.port.number},
+                                       "failureMode": picker.failure_mode}},
+    })
+
+
+def decide_inference_pools(decided: list[PoolServers], served: bool, live: list[Json], port: int) -> list[Action]:
+    """Where the cluster serves InferencePools: one per valid pool with an endpoint picker, applied where it differs;
+    deleted once the pool names none. Nowhere else anything (the kind does not exist there)."""
+    if not served:
+        return []
+    actions: list[Action] = []
+    for servers in decided:
+        spec, ref = servers.pool.spec, servers.pool.ref
+        if not servers.pool.valid or spec is None:
+            continue
+        current = next((c for c in owned_by(live, ref) if c["metadata"]["name"] == ref.name), None)
+        if spec.endpoint_picker is None:
+            if current is not None:
+                actions.append(DeleteChild(current, reason="the pool names no endpoint picker any more"))
+            continue
+        body = inference_pool(ref, spec.endpoint_picker, port)
+        if current is None or applied_hash(current) != applied_hash(body):
+            actions.append(ApplyChild(body, reason="the pool's InferencePool "
+                                                   f"{'is not there yet' if current is None else 'differs'}"))
+    return actions

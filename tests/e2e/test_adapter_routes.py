@@ -13,9 +13,14 @@ a slice they considered theirs would be rewritten or removed.
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
+import subprocess
 import time
 from pathlib import Path
 
+import pytest
 import yaml
 from kubernetes import client
 
@@ -29,9 +34,29 @@ from tessera.planner.placement.pool_file import load_problem
 
 from .operator_fixtures import crds, custom, run_operator, vllm  # noqa: F401  (fixtures)
 from .test_adapter_loading import is_ready, placed, server_pods, start_ready_pool
-from .test_adapter_pools import POOL, POOL_FILE, adapter_pool
+from .test_adapter_pools import POOL, POOL_FILE, adapter_pool, wait_pool_ready
 
 WAIT_S = 90
+INFERENCE_MODULE = "sigs.k8s.io/gateway-api-inference-extension@v1.3.0"
+INFERENCE_POOL_CRD = "config/crd/bases/inference.networking.k8s.io_inferencepools.yaml"
+
+
+@pytest.fixture(scope="module")
+def inference_pool_crd(kubectl, tmp_path_factory):
+    """The Gateway API Inference Extension's InferencePool CRD of v1.3.0, as its Go module ships it: `go mod
+    download` puts the module in the module cache (fetching it where it is not there yet), the CRD is applied
+    from there, and removed after this module's tests."""
+    go = shutil.which("go")
+    assert go, "the Go toolchain fetches the Gateway API Inference Extension's CRDs (tests/cluster/README.md)"
+    work = tmp_path_factory.mktemp("inference-extension")
+    found = subprocess.run([go, "mod", "download", "-json", INFERENCE_MODULE], cwd=work, capture_output=True,
+                           text=True, timeout=300, env={**os.environ, "GOFLAGS": "-mod=mod"})
+    assert found.returncode == 0, found.stdout + found.stderr
+    crd = Path(json.loads(found.stdout)["Dir"]) / INFERENCE_POOL_CRD
+    kubectl("apply", "--server-side", "-f", str(crd))
+    kubectl("wait", "--for=condition=Established", "crd/inferencepools.inference.networking.k8s.io", "--timeout=60s")
+    yield crd
+    kubectl("delete", "-f", str(crd), "--wait=false")
 
 
 def route(adapter: str) -> str:
@@ -189,3 +214,25 @@ def test_a_changed_digest_reloads_the_adapter_and_the_route_holds_the_new_copy(r
     assert vllm.loads(operator.namespace, pod.metadata.name) == loads_before + 1  # that adapter only
     assert slice_pods(discovery, operator.namespace, adapter) == [pod.metadata.name]
 
+
+def test_a_pool_with_a_picker_gets_an_inference_pool_valid_against_the_v1_3_0_crd_selecting_exactly_its_servers(
+        inference_pool_crd, run_operator, core, custom, kubectl, vllm):
+    document = yaml.safe_load(POOL_FILE.read_text())
+    document["spec"]["endpointPickerRef"] = {"name": f"{POOL}-picker", "port": {"number": 9002}}
+    operator = run_operator(nodes=1, adapter_servers=vllm).start()
+    kubectl("apply", "-n", operator.namespace, "-f", "-", input=yaml.safe_dump(document))
+    wait_pool_ready(custom, operator, kubectl)
+
+    def written():
+        items = custom.list_namespaced_custom_object("inference.networking.k8s.io", "v1", operator.namespace,
+                                                     "inferencepools")["items"]
+        return items[0] if items else None
+    found = wait_for(written, WAIT_S, "the pool's InferencePool", interval=0.5)  # the API server validated it
+    assert found["metadata"]["name"] == POOL
+    assert found["spec"]["endpointPickerRef"] == {"kind": "Service", "group": "", "name": f"{POOL}-picker",
+                                                  "port": {"number": 9002}, "failureMode": "FailClose"}
+    assert found["spec"]["targetPorts"] == [{"number": 8000}]
+    selector = ",".join(f"{k}={v}" for k, v in found["spec"]["selector"]["matchLabels"].items())
+    selected = {p.metadata.name for p in core.list_namespaced_pod(operator.namespace, label_selector=selector).items}
+    servers = {p.metadata.name for d in placed() for p in server_pods(core, operator.namespace, d)}
+    assert len(servers) >= 2 and selected == servers

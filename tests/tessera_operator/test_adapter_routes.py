@@ -13,12 +13,13 @@ from tessera.operator import naming
 from tessera.operator.api.adapter_pools import read_adapter_pool
 from tessera.operator.reconcile.actions import ApplyChild, DeleteChild
 from tessera.operator.reconcile.adapter_loading import placed_adapters
-from tessera.operator.reconcile.adapter_pool_decide import deployment_name
+from tessera.operator.reconcile.adapter_pool_decide import deployment_name, planned_servers
 from tessera.operator.reconcile.adapter_routes import (ADAPTER_LABEL, SERVICE_NAME_LABEL, SLICE_MANAGER,
-                                                       SLICE_MANAGER_LABEL, decide_routes, hashed_name,
+                                                       SLICE_MANAGER_LABEL, decide_inference_pools, decide_routes,
+                                                       hashed_name,
                                                        readable_name)
 
-from .test_adapter_pool_decide import EXAMPLE, decided, gpu_pool
+from .test_adapter_pool_decide import EXAMPLE, SETTINGS, decided, gpu_pool
 
 PORT = 8000
 BOTS = EXAMPLE.parent / "support-bots.yaml"
@@ -175,3 +176,36 @@ def test_an_invalid_pools_routes_stay_as_they_are():
     invalid = type(SERVERS)(adapter_pool(gpuProduct=None), held=[])
     assert decide_routes([invalid], [], {}, {}, written, [], PORT) == []
 
+
+PICKER = {"name": "support-picker", "port": {"number": 9002}}
+
+
+def test_where_the_cluster_serves_inference_pools_a_pool_with_a_picker_gets_one_selecting_all_its_servers():
+    servers = pool_servers(endpointPickerRef=PICKER)
+    (action,) = decide_inference_pools([servers], True, [], PORT)
+    body = action.body
+    assert (body["apiVersion"], body["kind"], body["metadata"]["name"]) == (
+        "inference.networking.k8s.io/v1", "InferencePool", "support")
+    assert body["spec"]["endpointPickerRef"] == {"kind": "Service", "name": "support-picker", "port": {"number": 9002},
+                                                 "failureMode": "FailClose"}
+    assert body["spec"]["targetPorts"] == [{"number": PORT}]
+    selector = body["spec"]["selector"]["matchLabels"].items()
+    templates = [d["spec"]["template"]["metadata"]["labels"]
+                 for d, _ in planned_servers(gpu_pool(), servers, SETTINGS, set(), {})]
+    assert len(templates) > 1 and all(selector <= labels.items() for labels in templates)
+
+
+def test_where_the_cluster_does_not_serve_inference_pools_none_is_written():
+    assert decide_inference_pools([pool_servers(endpointPickerRef=PICKER)], False, [], PORT) == []
+
+
+def test_an_inference_pool_that_already_says_so_is_not_written_again():
+    servers = pool_servers(endpointPickerRef=PICKER)
+    written = live(decide_inference_pools([servers], True, [], PORT))
+    assert decide_inference_pools([servers], True, written, PORT) == []
+
+
+def test_a_pool_that_names_no_picker_any_more_loses_its_inference_pool():
+    written = live(decide_inference_pools([pool_servers(endpointPickerRef=PICKER)], True, [], PORT))
+    (action,) = decide_inference_pools([SERVERS], True, written, PORT)
+    assert isinstance(action, DeleteChild) and action.child["kind"] == "InferencePool"

@@ -62,6 +62,10 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 - apiGroups: [discovery.k8s.io]
   resources: [endpointslices]
   verbs: [list, create, patch, delete]
+# The pool's InferencePool, where the cluster has the Gateway API Inference Extension's CRDs.
+- apiGroups: [inference.networking.k8s.io]
+  resources: [inferencepools]
+  verbs: [list, create, patch, delete]
 # Profiler Jobs: watched either way (a Job left by an earlier install is still seen), created
 # (server-side apply: patch) only with profiling on. Their pods' termination messages are read with
 # the ClusterRole's cluster-wide pods list.
