@@ -58,7 +58,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
   resources: [pods/status]
   verbs: [patch]
 # An AdapterPool's route per adapter: a Service without a selector (the rule above) and its EndpointSlice,
-# which tessera keeps to the pods holding the adapter (docs/adapter-routes.md).
+# which tessera keeps to the pods holding the adapter.
 - apiGroups: [discovery.k8s.io]
   resources: [endpointslices]
   verbs: [list, create, patch, delete]
