@@ -35,6 +35,8 @@ JSON_PATCH = "application/json-patch+json"
 UNPROCESSABLE = 422
 """The API server's answer to a JSON patch whose `test` operation fails."""
 POOL_STATE_PREFIX = "tessera-pool-"
+CUSTOM_KINDS = {"InferencePool": ("inference.networking.k8s.io", "v1", "inferencepools")}
+"""Other projects' kinds tessera writes: kind -> (group, version, plural)."""
 CLIENT_CALLS: dict[type, tuple[str, ...]] = {
     client.CoreV1Api: (
         "list_node", "patch_node", "read_namespace", "list_namespace", "create_namespace",
@@ -45,10 +47,14 @@ CLIENT_CALLS: dict[type, tuple[str, ...]] = {
         "delete_namespaced_config_map", "create_namespaced_event", "patch_namespaced_pod_status"),
     client.AppsV1Api: ("list_deployment_for_all_namespaces", "list_namespaced_deployment",
                        "patch_namespaced_deployment", "delete_namespaced_deployment"),
+    client.DiscoveryV1Api: ("list_namespaced_endpoint_slice", "patch_namespaced_endpoint_slice",
+                            "delete_namespaced_endpoint_slice"),
     client.BatchV1Api: ("list_job_for_all_namespaces", "list_namespaced_job", "patch_namespaced_job"),
     client.CustomObjectsApi: ("list_cluster_custom_object", "list_namespaced_custom_object",
-                              "get_cluster_custom_object", "patch_namespaced_custom_object_status"),
+                              "get_cluster_custom_object", "patch_namespaced_custom_object_status",
+                              "patch_namespaced_custom_object", "delete_namespaced_custom_object"),
     client.ApiextensionsV1Api: ("read_custom_resource_definition",),
+    client.ApisApi: ("get_api_versions",),
     client.CoordinationV1Api: ("read_namespaced_lease", "create_namespaced_lease", "replace_namespaced_lease"),
 }
 """Every kubernetes-client method tessera calls (tests/tessera_operator/test_client_validators.py keeps it whole)."""
@@ -79,6 +85,8 @@ class Cluster:
         self.core = client.CoreV1Api(api_client)
         self.apps = client.AppsV1Api(api_client)
         self.batch = client.BatchV1Api(api_client)
+        self.discovery = client.DiscoveryV1Api(api_client)
+        self.apis = client.ApisApi(api_client)
         self.custom = client.CustomObjectsApi(api_client)
         self.extensions = client.ApiextensionsV1Api(api_client)
         self.writes = 0
@@ -132,6 +140,26 @@ class Cluster:
             found += [{**s, "kind": "Service", "apiVersion": "v1"} for s in self._json(services)["items"]]
             found += [{**c, "kind": "ConfigMap", "apiVersion": "v1"} for c in self._json(configmaps)["items"]]
         return found
+
+    def list_services(self, namespace: str) -> list[dict]:
+        """Every Service of a namespace, tessera's or not (an adapter's route takes no name another Service has)."""
+        listed = self._json(self.core.list_namespaced_service(namespace, _preload_content=False))["items"]
+        return [{**s, "kind": "Service", "apiVersion": "v1"} for s in listed]
+
+    def list_endpoint_slices(self, namespace: str, selector: str) -> list[dict]:
+        listed = self._json(self.discovery.list_namespaced_endpoint_slice(namespace, label_selector=selector,
+                                                                          _preload_content=False))["items"]
+        return [{**s, "kind": "EndpointSlice", "apiVersion": "discovery.k8s.io/v1"} for s in listed]
+
+    def serves(self, group_version: str) -> bool:
+        """Whether the API server serves this group/version (API discovery: any authenticated user may ask)."""
+        groups = self._json(self.apis.get_api_versions(_preload_content=False)).get("groups") or []
+        return any(v.get("groupVersion") == group_version for g in groups for v in g.get("versions") or [])
+
+    def list_custom_objects(self, group: str, version: str, plural: str, namespace: str, selector: str) -> list[dict]:
+        listed: Any = self.custom.list_namespaced_custom_object(group, version, namespace, plural,
+                                                                label_selector=selector)
+        return listed["items"]
 
     def list_resource_quotas(self) -> list[dict]:
         """The ResourceQuotas of the watched namespaces (those on MIG instances cap what a solve may give)."""
@@ -321,8 +349,13 @@ class Cluster:
             self.apps.patch_namespaced_deployment(name, namespace, body, **kwargs)
         elif body["kind"] == "Service":
             self.core.patch_namespaced_service(name, namespace, body, **kwargs)
+        elif body["kind"] == "EndpointSlice":
+            self.discovery.patch_namespaced_endpoint_slice(name, namespace, body, **kwargs)
         elif body["kind"] == "Job":
             self.batch.patch_namespaced_job(name, namespace, body, **kwargs)
+        elif body["kind"] in CUSTOM_KINDS:
+            group, version, plural = CUSTOM_KINDS[body["kind"]]
+            self.custom.patch_namespaced_custom_object(group, version, namespace, plural, name, body, **kwargs)
         elif body["kind"] == "ConfigMap":
             self.core.patch_namespaced_config_map(name, namespace, body, **kwargs)
         else:
@@ -339,6 +372,12 @@ class Cluster:
                 self.apps.delete_namespaced_deployment(metadata["name"], metadata["namespace"], body=options)
             elif obj["kind"] == "ConfigMap":
                 self.core.delete_namespaced_config_map(metadata["name"], metadata["namespace"], body=options)
+            elif obj["kind"] in CUSTOM_KINDS:
+                group, version, plural = CUSTOM_KINDS[obj["kind"]]
+                self.custom.delete_namespaced_custom_object(group, version, metadata["namespace"], plural,
+                                                            metadata["name"], body=options)
+            elif obj["kind"] == "EndpointSlice":
+                self.discovery.delete_namespaced_endpoint_slice(metadata["name"], metadata["namespace"], body=options)
             else:
                 self.core.delete_namespaced_service(metadata["name"], metadata["namespace"], body=options)
         except ApiException as error:

@@ -13,6 +13,8 @@ release's `vllm/entrypoints/openai/api_server.py` and `serving_models.py`):
   `--max-lora-rank`). Errors are `{"object": "error", "message", "type", "code"}`.
   Only served when the server runs with `VLLM_ALLOW_RUNTIME_LORA_UPDATING`
   true (else 404 `{"detail": "Not Found"}`).
+- `POST /v1/unload_lora_adapter` with `{"lora_name"}`: 200; 404 `NotFoundError`
+  for a name not registered. It removes the registration only.
 
 No Kubernetes here: `cluster.py` stays the only API client.
 """
@@ -26,6 +28,7 @@ from dataclasses import dataclass
 
 MODELS_PATH = "/v1/models"
 LOAD_PATH = "/v1/load_lora_adapter"
+UNLOAD_PATH = "/v1/unload_lora_adapter"
 ALREADY_LOADED = "has already been loaded"
 """vLLM's message when the name is registered already: the load this reconcile wanted has happened."""
 
@@ -56,6 +59,18 @@ class VllmClient:
             self._call(request)
         except ServerError as error:
             if error.status != 400 or ALREADY_LOADED not in str(error):
+                raise
+
+    def unload_adapter(self, url: str, name: str) -> None:
+        """Removes adapter `name`'s registration (a copy of another source, loaded again next); one not registered
+        (vLLM's 404) is gone already."""
+        body = json.dumps({"lora_name": name}).encode()
+        request = urllib.request.Request(url + UNLOAD_PATH, data=body, method="POST",
+                                         headers={"Content-Type": "application/json"})
+        try:
+            self._call(request)
+        except ServerError as error:
+            if error.status != 404:
                 raise
 
     def _call(self, request: urllib.request.Request) -> str:

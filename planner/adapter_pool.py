@@ -14,7 +14,7 @@ with units, as in planner/model.py.
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import ConfigDict, Field, StringConstraints, model_validator
 
@@ -145,6 +145,21 @@ class PoolLimits(Spec):
     )
 
 
+class PickerPort(Spec):
+    number: int = Field(ge=1, le=65535, description="The picker Service's port number, 1-65535.")
+
+
+class EndpointPickerRef(Spec):
+    """The endpoint picker the user runs for the pool's InferencePool (Gateway API Inference Extension)."""
+
+    name: Name = Field(description="Name of the picker's Service in the pool's namespace.")
+    port: PickerPort = Field(description="The picker Service's port.")
+    failure_mode: Literal["FailOpen", "FailClose"] = Field(
+        default="FailClose", alias="failureMode",
+        description="What the Gateway does while the picker does not answer: FailClose refuses the request, FailOpen sends it to any of the pool's servers. Default: FailClose.",
+    )
+
+
 class AdapterPoolSpec(Spec):
     """A base LLM with its LoRA adapters, packed onto the fewest GPUs."""
 
@@ -177,6 +192,10 @@ class AdapterPoolSpec(Spec):
     credentials_secret: SecretReference | None = Field(
         default=None, alias="credentialsSecretRef",
         description="Secret with the weight store's credentials, mounted into the servers (never read by the operator).",
+    )
+    endpoint_picker: EndpointPickerRef | None = Field(
+        default=None, alias="endpointPickerRef",
+        description="The endpoint picker of the pool's InferencePool (inference.networking.k8s.io/v1), written only where the cluster has that CRD; without it no InferencePool is written.",
     )
 
     @model_validator(mode="after")

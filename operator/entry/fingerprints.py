@@ -61,11 +61,12 @@ def job_fingerprint(body, event_type: str | None) -> tuple[str, object]:
 
 def adapter_server_pod_fingerprint(body, event_type: str | None) -> tuple[str, object]:
     """An AdapterPool server pod matters when it appears, gets its IP, runs, restarts a container or goes: its
-    server may then list fewer adapters than placed on it. Its conditions, which tessera and the kubelet write
-    after that, do not."""
+    server may then list fewer adapters than placed on it; and when it turns Ready or not, which puts it on its
+    adapters' routes or takes it off (adapter_routes.py). Its other conditions, and tessera's gate, do not."""
     metadata = body.get("metadata") or {}
     status = body.get("status") or {}
     containers = sorted((c.get("name"), c.get("restartCount"), c.get("ready"))
                         for c in status.get("containerStatuses") or [])
+    ready = next((c.get("status") for c in status.get("conditions") or [] if c.get("type") == "Ready"), None)
     return _key(body, "pod"), (event_type == "DELETED", metadata.get("uid"), status.get("podIP"),
-                               status.get("phase"), containers)
+                               status.get("phase"), containers, ready)

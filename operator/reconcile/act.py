@@ -110,6 +110,8 @@ class Actor:
         """One load; why it failed (the failures recorded after the loads count a refusal), else None."""
         log.debug("LoadAdapter: %s", action.reason)
         try:
+            if action.replace:
+                self.servers.unload_adapter(action.url, action.adapter)
             self.servers.load_adapter(action.url, action.adapter, action.path)
         except ServerError as error:
             log.warning("pod %s: adapter %s not loaded: %s", action.pod, action.adapter, error)

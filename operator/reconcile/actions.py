@@ -141,6 +141,8 @@ class LoadAdapter:
     adapter: str
     path: str
     reason: str
+    replace: bool = False
+    """The server lists a copy of another (or an unknown) source: unload it first (`/v1/unload_lora_adapter`)."""
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,13 @@ adapters per server in; plain actions out. The rules (docs/adapter-loading.md):
   (the count, the engine's last error, the adapter's source) is the annotation
   `tessera.ai/adapter-failures`, written with the gate, so a restarted
   operator resumes it; a changed source or digest starts the count afresh.
-- Nothing is written where condition and annotation already say so.
+- The annotation `tessera.ai/adapter-sources` records, per placed adapter the
+  server lists, the source digest of the copy tessera loaded (issue 30 item 3):
+  a listed adapter whose copy is of another source (a spec edit), or of one not
+  recorded, is unloaded and loaded again, and only a copy of the placed source
+  counts as held: it labels the pod (`adapters.tessera.ai/<name>`, at most
+  LABELLED_MOST per pod) and puts the pod on the adapter's route (adapter_routes.py).
+- Nothing is written where condition, annotations and labels already say so.
 """
 
 from __future__ import annotations
@@ -41,6 +47,13 @@ ERROR_CHARS = 200
 RECORDED_MOST = 100
 """Failing adapters one pod's annotation records (about 300 bytes each); those beyond are retried every
 LOAD_RETRY_S and keep the gate closed, as without a record."""
+SOURCES_ANNOTATION = f"{naming.GROUP}/adapter-sources"
+"""The source digest of each placed adapter's copy the pod's server lists, as tessera loaded it (JSON)."""
+HOLDS_PREFIX = f"adapters.{naming.GROUP}/"
+"""A pod label per adapter its server holds (a copy of the placed source): `adapters.tessera.ai/<name>: <source>`."""
+LABELLED_MOST = 64
+"""Adapters labelled per pod, in the placement's order (about 60 bytes each); the sources annotation and the
+routes count all of them."""
 DEPLOYMENT_LABEL = f"{naming.GROUP}/deployment"
 ADAPTER_DIR = "/adapters"
 """Where a server finds adapter `name`'s files: `/adapters/<name>` (how they get there is not in this slice)."""
@@ -82,6 +95,8 @@ class Failure:
 
 Failures = dict[str, Failure]
 """A pod's failing adapters, by name."""
+Held = Mapping[str, Mapping[str, str]]
+"""Pod uid -> each placed adapter its server lists -> the source digest of that copy (held_copies)."""
 
 
 @dataclass(frozen=True)
@@ -136,6 +151,16 @@ def recorded_failures(pod: Json) -> Failures:
         return {}
 
 
+def recorded_sources(pod: Json) -> dict[str, str]:
+    """The pod's record of the sources its server's copies came from (an unreadable one counts as none)."""
+    text = (pod["metadata"].get("annotations") or {}).get(SOURCES_ANNOTATION)
+    try:
+        found = json.loads(text) if text else {}
+    except ValueError:
+        return {}
+    return {str(name): str(source) for name, source in found.items()} if isinstance(found, dict) else {}
+
+
 def current_failures(pod: Json, wanted: Mapping[str, str]) -> Failures:
     """The recorded failures of adapters still placed on the pod's server from the same source."""
     return {name: f for name, f in recorded_failures(pod).items() if wanted.get(name) == f.source}
@@ -180,17 +205,21 @@ def decide_loads(pods: list[Json], placed: Placed, listed: Mapping[str, Listed],
         if wanted is None or seen is None or seen.adapters is None:
             continue
         failures = current_failures(pod, wanted)
+        recorded = recorded_sources(pod)
         for name in wanted:
-            if name in seen.adapters:
+            listed_now = name in seen.adapters
+            if listed_now and recorded.get(name) == wanted[name]:
                 continue
             failure = failures.get(name)
             if failure is None:
-                reason = f"placed on the server, not listed by pod {pod_name(pod)}"
+                reason = (f"pod {pod_name(pod)}'s server lists a copy of another or an unrecorded source"
+                          if listed_now else f"placed on the server, not listed by pod {pod_name(pod)}")
             elif retry.due_in(failure) <= 0:  # tries LOAD_RETRY_S apart, not one per event-driven reconcile
                 reason = f"pod {pod_name(pod)} failed to load it {failure.tries} time(s) in a row; trying again"
             else:
                 continue
-            loads.append(LoadAdapter(seen.url, pod_name(pod), name, adapter_path(name), reason=reason))
+            loads.append(LoadAdapter(seen.url, pod_name(pod), name, adapter_path(name), reason=reason,
+                                     replace=listed_now))
     return loads
 
 
@@ -214,6 +243,43 @@ def record_failures(pods: list[Json], placed: Placed, errors: Mapping[str, Mappi
         kept = [name for name in wanted if name in failures and name not in listing]
         records[pod["metadata"]["uid"]] = {name: failures[name] for name in kept[:RECORDED_MOST]}
     return records
+
+
+def held_copies(pods: list[Json], placed: Placed, listed: Mapping[str, Listed],
+                errors: Mapping[str, Mapping[str, str | None]]) -> dict[str, dict[str, str]]:
+    """Per pod uid, the source of each placed adapter's copy its server lists after this reconcile's loads: the
+    placed source for a load that succeeded now, else the recorded one; a listed adapter of no recorded source is
+    left out (it is loaded again). A server that does not answer keeps its record (of adapters still placed)."""
+    held = {}
+    for pod in pods:
+        seen = listed.get(pod["metadata"]["uid"])
+        wanted = placed.get(server_of(pod))
+        if wanted is None or seen is None:
+            continue
+        recorded = recorded_sources(pod)
+        loaded_now = {name for name, error in errors.get(pod_name(pod), {}).items() if error is None}
+        listing = seen.adapters if seen.adapters is not None else frozenset(recorded)
+        held[pod["metadata"]["uid"]] = {name: wanted[name] if name in loaded_now else recorded[name] for name in wanted
+                                        if name in listing and (name in loaded_now or name in recorded)}
+    return held
+
+
+def holding(wanted: Mapping[str, str], copies: Mapping[str, str]) -> list[str]:
+    """The placed adapters whose copy on the pod is of the placed source, in the placement's order."""
+    return [name for name in wanted if copies.get(name) == wanted[name]]
+
+
+def label_changes(pod: Json, wanted: Mapping[str, str], copies: Mapping[str, str]) -> dict[str, str | None]:
+    """The pod's adapter labels to set, and those to remove (None), so that they name the adapters it holds (the
+    first LABELLED_MOST)."""
+    labels = {k: v for k, v in (pod["metadata"].get("labels") or {}).items() if k.startswith(HOLDS_PREFIX)}
+    wanted_labels = {f"{HOLDS_PREFIX}{name}": wanted[name] for name in holding(wanted, copies)[:LABELLED_MOST]}
+    changes: dict[str, str | None] = {k: v for k, v in wanted_labels.items() if labels.get(k) != v}
+    return changes | {k: None for k in labels if k not in wanted_labels}
+
+
+def sources_value(copies: Mapping[str, str]) -> str | None:
+    return json.dumps(dict(copies), separators=(",", ":")) if copies else None
 
 
 def examples(names: list[str]) -> str:
@@ -253,9 +319,9 @@ def gate_condition(pod: Json) -> Json | None:
 
 
 def decide_readiness(pods: list[Json], placed: Placed, listed: Mapping[str, Listed], now: str,
-                     records: Mapping[str, Failures], retry: Retry) -> list[PatchPodStatus]:
-    """Each running server pod's readiness gate and annotations, in one patch where they differ from what its
-    server lists and its failures' record (`records`, by pod uid)."""
+                     records: Mapping[str, Failures], retry: Retry, held: Held) -> list[PatchPodStatus]:
+    """Each running server pod's readiness gate, annotations and adapter labels, in one patch where they differ
+    from what its server lists, its failures' record (`records`, by pod uid) and the copies it holds (`held`)."""
     patches = []
     for pod in pods:
         seen = listed.get(pod["metadata"]["uid"])
@@ -279,8 +345,14 @@ def decide_readiness(pods: list[Json], placed: Placed, listed: Mapping[str, List
                 changed[LOADED_ANNOTATION] = value
         if annotations.get(FAILURES_ANNOTATION) != failures_value(failures):
             changed[FAILURES_ANNOTATION] = failures_value(failures)  # None removes it (a merge patch)
+        copies = held.get(pod["metadata"]["uid"], {})
+        if annotations.get(SOURCES_ANNOTATION) != sources_value(copies):
+            changed[SOURCES_ANNOTATION] = sources_value(copies)
         if changed:
             patch["metadata"] = {"annotations": changed}
+        labels = label_changes(pod, wanted, copies)
+        if labels:
+            patch.setdefault("metadata", {})["labels"] = labels
         if patch:
             patches.append(PatchPodStatus(pod["metadata"]["namespace"], pod["metadata"]["name"], patch,
                                           reason=f"pod {pod_name(pod)}: {reason}"))

@@ -20,14 +20,16 @@ from tessera.operator.gpus.discovery import Pool
 from tessera.operator.reconcile.act import Actor
 from tessera.operator.reconcile.actions import Json, LoadAdapter
 from tessera.operator.reconcile.adapter_loading import (Listed, Placed, Retry, ServerKey, decide_loads,
-                                                        decide_readiness, loading_requeue, placed_adapters, pod_name,
+                                                        decide_readiness, held_copies, loading_requeue, placed_adapters, pod_name,
                                                         record_failures, server_loads, server_of, serving,
                                                         server_url)
 from tessera.operator.reconcile.adapter_pool_decide import (PoolServers, ServerLoad, Slot, choose_slots,
                                                             compound_gpus, decide_pool_status, decide_servers,
                                                             owned_by, placed_compound_gpus, planned_servers,
                                                             pool_status, server_slots, within)
+from tessera.operator.reconcile.adapter_routes import decide_inference_pools, decide_routes
 from tessera.operator.reconcile.decide import PoolOutcome
+from tessera.operator.reconcile.snapshot import Snapshot
 from tessera.operator.settings import OperatorSettings
 from tessera.operator.vllm import ServerError
 from tessera.planner.placement import Placement, PlacementProblem, place
@@ -51,6 +53,8 @@ class Loading:
 
     requeue: float | None
     servers: dict[ServerKey, ServerLoad]
+    held: dict[str, dict[str, str]]
+    """Pod uid -> the placed adapters its server lists -> the source of that copy (adapter_loading.held_copies)."""
 
 
 class AdapterPools:
@@ -123,9 +127,10 @@ class AdapterPools:
         errors = self.load_missing(pods, placed, listed, retry)
         listed.update(self.list_servers([pod for pod in pods if pod_name(pod) in errors]))
         records = record_failures(pods, placed, errors, listed, retry)
-        self.actor.apply(decide_readiness(pods, placed, listed, st.now_rfc3339(), records, retry))
+        held = held_copies(pods, placed, listed, errors)
+        self.actor.apply(decide_readiness(pods, placed, listed, st.now_rfc3339(), records, retry, held))
         return Loading(loading_requeue(pods, placed, listed, records, retry),
-                       server_loads(pods, placed, listed, records, retry))
+                       server_loads(pods, placed, listed, records, retry), held)
 
     def load_missing(self, pods: list[Json], placed: Placed, listed: Mapping[str, Listed],
                      retry: Retry) -> dict[str, dict[str, str | None]]:
@@ -147,6 +152,14 @@ class AdapterPools:
             if error is None or error.status is not None:
                 tried[load.adapter] = None if error is None else str(error)
         return tried
+
+    def keep_routes(self, decided: list[PoolServers], seen: Snapshot, loading: Loading) -> None:
+        """Each adapter's Service and EndpointSlice: exactly the Ready pods holding it, as the loads left them; each
+        pool's InferencePool where the cluster serves the kind."""
+        port = self.settings.server_port
+        self.actor.apply(decide_routes(decided, list(seen.adapter_server_pods), placed_adapters(decided),
+                                       loading.held, list(seen.route_services), list(seen.route_slices), port))
+        self.actor.apply(decide_inference_pools(decided, seen.inference_pools_served, list(seen.inference_pools), port))
 
     def list_servers(self, pods: list[Json]) -> dict[str, Listed]:
         """Observe: what each pod's server lists (`GET /v1/models`), by pod uid, `at_once` servers at a time."""

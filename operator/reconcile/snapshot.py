@@ -1,7 +1,7 @@
 """Observe: what one reconcile reads of the cluster, as one immutable value, before anything is decided.
 
 The systems (with the demand hysteresis decided from Prometheus), the
-AdapterPools and their server pods, the GPU pools from the nodes' labels (less the nodes a persisting mig-manager
+AdapterPools, their server pods and their namespaces' Services, route EndpointSlices and InferencePools, the GPU pools from the nodes' labels (less the nodes a persisting mig-manager
 `failed` leaves out, mig_failures.py), tessera's children, the mig-parted ConfigMap
 and the configs any node names, each pool's stored plan, and what the preflight
 checks (operator/preflight.py). Two reads stay
@@ -28,9 +28,13 @@ from tessera.operator.reconcile import builders, mig_failures
 from tessera.operator.reconcile.pool_access import Admitted
 from tessera.operator.reconcile.actions import Json
 from tessera.operator.reconcile.adapter_pool_decide import SERVER_COMPONENT
+from tessera.operator.reconcile.adapter_routes import (INFERENCE_GROUP, INFERENCE_POOLS, INFERENCE_VERSION,
+                                                      SLICE_MANAGER, SLICE_MANAGER_LABEL)
 from tessera.operator.settings import OperatorSettings
 
 ADAPTER_SERVER_PODS = f"{naming.MANAGED_BY}={naming.MANAGED_BY_VALUE},{naming.CHILD_KIND_LABEL}={SERVER_COMPONENT}"
+ROUTE_SLICES = f"{SLICE_MANAGER_LABEL}={SLICE_MANAGER}"
+TESSERAS = f"{naming.MANAGED_BY}={naming.MANAGED_BY_VALUE}"
 
 
 @dataclass(frozen=True)
@@ -60,6 +64,14 @@ class Snapshot:
     """The watched namespaces' ResourceQuotas (reconcile/quotas.py reads those on MIG instances)."""
     adapter_server_pods: tuple[Json, ...] = ()
     """The pods of the AdapterPools' server Deployments (their servers are asked what they list: adapter_pools.py)."""
+    route_services: tuple[Json, ...] = ()
+    """Every Service of the AdapterPools' namespaces (an adapter's route takes no name another has: adapter_routes.py)."""
+    route_slices: tuple[Json, ...] = ()
+    """The EndpointSlices of the adapters' routes (tessera's manager label) in those namespaces."""
+    inference_pools_served: bool = False
+    """Whether the cluster serves inference.networking.k8s.io/v1 (the Gateway API Inference Extension's CRDs)."""
+    inference_pools: tuple[Json, ...] = ()
+    """tessera's InferencePools in the AdapterPools' namespaces (where served)."""
 
     @property
     def mig_configs(self) -> MigConfigs:
@@ -81,6 +93,9 @@ def observe(cluster: Cluster, settings: OperatorSettings, demand: DemandPlanner)
     systems = demand.apply(systems, children)
     policy = cluster.read_cluster_policy()
     mig_configmap = cluster.mig_configmap_name(policy)
+    adapter_pools = tuple(read_adapter_pool(obj) for obj in cluster.list_systems(ADAPTER_POOLS))
+    route_namespaces = sorted({p.ref.namespace for p in adapter_pools})
+    served = bool(adapter_pools) and cluster.serves(f"{INFERENCE_GROUP}/{INFERENCE_VERSION}")
     pool_objects = {pool.key: cluster.read_pool_configmap(pool.key) or {} for pool in pools}
     return Snapshot(
         systems=tuple(systems), pools=tuple(pools), children=tuple(children), mig_configmap=mig_configmap,
@@ -92,8 +107,12 @@ def observe(cluster: Cluster, settings: OperatorSettings, demand: DemandPlanner)
         prerequisites=cluster.read_prerequisites(policy, list(preflight.expected_crds())),
         pool_nodes=pool_nodes, at=at, pool_access=read_pool_access(cluster, settings.pool_namespaces),
         resource_quotas=tuple(cluster.list_resource_quotas()),
-        adapter_pools=tuple(read_adapter_pool(obj) for obj in cluster.list_systems(ADAPTER_POOLS)),
-        adapter_server_pods=tuple(cluster.list_labelled_pods(ADAPTER_SERVER_PODS)))
+        adapter_pools=adapter_pools, adapter_server_pods=tuple(cluster.list_labelled_pods(ADAPTER_SERVER_PODS)),
+        route_services=tuple(s for ns in route_namespaces for s in cluster.list_services(ns)),
+        route_slices=tuple(s for ns in route_namespaces for s in cluster.list_endpoint_slices(ns, ROUTE_SLICES)),
+        inference_pools_served=served, inference_pools=tuple(
+            {**p, "kind": "InferencePool"} for ns in route_namespaces if served
+            for p in cluster.list_custom_objects(INFERENCE_GROUP, INFERENCE_VERSION, INFERENCE_POOLS, ns, TESSERAS)))
 
 
 def read_pool_access(cluster: Cluster, rules: Mapping[str, str]) -> Mapping[str, Admitted]:

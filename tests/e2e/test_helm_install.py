@@ -528,6 +528,10 @@ MATRIX = {
     ("watched", "configmaps", "list"), ("watched", "configmaps", "create"), ("watched", "configmaps", "patch"),
     ("watched", "configmaps", "delete"),
     ("watched", "pods", "watch"), ("watched", "pods/status", "patch"),
+    ("watched", "endpointslices", "list"), ("watched", "endpointslices", "create"),
+    ("watched", "endpointslices", "patch"), ("watched", "endpointslices", "delete"),
+    ("watched", "inferencepools", "list"), ("watched", "inferencepools", "create"),
+    ("watched", "inferencepools", "patch"), ("watched", "inferencepools", "delete"),
 }
 # Granted, and not exercised by this module's scenario (install, the examples to Ready, re-apply, upgrade, a
 # fourth system with a frontend changed and removed),
@@ -546,6 +550,12 @@ NOT_EXERCISED_HERE = {
     ("watched", "configmaps", "create"): "the same (a frontend's ConfigMap, applied by the fourth system above)",
     ("watched", "pods/status", "patch"): "an AdapterPool server pod's readiness gate and annotation (this scenario"
                                          " applies no AdapterPool): tests/e2e/test_adapter_loading.py",
+    **{("watched", "endpointslices", verb): "an adapter's route (this scenario applies no AdapterPool):"
+                                            " tests/e2e/test_adapter_routes.py" for verb in ("list", "create", "patch",
+                                                                                             "delete")},
+    **{("watched", "inferencepools", verb): "an AdapterPool's InferencePool, where its CRD is installed (not in this"
+                                            " scenario): tests/e2e/test_adapter_routes.py" for verb in (
+                                                "list", "create", "patch", "delete")},
 }
 
 

@@ -6,11 +6,13 @@ list is given as `Listed`, as the reconcile reads it from `GET /v1/models`.
 
 from __future__ import annotations
 
+import json
+
 from tessera.operator import naming
 from tessera.operator.reconcile.actions import LoadAdapter
-from tessera.operator.reconcile.adapter_loading import (ERROR_CHARS, FAILURES_ANNOTATION, LOAD_RETRY_S, LOADED,
+from tessera.operator.reconcile.adapter_loading import (ERROR_CHARS, FAILURES_ANNOTATION, HOLDS_PREFIX, LABELLED_MOST, LOAD_RETRY_S, SOURCES_ANNOTATION, LOADED,
                                                         MISSING, NOT_ANSWERING, RECORDED_MOST, SOME_FAILED, Failure,
-                                                        Listed, Retry, decide_loads, decide_readiness,
+                                                        Listed, Retry, decide_loads, decide_readiness, held_copies,
                                                         failures_value, loaded_value, loading_requeue,
                                                         placed_adapters, record_failures, server_loads, server_url,
                                                         serving)
@@ -39,6 +41,11 @@ def pod(name: str = "support-server-0-abc", gate: dict | None = None, annotation
     return {"metadata": metadata, "status": status}
 
 
+def recorded(*names: str) -> dict[str, str]:
+    """The annotation of a pod whose server's copies of `names` tessera loaded from their placed sources."""
+    return {SOURCES_ANNOTATION: json.dumps({name: PLACED[SERVER][name] for name in names})}
+
+
 def listing(*names: str, of=None) -> dict[str, Listed]:
     return {(of or pod())["metadata"]["uid"]: Listed(URL, adapters=frozenset(names))}
 
@@ -52,13 +59,14 @@ ALL_LISTED = gate("True", LOADED, "the server lists all 3 adapters placed on it"
 
 
 def test_a_running_pod_gets_a_load_for_each_placed_adapter_its_server_does_not_list():
-    loads = decide_loads([pod()], PLACED, listing("returns"), RETRY)
+    loads = decide_loads([pod(annotations=recorded("returns"))], PLACED, listing("returns"), RETRY)
     assert [(load.url, load.adapter, load.path) for load in loads] == [
         (URL, "billing", "/adapters/billing"), (URL, "shipping", "/adapters/shipping")]
 
 
 def test_a_server_that_lists_every_placed_adapter_gets_no_load():
-    assert decide_loads([pod()], PLACED, listing("billing", "returns", "shipping", "extra"), RETRY) == []
+    held = pod(annotations=recorded("billing", "returns", "shipping"))
+    assert decide_loads([held], PLACED, listing("billing", "returns", "shipping", "extra"), RETRY) == []
 
 
 def test_only_a_running_pod_with_an_ip_that_is_not_being_deleted_is_asked():
@@ -76,23 +84,23 @@ def gate_of(patch) -> dict:
 def test_a_server_that_does_not_answer_gets_no_load_and_its_gate_says_so():
     listed = {pod()["metadata"]["uid"]: Listed(URL, error="connection refused")}
     assert decide_loads([pod()], PLACED, listed, RETRY) == []
-    (patch,) = decide_readiness([pod()], PLACED, listed, NOW, {}, RETRY)
+    (patch,) = decide_readiness([pod()], PLACED, listed, NOW, {}, RETRY, {})
     assert (gate_of(patch)["status"], gate_of(patch)["reason"]) == ("False", NOT_ANSWERING)
     assert "connection refused" in gate_of(patch)["message"]
     assert "metadata" not in patch.patch  # what it holds is unknown: the annotation stays
 
 
 def test_the_gate_is_true_only_when_the_server_lists_every_placed_adapter():
-    (missing,) = decide_readiness([pod()], PLACED, listing("billing", "returns"), NOW, {}, RETRY)
+    (missing,) = decide_readiness([pod()], PLACED, listing("billing", "returns"), NOW, {}, RETRY, {})
     assert (gate_of(missing)["status"], gate_of(missing)["reason"]) == ("False", MISSING)
     assert "shipping" in gate_of(missing)["message"]
-    (loaded,) = decide_readiness([pod()], PLACED, listing("billing", "returns", "shipping"), NOW, {}, RETRY)
+    (loaded,) = decide_readiness([pod()], PLACED, listing("billing", "returns", "shipping"), NOW, {}, RETRY, {})
     assert gate_of(loaded) == {**ALL_LISTED, "lastTransitionTime": NOW}
     assert (loaded.namespace, loaded.name) == ("shop", "support-server-0-abc")
 
 
 def test_the_gate_and_the_annotation_go_in_one_patch_of_the_status_subresource():
-    (patch,) = decide_readiness([pod()], PLACED, listing("billing", "returns", "shipping"), NOW, {}, RETRY)
+    (patch,) = decide_readiness([pod()], PLACED, listing("billing", "returns", "shipping"), NOW, {}, RETRY, {})
     assert patch.patch == {"status": {"conditions": [{**ALL_LISTED, "lastTransitionTime": NOW}]},
                            "metadata": {"annotations": {naming.LOADED_ADAPTERS: loaded_value(list(PLACED[SERVER]))}}}
 
@@ -101,19 +109,19 @@ def test_a_gate_and_annotation_that_already_say_what_the_server_lists_are_not_wr
     settled = pod(gate=ALL_LISTED,
                   annotations={naming.LOADED_ADAPTERS: loaded_value(["billing", "returns", "shipping"])})
     listed = listing("billing", "returns", "shipping", of=settled)
-    assert decide_readiness([settled], PLACED, listed, NOW, {}, RETRY) == []
+    assert decide_readiness([settled], PLACED, listed, NOW, {}, RETRY, {}) == []
 
 
 def test_a_restarted_server_that_lists_none_turns_the_gate_false_from_now():
     restarted = pod(gate=ALL_LISTED)
-    (patch,) = decide_readiness([restarted], PLACED, listing(of=restarted), NOW, {}, RETRY)
+    (patch,) = decide_readiness([restarted], PLACED, listing(of=restarted), NOW, {}, RETRY, {})
     assert (gate_of(patch)["status"], gate_of(patch)["lastTransitionTime"]) == ("False", NOW)
     assert patch.patch["metadata"] == {"annotations": {naming.LOADED_ADAPTERS: loaded_value([])}}
 
 
 def test_a_changed_message_keeps_the_time_the_gate_last_changed_status():
     loading = pod(gate=gate("False", MISSING, "3 of 3 placed adapters not listed by the server: ..."))
-    (patch,) = decide_readiness([loading], PLACED, listing("billing", of=loading), NOW, {}, RETRY)
+    (patch,) = decide_readiness([loading], PLACED, listing("billing", of=loading), NOW, {}, RETRY, {})
     assert (gate_of(patch)["status"], gate_of(patch)["lastTransitionTime"]) == ("False", EARLIER)
 
 
@@ -121,14 +129,14 @@ def test_the_annotation_counts_and_digests_the_placed_adapters_the_server_lists_
     assert loaded_value(["returns", "billing"]) == loaded_value(["billing", "returns"])
     assert loaded_value(["billing", "returns"]).startswith("2:")
     assert loaded_value(["billing"]) != loaded_value(["returns"])
-    (patch,) = decide_readiness([pod()], PLACED, listing("returns", "billing", "not-placed"), NOW, {}, RETRY)
+    (patch,) = decide_readiness([pod()], PLACED, listing("returns", "billing", "not-placed"), NOW, {}, RETRY, {})
     assert patch.patch["metadata"] == {"annotations": {naming.LOADED_ADAPTERS: loaded_value(["billing", "returns"])}}
 
 
 def test_a_pod_of_no_placed_server_is_left_alone():
     stray = pod(deployment="support-server-9")
     assert decide_loads([stray], PLACED, listing(of=stray), RETRY) == []
-    assert decide_readiness([stray], PLACED, listing(of=stray), NOW, {}, RETRY) == []
+    assert decide_readiness([stray], PLACED, listing(of=stray), NOW, {}, RETRY, {}) == []
 
 
 def test_a_pod_whose_server_does_not_list_its_adapters_yet_is_looked_at_again_after_the_retry_delay():
@@ -172,9 +180,9 @@ SHIPPING_SOURCE = PLACED[SERVER]["shipping"]
 
 
 def failing(tries: int, source: str = SHIPPING_SOURCE, at: float = RETRY.now) -> dict:
-    """A pod whose annotation records `tries` failed loads of shipping, the last at `at`."""
+    """A pod whose annotation records `tries` failed loads of shipping, the last at `at`, and the others loaded."""
     record = failures_value({"shipping": Failure(tries, NOT_FOUND, source, int(at))})
-    return pod(annotations={FAILURES_ANNOTATION: record})
+    return pod(annotations={FAILURES_ANNOTATION: record, **recorded("billing", "returns")})
 
 
 def test_a_failed_load_is_counted_with_the_engines_error_in_the_pods_annotation_written_with_the_gate():
@@ -182,7 +190,7 @@ def test_a_failed_load_is_counted_with_the_engines_error_in_the_pods_annotation_
     records = record_failures([pod()], PLACED, {"shop/support-server-0-abc": {"shipping": NOT_FOUND}}, listed, RETRY)
     assert records == {"uid-support-server-0-abc": {"shipping": Failure(1, NOT_FOUND, SHIPPING_SOURCE,
                                                                         int(RETRY.now))}}
-    (patch,) = decide_readiness([pod()], PLACED, listed, NOW, records, RETRY)
+    (patch,) = decide_readiness([pod()], PLACED, listed, NOW, records, RETRY, {})
     assert patch.patch["metadata"]["annotations"][FAILURES_ANNOTATION] == failures_value(
         records["uid-support-server-0-abc"])
     assert gate_of(patch)["status"] == "False"  # one failure: still waited for
@@ -198,7 +206,7 @@ def test_an_adapter_failed_limit_times_in_a_row_no_longer_holds_the_pods_gate():
     failed = failing(RETRY.limit)
     listed = listing("billing", "returns", of=failed)
     records = {"uid-support-server-0-abc": {"shipping": Failure(RETRY.limit, NOT_FOUND, SHIPPING_SOURCE, 0)}}
-    (patch,) = decide_readiness([failed], PLACED, listed, NOW, records, RETRY)
+    (patch,) = decide_readiness([failed], PLACED, listed, NOW, records, RETRY, {})
     assert (gate_of(patch)["status"], gate_of(patch)["reason"]) == ("True", SOME_FAILED)
     assert "2 of the 3" in gate_of(patch)["message"] and "shipping" in gate_of(patch)["message"]
 
@@ -240,7 +248,7 @@ def test_an_adapter_the_server_lists_again_is_taken_off_the_record_and_the_annot
     listed = listing("billing", "returns", "shipping", of=healed)
     records = record_failures([healed], PLACED, {"shop/support-server-0-abc": {"shipping": None}}, listed, RETRY)
     assert records == {"uid-support-server-0-abc": {}}
-    (patch,) = decide_readiness([healed], PLACED, listed, NOW, records, RETRY)
+    (patch,) = decide_readiness([healed], PLACED, listed, NOW, records, RETRY, {})
     assert patch.patch["metadata"]["annotations"][FAILURES_ANNOTATION] is None
     assert gate_of(patch)["reason"] == LOADED
 
@@ -266,3 +274,45 @@ def test_each_servers_loaded_and_failed_adapters_are_summed_up_for_the_pools_sta
     records = {"uid-support-server-0-abc": {"shipping": Failure(RETRY.limit, NOT_FOUND, SHIPPING_SOURCE, 0)}}
     loads = server_loads([failed], PLACED, listing("billing", "returns", of=failed), records, RETRY)
     assert loads == {SERVER: ServerLoad(2, {"shipping": NOT_FOUND})}
+
+
+def test_a_listed_adapter_of_another_or_an_unrecorded_source_is_unloaded_and_loaded_again():
+    edited = pod(annotations={SOURCES_ANNOTATION: json.dumps({"billing": "the-old-source", "returns": "src-r"})})
+    loads = decide_loads([edited], PLACED, listing("billing", "returns", "shipping", of=edited), RETRY)
+    assert [(load.adapter, load.replace) for load in loads] == [("billing", True), ("shipping", True)]
+
+
+def test_the_sources_record_holds_the_placed_source_of_a_copy_loaded_now_and_the_recorded_one_of_the_others():
+    loaded_before = pod(annotations={SOURCES_ANNOTATION: json.dumps({"billing": "the-old-source"})})
+    listed = listing("billing", "returns", of=loaded_before)
+    held = held_copies([loaded_before], PLACED, listed, {"shop/support-server-0-abc": {"returns": None,
+                                                                                       "shipping": NOT_FOUND}})
+    assert held == {"uid-support-server-0-abc": {"billing": "the-old-source", "returns": "src-r"}}
+
+
+def test_a_server_that_does_not_answer_keeps_its_sources_record():
+    before = pod(annotations=recorded("billing"))
+    listed = {before["metadata"]["uid"]: Listed(URL, error="connection refused")}
+    assert held_copies([before], PLACED, listed, {}) == {"uid-support-server-0-abc": {"billing": "src-b"}}
+
+
+def test_the_pod_is_labelled_with_each_adapter_it_holds_a_copy_of_the_placed_source_of():
+    held = {"uid-support-server-0-abc": {"billing": "src-b", "returns": "the-old-source"}}
+    (patch,) = decide_readiness([pod()], PLACED, listing("billing", "returns"), NOW, {}, RETRY, held)
+    assert patch.patch["metadata"]["labels"] == {f"{HOLDS_PREFIX}billing": "src-b"}
+    assert json.loads(patch.patch["metadata"]["annotations"][SOURCES_ANNOTATION]) == held["uid-support-server-0-abc"]
+
+
+def test_the_label_of_an_adapter_the_pod_no_longer_holds_is_removed():
+    labelled = pod()
+    labelled["metadata"]["labels"][f"{HOLDS_PREFIX}returns"] = "src-r"
+    held = {"uid-support-server-0-abc": {"billing": "src-b"}}
+    (patch,) = decide_readiness([labelled], PLACED, listing("billing", of=labelled), NOW, {}, RETRY, held)
+    assert patch.patch["metadata"]["labels"] == {f"{HOLDS_PREFIX}billing": "src-b", f"{HOLDS_PREFIX}returns": None}
+
+
+def test_at_most_the_label_bound_of_adapters_are_labelled_in_the_placements_order():
+    many = {(SERVER): {f"a{i}": f"src-{i}" for i in range(LABELLED_MOST + 5)}}
+    held = {"uid-support-server-0-abc": dict(many[SERVER])}
+    (patch,) = decide_readiness([pod()], many, listing(*many[SERVER]), NOW, {}, RETRY, held)
+    assert list(patch.patch["metadata"]["labels"]) == [f"{HOLDS_PREFIX}a{i}" for i in range(LABELLED_MOST)]

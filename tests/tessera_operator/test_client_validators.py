@@ -11,10 +11,11 @@ from tessera.operator.cluster import CLIENT_CALLS, build_client_validators
 
 OPERATOR = Path(__file__).resolve().parents[2] / "operator"
 ATTRIBUTES = {"core": client.CoreV1Api, "apps": client.AppsV1Api, "batch": client.BatchV1Api,
-              "custom": client.CustomObjectsApi, "api": client.CoordinationV1Api}
-CALL = re.compile(r"\b(?:self\.)?(core|apps|batch|custom|api)\.([a-z_]+)\(")
+              "custom": client.CustomObjectsApi, "api": client.CoordinationV1Api, "discovery": client.DiscoveryV1Api,
+              "apis": client.ApisApi}
+CALL = re.compile(r"\b(?:self\.)?(core|apps|batch|custom|api|discovery|apis)\.([a-z_]+)\(")
 # A list method passed on to be called, e.g. Cluster._labelled_in_watched(selector, self.core.list_..., ...).
-PASSED = re.compile(r"\bself\.(core|apps|batch|custom|api)\.(list_[a-z_]+)\s*[,)]")
+PASSED = re.compile(r"\bself\.(core|apps|batch|custom|api|discovery|apis)\.(list_[a-z_]+)\s*[,)]")
 DIRECT = re.compile(r"client\.(\w+Api)\([^)]*\)\.([a-z_]+)\(")
 
 

@@ -67,15 +67,17 @@ def test_node_heartbeats_do_not_wake_the_reconciler_but_mig_labels_do():
     assert fingerprints.node_fingerprint(relabelled, "MODIFIED")[1] != first
 
 
-def test_an_adapter_server_pods_restart_or_ip_wakes_the_reconciler_but_its_gate_and_annotation_do_not():
+def test_an_adapter_server_pods_restart_ip_or_readiness_wakes_the_reconciler_but_its_gate_and_annotation_do_not():
     pod = {"metadata": {"name": "p", "namespace": "shop", "uid": "u1"},
            "status": {"phase": "Running", "podIP": "10.0.0.7", "conditions": [],
                       "containerStatuses": [{"name": "server", "restartCount": 0, "ready": True}]}}
     key, first = fingerprints.adapter_server_pod_fingerprint(pod, "MODIFIED")
     gated = {"metadata": {**pod["metadata"], "annotations": {"tessera.ai/loaded-adapters": "3:abc"}},
-             "status": {**pod["status"], "conditions": [{"type": "tessera.ai/adapters-loaded", "status": "True"},
-                                                        {"type": "Ready", "status": "True"}]}}
+             "status": {**pod["status"], "conditions": [{"type": "tessera.ai/adapters-loaded", "status": "True"}]}}
     assert fingerprints.adapter_server_pod_fingerprint(gated, "MODIFIED") == (key, first)
+    ready = {**gated, "status": {**gated["status"], "conditions": [*gated["status"]["conditions"],
+                                                                   {"type": "Ready", "status": "True"}]}}
+    assert fingerprints.adapter_server_pod_fingerprint(ready, "MODIFIED")[1] != first  # on its routes now
     restarted = {**pod, "status": {**pod["status"], "containerStatuses": [
         {"name": "server", "restartCount": 1, "ready": False}]}}
     assert fingerprints.adapter_server_pod_fingerprint(restarted, "MODIFIED")[1] != first

@@ -101,3 +101,12 @@ def test_a_restarted_server_lists_none_of_the_adapters_it_had(standin):
 def test_each_pod_is_its_own_server(standin):
     CLIENT.load_adapter(url(standin, "server-0-a"), "billing", "/adapters/billing")
     assert CLIENT.loaded_adapters(url(standin, "server-0-b")) == frozenset()
+
+
+def test_an_unload_removes_the_registration_and_one_not_registered_is_gone_already(standin):
+    CLIENT.load_adapter(url(standin), "billing", "/adapters/billing")
+    CLIENT.unload_adapter(url(standin), "billing")
+    assert CLIENT.loaded_adapters(url(standin)) == frozenset()
+    CLIENT.unload_adapter(url(standin), "billing")  # vLLM's 404: nothing to remove
+    CLIENT.load_adapter(url(standin), "billing", "/adapters/billing")
+    assert standin.loads("shop", "server-0-a") == 2  # loaded again after the unload, not "already loaded"

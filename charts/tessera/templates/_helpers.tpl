@@ -49,7 +49,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
   resources: [resourcequotas]
   verbs: [list]
 # AdapterPool server pods: watched (a restarted container or a new pod gets its adapters loaded again);
-# their readiness gate tessera.ai/adapters-loaded and tessera.ai/loaded-adapters annotation, both written
+# their readiness gate tessera.ai/adapters-loaded, their annotations and adapter labels, all written
 # through pods/status (which keeps a pod's spec as it is: no right to patch pods themselves).
 - apiGroups: [""]
   resources: [pods]
@@ -57,6 +57,15 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 - apiGroups: [""]
   resources: [pods/status]
   verbs: [patch]
+# An AdapterPool's route per adapter: a Service without a selector (the rule above) and its EndpointSlice,
+# which tessera keeps to the pods holding the adapter.
+- apiGroups: [discovery.k8s.io]
+  resources: [endpointslices]
+  verbs: [list, create, patch, delete]
+# The pool's InferencePool, where the cluster has the Gateway API Inference Extension's CRDs.
+- apiGroups: [inference.networking.k8s.io]
+  resources: [inferencepools]
+  verbs: [list, create, patch, delete]
 # Profiler Jobs: watched either way (a Job left by an earlier install is still seen), created
 # (server-side apply: patch) only with profiling on. Their pods' termination messages are read with
 # the ClusterRole's cluster-wide pods list.
