@@ -90,8 +90,11 @@ def kubectl(cluster, cluster_bins):
     """Runs the built kubectl against the test cluster; returns the CompletedProcess."""
     def run(*args: str, input: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
         env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig)}
-        return subprocess.run([str(cluster_bins / "kubectl"), *args], input=input, text=True,
-                              capture_output=True, env=env, check=check, timeout=120)
+        done = subprocess.run([str(cluster_bins / "kubectl"), *args], input=input, text=True,
+                              capture_output=True, env=env, timeout=240)
+        if check and done.returncode != 0:
+            pytest.fail(f"kubectl {' '.join(args)} exited {done.returncode}: {done.stderr.strip()}")
+        return done
     return run
 
 
@@ -134,5 +137,5 @@ def tessera_crds(kubectl) -> list[str]:
     assert applied.returncode == 0, f"the API server refused crds/: {applied.stderr}"
     names = [path.name.removesuffix(".yaml") for path in sorted(crds_dir.glob("*.yaml"))]
     for name in names:
-        kubectl("wait", "--for=condition=Established", f"crd/{name}", "--timeout=60s")
+        kubectl("wait", "--for=condition=Established", f"crd/{name}", "--timeout=180s")
     return names

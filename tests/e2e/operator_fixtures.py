@@ -15,7 +15,7 @@ CRDS = EXAMPLES.parent / "crds"
 @pytest.fixture(scope="module")
 def crds(kubectl):
     kubectl("apply", "-f", str(CRDS))
-    kubectl("wait", "--for=condition=Established", "crd/compoundinferencesystems.tessera.ai", "--timeout=60s")
+    kubectl("wait", "--for=condition=Established", "crd/compoundinferencesystems.tessera.ai", "--timeout=180s")
 
 
 @pytest.fixture

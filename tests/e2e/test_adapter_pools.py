@@ -39,7 +39,7 @@ def adapter_pool(custom, namespace: str) -> dict | None:
 
 
 def wait_pool_ready(custom, operator: OperatorProcess, kubectl) -> dict:
-    kubectl("wait", "--for=condition=Established", "crd/adapterpools.tessera.ai", "--timeout=60s")
+    kubectl("wait", "--for=condition=Established", "crd/adapterpools.tessera.ai", "--timeout=180s")
 
     def ready():
         if not operator.alive():

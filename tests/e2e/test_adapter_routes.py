@@ -54,7 +54,7 @@ def inference_pool_crd(kubectl, tmp_path_factory):
     assert found.returncode == 0, found.stdout + found.stderr
     crd = Path(json.loads(found.stdout)["Dir"]) / INFERENCE_POOL_CRD
     kubectl("apply", "--server-side", "-f", str(crd))
-    kubectl("wait", "--for=condition=Established", "crd/inferencepools.inference.networking.k8s.io", "--timeout=60s")
+    kubectl("wait", "--for=condition=Established", "crd/inferencepools.inference.networking.k8s.io", "--timeout=180s")
     yield crd
     kubectl("delete", "-f", str(crd), "--wait=false")
 

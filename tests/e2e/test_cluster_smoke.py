@@ -52,7 +52,7 @@ def test_kubectl_applies_a_crd_and_a_custom_object(kubectl, namespace):
                   spec: {type: object, properties: {size: {type: integer}}}
         """)
     kubectl("apply", "-f", "-", input=crd)
-    kubectl("wait", "--for=condition=Established", "crd/widgets.smoke.tessera.test", "--timeout=60s")
+    kubectl("wait", "--for=condition=Established", "crd/widgets.smoke.tessera.test", "--timeout=180s")
     kubectl("apply", "-n", namespace, "-f", "-",
             input="apiVersion: smoke.tessera.test/v1\nkind: Widget\nmetadata: {name: w1}\nspec: {size: 3}\n")
     got = json.loads(kubectl("get", "-n", namespace, "widget", "w1", "-o", "json").stdout)
