@@ -89,6 +89,8 @@ KINDS = {kind.name: kind for kind in (
             _column("Adapters", ".status.plan.adaptersPlaced", "integer", "Adapters placed on a server."),
             _column("Unplaced", ".status.plan.adaptersUnplaced", "integer", "Adapters that fit no server."),
             _column("Failed", ".status.plan.adaptersFailed", "integer", "Adapters that failed to load repeatedly."),
+            _column("Priority", ".spec.poolPriority", "integer", "Rank among the pool's AdapterPools (spec.poolPriority).",
+                    priority=1),
             AGE,
         ),
     ),
