@@ -31,7 +31,7 @@ from tessera.operator.settings import OperatorSettings
 from tessera.planner.catalog import COMPUTE_SLICES, gpu_product
 from tessera.planner.plan import InstancePlan, Plan
 from tessera.planner.profiles import ProfileStore
-from tessera.planner.quota import InstanceQuota, binding, instances_under
+from tessera.planner.quota import InstanceQuota, holding_back, instances_under
 
 POOL_ANNOTATION = "tessera.ai/gpu-product"
 """On a system: the GPU product (GFD label value) of the pool to plan it in; default the largest pool."""
@@ -509,7 +509,7 @@ def _degraded(plan: Plan, key: str, summary: Json, outcome: PoolOutcome) -> st.C
     """Why a system is served below its demand, in the order of precedence: its quota, higher priorities, the pool."""
     if _serves_all(summary):
         return st.Condition(st.DEGRADED, False, st.DEMAND_SERVED, "the plan serves all demand within the SLOs")
-    held = [q for q in binding(plan, outcome.quotas) if key in q.systems]
+    held = holding_back(plan, outcome.quotas, key)
     if held:
         return st.Condition(st.DEGRADED, True, st.QUOTA_REACHED,
                             f"the plan serves {100 * _served_fraction(summary):.0f}% of the demand "

@@ -59,6 +59,13 @@ def test_the_quota_comes_before_priority_in_why_a_system_is_held_back(plan):
     assert degraded.reason == st.QUOTA_REACHED
 
 
+def test_quotas_of_zero_on_the_profiles_a_namespace_may_not_use_do_not_hide_the_priority(plan):
+    closed = [InstanceQuota(systems=frozenset({"shop/traffic"}), mig_profile=profile, limit=0, source="shop/gpus")
+              for profile in ("4g.40gb", "7g.80gb")]
+    degraded = degraded_of(half_served(plan), priorities={"shop/traffic": 0, HIGH: 10}, quotas=closed)
+    assert degraded.reason == st.PREEMPTED_BY_PRIORITY
+
+
 def test_a_system_served_in_full_is_not_degraded_whatever_the_priorities(plan):
     degraded = degraded_of(plan, priorities={"shop/traffic": 0, HIGH: 10})
     assert not degraded.status and degraded.reason == st.DEMAND_SERVED
