@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from tessera.operator.api import status as st
 from tessera.operator.gpus.node_plans import placed_gpus
-from tessera.operator.reconcile.decide import system_status
+from tessera.operator.reconcile.decide import planned_children, system_status
 from tessera.planner.plan import GpuPlan, InstancePlan
 from tessera.planner.quota import InstanceQuota
 
-from .test_decide import applied_pool, outcome_for, system
+from .test_decide import SETTINGS, applied_pool, outcome_for, system
 
 HIGH = "other/high"
 HIGH_GPU = GpuPlan(index=2, node="gpu-b", device=1, layout=[("7g.80gb", 1)], instances=[
@@ -76,3 +76,12 @@ def test_status_shows_the_systems_share_of_the_pools_slices(plan):
                           gpus_of={"shop/traffic": placed_gpus(plan)})
     _, _, summary = system_status(system(), outcome)
     assert (summary["slices"], summary["poolSlices"], summary["poolSharePercent"]) == (7, 14, 50.0)
+
+
+def test_no_pod_tessera_builds_for_a_system_names_a_priority_class(plan):
+    """Priorities act in the plan only: kube-scheduler's preemption would evict pinned pods behind tessera's back."""
+    pool = applied_pool(plan)
+    planned, _ = planned_children(pool, [system(poolPriority=10)], outcome_for(plan, pool, applied={"gpu-a", "gpu-b"}),
+                                  SETTINGS)
+    pods = [body["spec"]["template"]["spec"] for (kind, _, _), (body, _) in planned.items() if kind == "Deployment"]
+    assert pods and all("priorityClassName" not in pod and "priority" not in pod for pod in pods)
