@@ -7,9 +7,13 @@ and two such systems cannot both be served.
 
 import pytest
 
-from tessera.planner.model import SystemSpec
+from tessera.planner.catalog import gpu_product
+from tessera.planner.model import Pool, SystemSpec
+from tessera.planner.profile_sources import build_profile_store
+from tessera.planner.quota import InstanceQuota, instances_under
+from tessera.planner.solve import plan
 
-from .test_solve import CHEAP_OR_GOOD, ONE_TASK, make_system, solve
+from .test_solve import CHEAP_OR_GOOD, GPU, ONE_TASK, OPTIONS, make_system, solve
 
 
 def served(plan, name: str) -> float:
@@ -56,6 +60,19 @@ def test_a_lower_priority_system_loses_accuracy_before_served_demand():
     assert served(result, "first") == pytest.approx(300)
     assert result.task("chooser", "t").variant == "cheap"
     assert served(result, "chooser") == pytest.approx(100)
+
+
+def test_a_quota_comes_before_priority_and_what_it_keeps_from_a_higher_priority_goes_to_the_others():
+    high = make_system(ONE_TASK, demand=500, name="high", pool_priority=10)
+    low = make_system(ONE_TASK, demand=500, name="low")
+    # high may run two 1g.10gb instances and nothing else: 2 of the GPU's 7 slices
+    quotas = [InstanceQuota(systems=frozenset({"high"}), mig_profile=p.name, limit=2 if p.name == "1g.10gb" else 0)
+              for p in gpu_product(GPU).profiles]
+    capped = plan([high, low], Pool(gpu=GPU, gpus=1), build_profile_store([high, low], GPU), options=OPTIONS,
+                  quotas=quotas)
+    assert all(instances_under(q, capped) <= q.limit for q in quotas)
+    assert served(capped, "high") < 500 * 0.5
+    assert served(capped, "low") > served(solve([high, low], gpus=1), "low")
 
 
 def test_with_one_priority_the_pool_is_served_in_one_stage_and_with_two_one_stage_per_priority():
