@@ -335,6 +335,8 @@ def _build(data: MilpInput, options: PlannerOptions, started: float) -> tuple[Co
 
 
 SERVE_STAGE = "serve"
+NOTHING_SERVED = 1e-5
+"""A priority's served fraction per system at or below which it serves nothing (the solver's tolerances)."""
 
 
 def serve_stage(name: str) -> bool:
@@ -375,11 +377,18 @@ def _maximise_served(solver: _StagedSolver, name: str, systems: list[SystemSpec]
     solver.find_start(served, pyo.maximize)
     if solver.proven_infeasible:
         raise InfeasibleError(_no_plan_message(systems))
-    stage = solver.run(name, served, pyo.maximize, share=share)
+    stage = solver.optimise(name, served, pyo.maximize, share=share)
     if stage is None:
         if solver.highs.last_status == INFEASIBLE_STATUS:
             raise InfeasibleError(_no_plan_message(systems))
         raise TimeLimitError(_time_limit_message(solver))
+    if names is not None and stage.value <= NOTHING_SERVED * len(names):
+        # Within the solver's tolerances of nothing: held as it is, it would be claimed as demand served by
+        # replicas that integrality tolerance leaves at 1e-7 and the plan rounds to 0 (maximised alone, a
+        # priority that gets no capacity reaches exactly that).
+        solver.highs.fix([solver.milp.m.phi[n] for n in names], 0.0)
+    else:
+        solver.hold(served, stage, pyo.maximize)
     return stage
 
 
