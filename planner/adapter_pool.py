@@ -22,7 +22,9 @@ from tessera.planner.model import (
     MAX_ARGS,
     MAX_ENV,
     MAX_LATENCY_MS,
+    MAX_POOL_PRIORITY,
     MAX_RATE_RPS,
+    MIN_POOL_PRIORITY,
     EnvVar,
     GpuProductName,
     Name,
@@ -189,6 +191,12 @@ class AdapterPoolSpec(Spec):
     )
     service_bound: ServiceBound = Field(alias="serviceBound", description="The per-adapter service bound.")
     limits: PoolLimits = Field(default_factory=PoolLimits, description="Caps on servers and adapters per server.")
+    pool_priority: int = Field(
+        default=0, alias="poolPriority", ge=MIN_POOL_PRIORITY, le=MAX_POOL_PRIORITY,
+        description="Rank among the AdapterPools of its GPU pool, in [-1000, 1000]: a higher one takes the GPUs "
+                    "free for new servers first (a running server keeps its GPU). AdapterPools are placed before "
+                    "the pool's compound systems, so this does not rank them against those.",
+    )
     credentials_secret: SecretReference | None = Field(
         default=None, alias="credentialsSecretRef",
         description="Secret with the weight store's credentials, mounted into the servers (never read by the operator).",

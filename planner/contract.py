@@ -36,7 +36,7 @@ from tessera.planner.plan import CostProof, Plan
 from tessera.planner.profile_sources import build_profile_store
 from tessera.planner.profiles import ProfileStore
 from tessera.planner.quota import InstanceQuota
-from tessera.planner.solve import PlannerOptions, plan
+from tessera.planner.solve import PlannerOptions, plan, serve_stage
 
 
 def system_key(namespace: str, name: str) -> str:
@@ -149,7 +149,7 @@ def plan_outcome(systems: list[SystemSpec], pool: Pool | NodePool, measured: Pro
 def outcome_of(result: Plan) -> Planned | TimeLimit | Infeasible:
     """What a plan that plan() returned means: proven, cut short, or serving only part."""
     report = result.solver
-    if set(report.time_limited) & {"cost", "serve"}:
+    if any(name == "cost" or serve_stage(name) for name in report.time_limited):
         cost = report.cost
         short = (f"GPUs {cost.gpus} (proven >= {cost.gpus_lower_bound}), slices {cost.slices} "
                  f"(proven >= {cost.slices_lower_bound})") if cost else f"gap {100 * report.mip_gap:.3g}%"

@@ -94,6 +94,15 @@ class HighsModel:
         columns = self.columns(variables)
         self.h.changeColsBounds(len(columns), columns, np.full(len(columns), lower), np.full(len(columns), upper))
 
+    def fix(self, variables: Iterable[Any], value: float) -> None:
+        """Bound the variables to `value`, in the solution the next solve starts from too: a start a hair off
+        the new bounds is still within HiGHS's tolerances, and would be kept as it is."""
+        variables = list(variables)
+        self.set_bounds(variables, value, value)
+        if self._solution is not None:
+            for column in self.columns(variables):
+                self._solution.col_value[column] = value
+
     def restore_bounds(self, variables: Iterable[Any]) -> None:
         for var in variables:
             lower, upper = var.bounds

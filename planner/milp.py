@@ -682,10 +682,11 @@ class CompoundMilp:
 
     # -- objective expressions ----------------------------------------------------
 
-    def served(self) -> Any:
+    def served(self, systems: list[str] | None = None) -> Any:
+        """The served fractions summed over the systems (all of them, or those named)."""
         if self.data.maximise_common_scale:
             return self.m.scale
-        return sum(self.m.phi[s.name] for s in self.data.systems)
+        return sum(self.m.phi[s.name] for s in self.data.systems if systems is None or s.name in systems)
 
     @property
     def gpu_weight(self) -> int:

@@ -43,6 +43,7 @@ MAX_RATE_RPS = 10_000_000.0
 MAX_BATCH = 1024
 MAX_MPS_DEGREE = 48  # MPS clients per GPU (Volta and later)
 MAX_PATHS = 1024  # source-to-sink paths: the planner constrains each; layered diamonds make them exponential
+MIN_POOL_PRIORITY, MAX_POOL_PRIORITY = -1000, 1000  # a system's (and an AdapterPool's) rank in its GPU pool
 
 
 def list_map(*keys: str) -> JsonDict:
@@ -340,6 +341,13 @@ class SystemSpec(Spec):
     )
     priority: Literal["cost", "accuracy"] = Field(
         default="cost", description="cost: fewest GPUs first, then accuracy; accuracy: the reverse.",
+    )
+    pool_priority: int = Field(
+        default=0, alias="poolPriority", ge=MIN_POOL_PRIORITY, le=MAX_POOL_PRIORITY,
+        description="Rank among the systems of its GPU pool, in [-1000, 1000]: where the pool cannot serve "
+                    "them all, a lower-priority system loses accuracy, then served demand, before a "
+                    "higher-priority one loses either (within each namespace's quotas; equal priorities "
+                    "share by served fractions).",
     )
     profiles: list[ProfilePoint] = Field(
         default_factory=list, max_length=MAX_PROFILES,

@@ -16,6 +16,7 @@ from collections.abc import Iterable, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from tessera.planner.catalog import gpu_product
 from tessera.planner.plan import Plan
 
 
@@ -45,3 +46,17 @@ def quota_violations(plan: Plan, quotas: Iterable[InstanceQuota]) -> list[str]:
 def binding(plan: Plan, quotas: Sequence[InstanceQuota]) -> list[InstanceQuota]:
     """The quotas the plan uses to the full: where a system served below its demand was held back."""
     return [q for q in quotas if instances_under(q, plan) >= q.limit]
+
+
+def holding_back(plan: Plan, quotas: Sequence[InstanceQuota], system: str) -> list[InstanceQuota]:
+    """The quotas that hold `system` below its demand: those of a positive limit the plan uses to the full.
+
+    A quota of 0 is a choice of profiles, not a cap on how much (a namespace kept to small instances
+    with every other profile at 0): it holds a system back only where the quotas leave it no profile
+    of the plan's GPU at all, and then all of them do.
+    """
+    mine = [q for q in quotas if system in q.systems]
+    closed = {q.mig_profile for q in mine if q.limit == 0}
+    if closed >= {p.name for p in gpu_product(plan.gpu).profiles}:
+        return mine
+    return [q for q in binding(plan, mine) if q.limit > 0]

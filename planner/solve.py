@@ -5,7 +5,10 @@ model, each stage fixing the value the previous one reached:
 
 1. serve the demand: only when the pool cannot serve all of it, maximise the
    served fractions (accuracy may drop to its SLO first, since the accuracy
-   constraint allows it);
+   constraint allows it); with several `poolPriority` values, one priority
+   at a time, highest first: its served fractions, then (where a lower
+   priority follows) its accuracy, so a lower-priority system loses
+   accuracy, then served demand, before a higher one loses either;
 2. systems with `priority: accuracy`: their accuracy;
 3. cost: fewest GPUs, then fewest compute slices (one weighted sum, a GPU
    outweighing every slice), proven in its own units: to an absolute gap
@@ -307,7 +310,7 @@ def plan(
     first = _solve_after_serving(solver, milp, systems, current is not None or bool(data.current_layouts))
     if first is None:
         solver.serve_all_demand(False)
-        _maximise_served(solver, "serve", systems, share=0.5)
+        _serve_by_priority(solver, systems)
         _solve_after_serving(solver, milp, systems, current is not None or bool(data.current_layouts))
 
     result = extract_plan(milp, features, options.headroom, options.latency_spread)
@@ -331,16 +334,61 @@ def _build(data: MilpInput, options: PlannerOptions, started: float) -> tuple[Co
     return milp, _StagedSolver(milp, options), build_s
 
 
-def _maximise_served(solver: _StagedSolver, name: str, systems: list[SystemSpec], share: float) -> StageResult:
-    served = solver.milp.served()
+SERVE_STAGE = "serve"
+NOTHING_SERVED = 1e-5
+"""A priority's served fraction per system at or below which it serves nothing (the solver's tolerances)."""
+
+
+def serve_stage(name: str) -> bool:
+    """Whether a stage is one of stage 1's (one per priority where systems' priorities differ)."""
+    return name == SERVE_STAGE or name.startswith(f"{SERVE_STAGE}-")
+
+
+def priority_levels(systems: list[SystemSpec]) -> list[tuple[int, list[str]]]:
+    """(poolPriority, the names of its systems), highest first."""
+    levels: dict[int, list[str]] = {}
+    for system in systems:
+        levels.setdefault(system.pool_priority, []).append(system.name)
+    return sorted(levels.items(), reverse=True)
+
+
+def _serve_by_priority(solver: _StagedSolver, systems: list[SystemSpec]) -> None:
+    """Stage 1 where the pool cannot serve all demand: the most served, one priority at a time, highest first.
+
+    Each priority's served fractions are held before the next is served, and
+    so is its accuracy where a lower priority follows: lower priorities get
+    only what is left, so they lose accuracy, then served demand, first.
+    One priority (the default: every system 0) is one stage, as before.
+    """
+    levels = priority_levels(systems)
+    if len(levels) == 1:
+        _maximise_served(solver, SERVE_STAGE, systems, share=0.5)
+        return
+    for rank, (priority, names) in enumerate(levels):
+        _maximise_served(solver, f"{SERVE_STAGE}-priority-{priority}", systems, share=0.5, names=names)
+        if rank + 1 < len(levels):
+            solver.run(f"accuracy-priority-{priority}", solver.milp.accuracy_score(names), pyo.maximize, share=0.5)
+
+
+def _maximise_served(solver: _StagedSolver, name: str, systems: list[SystemSpec], share: float,
+                     names: list[str] | None = None) -> StageResult:
+    """The most served of the systems `names` (default all), held for the stages after."""
+    served = solver.milp.served(names)
     solver.find_start(served, pyo.maximize)
     if solver.proven_infeasible:
         raise InfeasibleError(_no_plan_message(systems))
-    stage = solver.run(name, served, pyo.maximize, share=share)
+    stage = solver.optimise(name, served, pyo.maximize, share=share)
     if stage is None:
         if solver.highs.last_status == INFEASIBLE_STATUS:
             raise InfeasibleError(_no_plan_message(systems))
         raise TimeLimitError(_time_limit_message(solver))
+    if names is not None and stage.value <= NOTHING_SERVED * len(names):
+        # Within the solver's tolerances of nothing: held as it is, it would be claimed as demand served by
+        # replicas that integrality tolerance leaves at 1e-7 and the plan rounds to 0 (maximised alone, a
+        # priority that gets no capacity reaches exactly that).
+        solver.highs.fix([solver.milp.m.phi[n] for n in names], 0.0)
+    else:
+        solver.hold(served, stage, pyo.maximize)
     return stage
 
 
@@ -507,7 +555,7 @@ def _solver_report(solver: _StagedSolver, milp: CompoundMilp, build_s: float,
                    options: PlannerOptions) -> SolverReport:
     stages = solver.results
     by_name = {s.name: s for s in stages}
-    main = [by_name[name] for name in ("cost", "max-demand", "serve") if name in by_name] or stages[-1:]
+    main = [s for s in stages if s.name in ("cost", "max-demand") or serve_stage(s.name)] or stages[-1:]
     limited = [s for s in main if s.status == TIME_LIMIT_STATUS]
     return SolverReport(
         status=(limited or main)[0].status,

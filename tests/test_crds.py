@@ -109,9 +109,11 @@ def test_condition_types_are_the_designs_ten_the_preflights_and_the_frontends():
     assert ConditionType.READY == "Ready"
 
 
-def test_a_system_lists_print_ready_gpus_slices_accuracy_latency_frontend_and_age():
-    columns = [c["name"] for c in crd("CompoundInferenceSystem")["spec"]["versions"][0]["additionalPrinterColumns"]]
-    assert columns == ["Ready", "Phase", "GPUs", "Slices", "Accuracy", "Latency-ms", "Frontend", "Age"]
+def test_a_system_lists_print_ready_gpus_slices_pool_share_accuracy_latency_frontend_and_age_and_wide_its_priority():
+    columns = crd("CompoundInferenceSystem")["spec"]["versions"][0]["additionalPrinterColumns"]
+    assert [c["name"] for c in columns] == ["Ready", "Phase", "GPUs", "Slices", "Pool-%", "Priority", "Accuracy",
+                                            "Latency-ms", "Frontend", "Age"]
+    assert [c["name"] for c in columns if c.get("priority")] == ["Priority"]
 
 
 def test_names_are_list_map_keys_so_the_api_server_rejects_duplicates():

@@ -47,6 +47,8 @@ LAST_GOOD_PLAN = "LastGoodPlanKept"
 INSUFFICIENT_CAPACITY = "InsufficientCapacity"
 QUOTA_REACHED = "QuotaReached"
 """Degraded: the namespace's ResourceQuota on MIG instances holds the plan below the demand."""
+PREEMPTED_BY_PRIORITY = "PreemptedByPriority"
+"""Degraded: systems of a higher spec.poolPriority took the pool's capacity first."""
 DEMAND_SERVED = "DemandServed"
 MIG_PENDING = "MigLayoutPending"
 MIG_APPLIED = "MigLayoutApplied"
@@ -100,7 +102,7 @@ VIOLATIONS_ABOVE_TARGET = "ViolationsAboveTarget"
 """LatencySLOMet's reasons (demand/slo.py)."""
 WARNING_REASONS = {INVALID_SPEC, SLO_UNREACHABLE, NO_GPU_POOL, SOLVE_FAILED, LAST_GOOD_PLAN,
                    INSUFFICIENT_CAPACITY, MIG_FAILED, NODE_IN_USE, SERVERS_UNAVAILABLE, PROFILING_FAILED,
-                   POOL_NOT_ALLOWED, VIOLATIONS_ABOVE_TARGET, QUOTA_REACHED, ADAPTER_LOAD_FAILED, *PREREQUISITE_REASONS}
+                   POOL_NOT_ALLOWED, VIOLATIONS_ABOVE_TARGET, QUOTA_REACHED, PREEMPTED_BY_PRIORITY, ADAPTER_LOAD_FAILED, *PREREQUISITE_REASONS}
 
 
 @dataclass(frozen=True)
@@ -203,9 +205,9 @@ def event_body(system: SystemRef, event: EventSpec, now: str) -> dict:
     }
 
 
-def plan_summary(plan: Plan, system_key: str, gpus: int, slices: int) -> dict:
+def plan_summary(plan: Plan, system_key: str, gpus: int, slices: int, pool_slices: int) -> dict:
     """What `kubectl describe` shows of a system's share of its pool's plan, in the API's typed shape
-    (SystemPlanSummary): small at 50 tasks."""
+    (SystemPlanSummary): small at 50 tasks. `pool_slices`: the whole pool's (its share's denominator)."""
     summary = next(s for s in plan.systems if s.system == system_key)
     sources = {source.value: 0 for source in ProfileSource}
     tasks = []
@@ -217,7 +219,8 @@ def plan_summary(plan: Plan, system_key: str, gpus: int, slices: int) -> dict:
             configurations=[ConfigurationSummary(mig_profile=c.segment.mig_profile, mps=c.segment.mps,
                                                  batch=c.batch, replicas=c.replicas) for c in task.configs]))
     typed = SystemPlanSummary(
-        gpu=plan.gpu, gpus=gpus, slices=slices,
+        gpu=plan.gpu, gpus=gpus, slices=slices, pool_slices=pool_slices,
+        pool_share_pct=round(min(100.0, 100 * slices / pool_slices), 1) if pool_slices else None,
         predicted_latency_ms=round(summary.worst_path_latency_ms, 1),
         predicted_accuracy=round(min(summary.worst_path_accuracy, 1.0), 4),
         demand_rps=round(summary.demand_rps, 3), served_rps=round(summary.served_rps, 3),

@@ -138,6 +138,12 @@ class SystemPlanSummary(Spec):
     gpu: str = Field(alias="gpuProduct", max_length=64, description="GPU product of the pool planned on.")
     gpus: int = Field(ge=0, le=100_000, description="GPUs holding at least one of this system's servers now (a Deployment with an available pod); the plan's count is in the Planned condition.")
     slices: int = Field(ge=0, le=700_000, description="Compute slices (sevenths of a GPU) this system's servers use.")
+    pool_slices: int | None = Field(
+        default=None, alias="poolSlices", ge=0, le=700_000,
+        description="Compute slices of the whole GPU pool (7 per GPU): the share's denominator.")
+    pool_share_pct: float | None = Field(
+        default=None, alias="poolSharePercent", ge=0, le=100,
+        description="This system's share of its GPU pool: slices / poolSlices, in percent.")
     predicted_latency_ms: float = Field(
         alias="predictedLatencyMilliseconds", ge=0, le=3_600_000,
         description="Predicted latency of the worst source-to-sink path, in ms, at the SLO's percentile.",

@@ -18,6 +18,9 @@ The rules (docs/operator.md, "AdapterPools"):
   at no time do both kinds claim one GPU.
 - Adapters beyond the GPUs free for them are unplaced: Degraded says how
   much of the pool's rate the placed ones carry.
+- AdapterPools take the free GPUs in turn: invalid ones first (their
+  running servers keep their GPUs), then by spec.poolPriority, highest
+  first, then by name.
 - Adapters that failed to load repeatedly (adapter_loading.py) make the pool
   Degraded AdapterLoadFailed, naming them with the engine's error.
 """
@@ -108,6 +111,12 @@ def assign_adapter_pools(objects: list[AdapterPoolObject], pools: list[Pool],
 
 
 # -- which GPUs -------------------------------------------------------------------
+
+def placing_order(objects: list[AdapterPoolObject]) -> list[AdapterPoolObject]:
+    """The order in which a GPU pool's AdapterPools take its free GPUs: invalid ones first (their running servers
+    keep their GPUs), then the highest spec.poolPriority, then by name."""
+    return sorted(objects, key=lambda o: (o.valid, -(o.spec.pool_priority if o.spec else 0), o.ref.key))
+
 
 def compound_gpus(state: Mapping[str, str]) -> set[Slot]:
     """The GPUs the pool's stored compound plan and its kept shares hold (read from its stored state)."""

@@ -26,7 +26,7 @@ from tessera.operator.reconcile.adapter_loading import (Listed, Placed, Retry, S
 from tessera.operator.reconcile.adapter_pool_decide import (PoolServers, ServerLoad, Slot, choose_slots,
                                                             compound_gpus, decide_pool_status, decide_servers,
                                                             owned_by, placed_compound_gpus, planned_servers,
-                                                            pool_status, server_slots, within)
+                                                            placing_order, pool_status, server_slots, within)
 from tessera.operator.reconcile.adapter_routes import decide_inference_pools, decide_routes
 from tessera.operator.reconcile.decide import PoolOutcome
 from tessera.operator.reconcile.snapshot import Snapshot
@@ -68,15 +68,15 @@ class AdapterPools:
 
     def plan(self, pool: Pool, objects: list[AdapterPoolObject], children: list[Json],
              state: Mapping[str, str]) -> list[PoolServers]:
-        """Each AdapterPool's servers and GPUs on this GPU pool. Invalid pools first (their running servers keep
-        their GPUs), then by name; a running server keeps its GPU unless another pool's server holds it."""
+        """Each AdapterPool's servers and GPUs on this GPU pool, in `placing_order`; a running server keeps its GPU
+        unless another pool's server holds it."""
         held = {obj.ref.key: server_slots(children, obj.ref) for obj in objects}
         busy = compound_gpus(state)
         in_pool = {(node.name, index) for node, index in pool.slots()}
         taken: set[Slot] = set()
         decided = []
         known, self._placements[pool.key] = self._placements.get(pool.key, {}), {}
-        for obj in sorted(objects, key=lambda o: (o.valid, o.ref.key)):
+        for obj in placing_order(objects):
             others = {slot for key, slots in held.items() if key != obj.ref.key for slot in slots.values()}
             blocked = taken | others
             free = len(in_pool - blocked)

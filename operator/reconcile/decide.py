@@ -28,10 +28,10 @@ from tessera.operator.reconcile.node_changes import NO_HOLD, NodeHold
 from tessera.operator.reconcile.actions import (Action, ApplyChild, DeleteChild, Json, LabelNode, PatchStatus,
                                                 PostEvent, WriteMigConfigs)
 from tessera.operator.settings import OperatorSettings
-from tessera.planner.catalog import gpu_product
+from tessera.planner.catalog import COMPUTE_SLICES, gpu_product
 from tessera.planner.plan import InstancePlan, Plan
 from tessera.planner.profiles import ProfileStore
-from tessera.planner.quota import InstanceQuota, binding, instances_under
+from tessera.planner.quota import InstanceQuota, holding_back, instances_under
 
 POOL_ANNOTATION = "tessera.ai/gpu-product"
 """On a system: the GPU product (GFD label value) of the pool to plan it in; default the largest pool."""
@@ -80,6 +80,10 @@ class PoolOutcome:
     """The pool's nodes whose mig-manager `failed` is inside its back-off (mig_failures.py)."""
     quotas: list[InstanceQuota] = field(default_factory=list)
     """The namespaces' quotas on MIG instances the plan was kept within (quotas.py)."""
+    priorities: dict[str, int] = field(default_factory=dict)
+    """system key -> its spec.poolPriority, for the systems planned on the pool."""
+    pool_gpus: int = 0
+    """GPUs of the whole pool (its systems' shares are of these)."""
 
 
 # -- MIG ------------------------------------------------------------------------
@@ -438,9 +442,10 @@ def system_status(system: SystemObject, outcome: PoolOutcome) -> Verdict:
                                   st.Condition(st.PROGRESSING, True, reason, message), valid], None
 
     gpus = outcome.gpus_of.get(key, [])
-    summary = st.plan_summary(plan, key, gpus=held_gpus(system, outcome), slices=_slices(plan, gpus, key))
+    summary = st.plan_summary(plan, key, gpus=held_gpus(system, outcome), slices=_slices(plan, gpus, key),
+                              pool_slices=COMPUTE_SLICES * outcome.pool_gpus)
     mig_failed = mig_failures.failure_condition(outcome.failed_nodes, {k.node for k in outcome.placement.servers_of(key)})
-    conditions = [valid, _planned(plan, summary, len(gpus), outcome), mig_failed or _degraded(plan, key, summary, outcome.quotas),
+    conditions = [valid, _planned(plan, summary, len(gpus), outcome), mig_failed or _degraded(plan, key, summary, outcome),
                   _profiles_estimated(summary)]
     mig = _mig_condition(outcome, key)
     servers = _servers_condition(system, outcome)
@@ -500,10 +505,11 @@ def _serves_all(summary: Json) -> bool:
     return _served_fraction(summary) >= 1 - 1e-5
 
 
-def _degraded(plan: Plan, key: str, summary: Json, quotas: list[InstanceQuota]) -> st.Condition:
+def _degraded(plan: Plan, key: str, summary: Json, outcome: PoolOutcome) -> st.Condition:
+    """Why a system is served below its demand, in the order of precedence: its quota, higher priorities, the pool."""
     if _serves_all(summary):
         return st.Condition(st.DEGRADED, False, st.DEMAND_SERVED, "the plan serves all demand within the SLOs")
-    held = [q for q in binding(plan, quotas) if key in q.systems]
+    held = holding_back(plan, outcome.quotas, key)
     if held:
         return st.Condition(st.DEGRADED, True, st.QUOTA_REACHED,
                             f"the plan serves {100 * _served_fraction(summary):.0f}% of the demand "
@@ -512,12 +518,31 @@ def _degraded(plan: Plan, key: str, summary: Json, quotas: list[InstanceQuota]) 
                             + "; ".join(f"{q.source} leaves tessera {q.limit} {q.mig_profile} instance(s), the plan uses "
                                         f"{instances_under(q, plan)}"
                                         for q in held) + "; raise the quota to serve more")
+    above = _higher_priority_holders(plan, key, outcome)
+    if above:
+        return st.Condition(st.DEGRADED, True, st.PREEMPTED_BY_PRIORITY,
+                            f"the plan serves {100 * _served_fraction(summary):.0f}% of the demand "
+                            f"({summary['servedRequestsPerSecond']:g} of {summary['demandRequestsPerSecond']:g} "
+                            f"requests/s): systems of a higher spec.poolPriority than its "
+                            f"{outcome.priorities.get(key, 0)} took the pool's capacity first: "
+                            + _some([f"{other} (poolPriority {outcome.priorities[other]}, {slices} slices)"
+                                     for other, slices in above], shown=5)
+                            + "; raise its poolPriority or add GPU nodes to serve more")
     why = "; ".join(line.removeprefix(f"{key}: ") for line in plan.diagnosis if line.startswith(f"{key}:"))
     return st.Condition(st.DEGRADED, True, st.INSUFFICIENT_CAPACITY,
                         f"the pool serves {100 * _served_fraction(summary):.0f}% of the demand "
                         f"({summary['servedRequestsPerSecond']:g} of {summary['demandRequestsPerSecond']:g} "
                         "requests/s)"
                         + (f": {why}" if why else "") + "; add GPU nodes to the pool")
+
+
+def _higher_priority_holders(plan: Plan, key: str, outcome: PoolOutcome) -> list[tuple[str, int]]:
+    """(system, its slices) of the pool's systems of a higher priority than `key`'s that the plan gives capacity,
+    highest priority first."""
+    mine = outcome.priorities.get(key, 0)
+    above = sorted((-priority, other) for other, priority in outcome.priorities.items() if priority > mine)
+    held = [(other, _slices(plan, outcome.gpus_of.get(other, []), other)) for _, other in above]
+    return [(other, slices) for other, slices in held if slices > 0]
 
 
 def _profiles_estimated(summary: Json) -> st.Condition:

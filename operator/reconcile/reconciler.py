@@ -251,6 +251,8 @@ class Reconciler:
                                       for key, (reason, message) in invalid.items() if key in spec_hash}),
                 })])
         outcome.plan, outcome.invalid, outcome.quotas = plan, invalid, quotas
+        outcome.priorities = {s.ref.key: s.spec.pool_priority for s in candidates if s.spec is not None}
+        outcome.pool_gpus = len(pool.slots())
         node_names = {n.name for n in pool.nodes}
         planned_for = {s.ref.key for s in candidates}
         gpus = [g for g in (placed_gpus(plan) if plan else []) if g.node in node_names]

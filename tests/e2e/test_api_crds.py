@@ -85,7 +85,8 @@ def test_a_typed_status_is_stored_and_shown_in_the_columns(kubectl, custom, api_
         "observedGeneration": 1, "phase": Phase.READY,
         "conditions": [{"type": ConditionType.READY, "status": "True", "reason": "PlanApplied",
                         "message": "every server is ready", "lastTransitionTime": "2026-12-01T05:00:00Z"}],
-        "plan": {"gpuProduct": "A100-80GB", "gpus": 2, "slices": 9, "predictedLatencyMilliseconds": 187.5,
+        "plan": {"gpuProduct": "A100-80GB", "gpus": 2, "slices": 9, "poolSlices": 28, "poolSharePercent": 32.1,
+                 "predictedLatencyMilliseconds": 187.5,
                  "predictedAccuracy": 0.988, "demandRequestsPerSecond": 200, "servedRequestsPerSecond": 200,
                  "profileSources": {"measured": 1},
                  "tasks": [{"name": "image-classification", "variant": "resnet101", "configurations": [
@@ -98,8 +99,9 @@ def test_a_typed_status_is_stored_and_shown_in_the_columns(kubectl, custom, api_
                                                  "status-shown")
     assert SystemStatus.model_validate(stored["status"]) == status
     table = kubectl("get", "cis", "status-shown", "-n", api_namespace).stdout.split("\n")
-    assert table[0].split() == ["NAME", "READY", "PHASE", "GPUS", "SLICES", "ACCURACY", "LATENCY-MS", "FRONTEND", "AGE"]
-    assert table[1].split()[:7] == ["status-shown", "True", "Ready", "2", "9", "0.988", "187.5"]
+    assert table[0].split() == ["NAME", "READY", "PHASE", "GPUS", "SLICES", "POOL-%", "ACCURACY", "LATENCY-MS",
+                                "FRONTEND", "AGE"]
+    assert table[1].split()[:8] == ["status-shown", "True", "Ready", "2", "9", "32.1", "0.988", "187.5"]
 
 
 def test_a_status_outside_its_schema_is_rejected(custom, api_namespace):

@@ -79,7 +79,7 @@ def test_three_examples_run_on_the_mig_instances_of_their_plan(run_operator, cor
 
     table = kubectl("get", "compoundinferencesystems", "-n", operator.namespace).stdout
     header = table.splitlines()[0].split()
-    assert header[:7] == ["NAME", "READY", "PHASE", "GPUS", "SLICES", "ACCURACY", "LATENCY-MS"]
+    assert header[:8] == ["NAME", "READY", "PHASE", "GPUS", "SLICES", "POOL-%", "ACCURACY", "LATENCY-MS"]
     assert all(" True " in line for line in table.splitlines()[1:])
 
 

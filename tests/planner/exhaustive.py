@@ -34,7 +34,13 @@ Semantics
   every set of placements), at most `pool.gpus` GPUs;
 - objective, lexicographic: max sum of phi_s; min GPUs; min compute slices;
   max sum over systems of the mean over paths of log(path accuracy); the
-  accuracy of systems with `priority: accuracy` comes before GPUs.
+  accuracy of systems with `priority: accuracy` comes before GPUs; where
+  the systems' `poolPriority` differ and no plan serves every system in
+  full, the sum of phi_s is replaced by, per priority, highest first: the
+  sum of its phi_s, then (but for the lowest) the sum of its accuracy scores
+  (`stage_one`). With several priorities the systems' tables are combined
+  by trying every combination (no pruning per vector: a combination's order
+  depends on whether all of it is served).
 
 Search, and why each shortcut is safe
 -------------------------------------
@@ -161,6 +167,23 @@ class Objective:
     accuracy: float  # sum over systems of the mean log path accuracy
     # the same sum over the systems with `priority: accuracy` only; it comes right after `served`
     priority_accuracy: float = 0.0
+    # with several poolPriority values and not every system served in full: stage_one's vector, first of all
+    by_priority: tuple[float, ...] = ()
+
+
+def stage_one(systems: list[SystemSpec], served: list[float], accuracy: list[float]) -> tuple[float, ...]:
+    """Per poolPriority, highest first: its systems' served fractions summed, then (but for the lowest) their
+    accuracy scores summed; () with one priority or every system served in full (then stage 1 is the sum)."""
+    levels = sorted({s.pool_priority for s in systems}, reverse=True)
+    if len(levels) == 1 or all(phi >= 1 - TOL for phi in served):
+        return ()
+    vector: list[float] = []
+    for rank, level in enumerate(levels):
+        members = [i for i, s in enumerate(systems) if s.pool_priority == level]
+        vector.append(sum(served[i] for i in members))
+        if rank + 1 < len(levels):
+            vector.append(sum(accuracy[i] for i in members))
+    return tuple(vector)
 
 
 @dataclass(frozen=True)
@@ -300,6 +323,8 @@ def _search(systems, pool, store, features, headroom, budget_levels, batches,
         if not table:
             return None
         per_system.append(table)
+    if len({s.pool_priority for s in systems}) > 1:
+        return _search_every_combination(systems, per_system, gpu, fits)
 
     # Combine systems: per total instance vector, the best (served, accuracy of the systems with
     # priority accuracy, accuracy of all, choices); for one vector the cost is fixed, so this order is
@@ -327,6 +352,23 @@ def _search(systems, pool, store, features, headroom, budget_levels, batches,
     return best
 
 
+def _search_every_combination(systems, per_system, gpu, fits) -> tuple[Objective, list[SystemChoice]] | None:
+    best: tuple[Objective, list[SystemChoice]] | None = None
+    for combination in itertools.product(*(table.items() for table in per_system)):
+        v = tuple(sum(counts) for counts in zip(*(vector for vector, _ in combination)))
+        if v not in fits:
+            continue
+        served = [entry[0] for _, entry in combination]
+        accuracy = [entry[1] for _, entry in combination]
+        candidate = Objective(
+            sum(served), fits[v], sum(n * p.compute_slices for n, p in zip(v, gpu.profiles)), sum(accuracy),
+            sum(a for a, s in zip(accuracy, systems) if s.priority == "accuracy"),
+            stage_one(systems, served, accuracy))
+        if best is None or _objective_better(candidate, best[0]):
+            best = (candidate, [entry[2] for _, entry in combination])
+    return best
+
+
 def _better(a: tuple, b: tuple) -> bool:
     """Numbers first in a and b, lexicographically (bigger is better) with a tolerance; the rest is ignored."""
     for x, y in zip(a, b):
@@ -340,6 +382,11 @@ def _better(a: tuple, b: tuple) -> bool:
 
 
 def _objective_better(a: Objective, b: Objective) -> bool:
+    if bool(a.by_priority) != bool(b.by_priority):
+        return not a.by_priority  # serving every system in full comes first
+    for x, y in zip(a.by_priority, b.by_priority):
+        if abs(x - y) > TOL:
+            return x > y
     if abs(a.served - b.served) > TOL:
         return a.served > b.served
     if abs(a.priority_accuracy - b.priority_accuracy) > TOL:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import random
 
 import pytest
 
@@ -34,11 +35,12 @@ from tessera.planner.model import Edge, Pool, Slo, SystemSpec, Task, Variant
 from tessera.planner.plan import Plan
 from tessera.planner.profiles import Profile, ProfileSource, ProfileStore, SegmentType
 
-from .exhaustive import Objective, exhaustive_optimum, exhaustive_search, witness_plan
+from .exhaustive import Objective, exhaustive_optimum, exhaustive_search, stage_one, witness_plan
 from .instances import Instance, random_instance, random_measured_instance
 
 DEFAULT_SEEDS = int(os.environ.get("TESSERA_EXHAUSTIVE_SEEDS", "120"))
 SLOW_SEEDS = 1000
+PRIORITY_SEEDS = int(os.environ.get("TESSERA_EXHAUSTIVE_PRIORITY_SEEDS", "60"))
 MEASURED_SEEDS = int(os.environ.get("TESSERA_EXHAUSTIVE_MEASURED_SEEDS", "60"))
 SERVED_TOL = 1e-5
 ACCURACY_TOL = 1e-6
@@ -53,19 +55,17 @@ def options_for(instance: Instance):
 
 
 def plan_objective(plan: Plan, systems: list[SystemSpec]) -> Objective:
-    served = 0.0
-    accuracy = 0.0
-    priority_accuracy = 0.0
+    served: list[float] = []
+    accuracy: list[float] = []
     for system in systems:
         summary = next(s for s in plan.systems if s.system == system.name)
-        served += summary.served_rps / system.demand_rps if system.demand_rps > 0 else 1.0
+        served.append(summary.served_rps / system.demand_rps if system.demand_rps > 0 else 1.0)
         chosen = {t.task: t.variant for t in plan.tasks if t.system == system.name}
-        if len(chosen) == len(system.tasks):
-            score = sum(math.log(system.path_accuracy(p, chosen)) for p in system.paths) / len(system.paths)
-            accuracy += score
-            if system.priority == "accuracy":
-                priority_accuracy += score
-    return Objective(served, plan.gpus_used, plan.slices_used, accuracy, priority_accuracy)
+        accuracy.append(sum(math.log(system.path_accuracy(p, chosen)) for p in system.paths) / len(system.paths)
+                        if len(chosen) == len(system.tasks) else 0.0)
+    return Objective(sum(served), plan.gpus_used, plan.slices_used, sum(accuracy),
+                     sum(a for a, s in zip(accuracy, systems) if s.priority == "accuracy"),
+                     stage_one(systems, served, accuracy))
 
 
 def exhaustive(instance: Instance) -> Objective | None:
@@ -102,6 +102,11 @@ def compare(instance: Instance) -> None:
     assert not errors, "the MILP's plan breaks constraints:\n  " + "\n  ".join(errors) + context
     # The serve and accuracy stages stop at the options' relative MIP gap (a partly served pool may end a
     # hair below the optimum, never above it); GPUs and slices are proven exactly.
+    assert len(got.by_priority) == len(expected.by_priority), "serving all differs" + context
+    for rank, (mine, best) in enumerate(zip(got.by_priority, expected.by_priority)):
+        tolerance = SERVED_TOL if rank % 2 == 0 else accuracy_tolerance(options, best)
+        assert abs(mine - best) <= max(tolerance, options.mip_gap * abs(best)), (
+            f"stage 1 by priority differs at {rank}" + context)
     assert got.served <= expected.served + SERVED_TOL, "the MILP serves more than the optimum" + context
     assert got.served >= expected.served * (1 - options.mip_gap) - SERVED_TOL, "served fraction differs" + context
     assert abs(got.priority_accuracy - expected.priority_accuracy) <= accuracy_tolerance(
@@ -111,6 +116,13 @@ def compare(instance: Instance) -> None:
         "accuracy score differs" + context)
 
 
+def with_priorities(instance: Instance, seed: int) -> Instance:
+    """The instance with its systems' poolPriority drawn from a stream of their own, never all equal."""
+    drawn = random.Random(seed + 2_000_003).sample(range(-3, 4), len(instance.systems))
+    return dataclasses.replace(instance, systems=[s.model_copy(update={"pool_priority": p})
+                                                  for s, p in zip(instance.systems, drawn)])
+
+
 def accuracy_tolerance(options, score: float) -> float:
     return max(ACCURACY_TOL, options.mip_gap * abs(score))
 
@@ -118,6 +130,11 @@ def accuracy_tolerance(options, score: float) -> float:
 @pytest.mark.parametrize("seed", range(DEFAULT_SEEDS))
 def test_random_instance(seed):
     compare(random_instance(seed))
+
+
+@pytest.mark.parametrize("seed", range(PRIORITY_SEEDS))
+def test_random_instance_of_two_systems_of_different_priorities(seed):
+    compare(with_priorities(random_instance(seed, systems=2), seed))
 
 
 @pytest.mark.slow

@@ -5,7 +5,7 @@ from pathlib import Path
 from tessera.planner.catalog import gpu_product
 from tessera.planner.contract import Infeasible, Planned, PlanRequest, SystemInput, plan_outcome, solve_request
 from tessera.planner.model import Pool
-from tessera.planner.quota import InstanceQuota, instances_under, quota_violations
+from tessera.planner.quota import InstanceQuota, holding_back, instances_under, quota_violations
 from tessera.planner.spec_file import load_systems
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -71,3 +71,26 @@ def test_the_checker_names_a_plan_over_its_quota():
     profile, used = most_used_profile(free.plan)
     (violation,) = quota_violations(free.plan, [quota(system, profile, used - 1)])
     assert f"{used} {profile} instances for {system.name}, over the quota of {used - 1} (test)" == violation
+
+
+def test_a_quota_used_to_the_full_holds_a_system_back_and_one_with_room_does_not():
+    system = single_model()
+    free = plan_outcome([system], POOL).plan
+    profile, used = most_used_profile(free)
+    full, roomy = quota(system, profile, used), quota(system, profile, used + 1)
+    assert holding_back(free, [full], system.name) == [full]
+    assert holding_back(free, [roomy], system.name) == []
+
+
+def test_a_quota_of_zero_on_a_profile_is_a_choice_of_profiles_not_what_holds_a_system_back():
+    system = single_model()
+    free = plan_outcome([system], POOL).plan
+    profile, used = most_used_profile(free)
+    others = [quota(system, p.name, 0) for p in gpu_product(POOL.gpu).profiles if p.name != profile]
+    assert holding_back(free, [*others, quota(system, profile, used + 1)], system.name) == []
+
+
+def test_quotas_that_leave_a_system_no_profile_all_hold_it_back():
+    system = single_model()
+    closed = [quota(system, p.name, 0) for p in gpu_product(POOL.gpu).profiles]
+    assert holding_back(plan_outcome([system], POOL).plan, closed, system.name) == closed

@@ -6,6 +6,7 @@ pool; GPU pools are the conftest's plain node objects.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -19,7 +20,7 @@ from tessera.operator.api.v1alpha1 import AdapterPoolStatus, child_name
 from tessera.operator.gpus.node_plans import Placement as NodePlacement, NodePlan
 from tessera.operator.reconcile.actions import ApplyChild, DeleteChild, PatchStatus, PostEvent
 from tessera.operator.reconcile.adapter_pool_decide import (GPU_ANNOTATION, PoolServers, ServerLoad,
-                                                            assign_adapter_pools,
+                                                            assign_adapter_pools, placing_order,
                                                             choose_slots, compound_gpus, decide_pool_status,
                                                             decide_servers, placed_compound_gpus, planned_servers,
                                                             pool_status, server_slots, within)
@@ -96,6 +97,16 @@ def test_a_running_server_keeps_its_gpu_unless_another_adapter_pool_holds_it():
     pool = gpu_pool(nodes=2, gpus=2)
     assert choose_slots(pool, 2, {1: ("gpu-a", 0)}, set(), set()) == [("gpu-b", 1), ("gpu-a", 0)]
     assert choose_slots(pool, 2, {1: ("gpu-a", 0)}, {("gpu-a", 0)}, set()) == [("gpu-b", 1), ("gpu-b", 0)]
+
+
+def test_adapter_pools_take_free_gpus_invalid_ones_first_then_by_priority_highest_first_then_by_name():
+    def named(name: str, **spec):
+        document = pool_object(**spec)
+        document["metadata"]["name"] = name
+        return read_adapter_pool(document)
+    low, high, plain = named("a-low", poolPriority=-5), named("z-high", poolPriority=5), named("m-plain")
+    broken = dataclasses.replace(named("b-broken", poolPriority=9), problem=None, error="a spec the placement refuses")
+    assert [o.ref.name for o in placing_order([low, plain, high, broken])] == ["b-broken", "z-high", "m-plain", "a-low"]
 
 
 def test_a_servers_gpu_is_read_back_from_its_deployment():
