@@ -435,8 +435,14 @@ class _Checker:
             if profile is None:
                 self.fail(f"{where}: the profile store has no profile for variant {tp.variant!r}")
             else:
-                # An estimate is a median: the plan holds its p99, the spread times it.
-                spread = self.latency_spread if profile.source is ProfileSource.ESTIMATED else 1.0
+                # An estimate is a median: the plan holds its p99, the spread times it (its variant's
+                # measured spread where the store says one, else the options').
+                spread = 1.0
+                if profile.source is ProfileSource.ESTIMATED:
+                    spread = self.latency_spread if profile.spread is None else profile.spread
+                if not close(spread, config.latency_spread):
+                    self.fail(f"{where}: latency spread {config.latency_spread} differs from {spread}, the "
+                              "p99/p50 its profile's batch latency stands for")
                 if not close(profile.latency_ms * spread, config.batch_latency_ms):
                     self.fail(f"{where}: batch latency {config.batch_latency_ms} ms differs from the store's "
                               f"{profile.latency_ms} ms x {spread} (p99/p50 of an estimate)")

@@ -4,7 +4,10 @@ A task's stage is served by segments, each running `mps` server processes
 that take batches of `batch` requests. Latencies are p99 batch latencies: a
 measured or given profile states its p99; an estimate is a median (the
 estimator is calibrated on throughput-derived latencies), so it is scaled by
-the batch latency's p99/p50 spread (p99_batch_latency_ms). A request
+the batch latency's p99/p50 spread (p99_batch_latency_ms): the median of the
+variant's measured p99/p50 where its measurements recorded both, 1 where
+the estimate is corrected by (fitted to) measured p99s, else the planner's
+`latency_spread`. A request
 arriving at a process:
 
 1. waits for its batch to fill: at most (batch - 1) / (arrival rate of that
@@ -60,7 +63,7 @@ import math
 from enum import Enum
 from functools import cache
 
-from tessera.planner.profiles import ProfileSource
+from tessera.planner.profiles import Profile, ProfileSource
 
 MS_PER_S = 1000.0
 
@@ -207,9 +210,17 @@ def _connections_p99(connections: int, share: float) -> int:
     return connections
 
 
-def p99_batch_latency_ms(profile_latency_ms: float, source: ProfileSource, spread: float) -> float:
-    """The p99 a profile's batch latency stands for: estimates are medians, scaled by the p99/p50 spread."""
-    return profile_latency_ms * spread if source is ProfileSource.ESTIMATED else profile_latency_ms
+def batch_spread(profile: Profile, default_spread: float) -> float:
+    """The p99/p50 that makes a profile's batch latency a p99: 1 for a measured or given one (it states its
+    p99), an estimate's own where its variant's measurements set it, else the default."""
+    if profile.source is not ProfileSource.ESTIMATED:
+        return 1.0
+    return profile.spread if profile.spread is not None else default_spread
+
+
+def p99_batch_latency_ms(profile: Profile, default_spread: float) -> float:
+    """The p99 a profile's batch latency stands for: estimates are medians, scaled by their spread."""
+    return profile.latency_ms * batch_spread(profile, default_spread)
 
 
 def usable_load_rps(batch_latency_ms: float, throughput_rps: float, utilisation: float, dispersion: float,

@@ -447,7 +447,7 @@ def _task_table(system, task_name, variant_name, budget, gpu: GpuProduct, fits, 
                 found = store.get(variant_name, segment, b)
                 if found is None:
                     continue
-                lat = p99_batch_latency_ms(found.latency_ms, found.source, queueing.latency_spread)
+                lat = p99_batch_latency_ms(found, queueing.latency_spread)
                 thr = found.throughput_rps
                 if 2 * lat > budget:
                     continue
@@ -540,7 +540,7 @@ def witness_plan(systems: list[SystemSpec], pool: Pool, features: Features, head
                         option.latency_ms, option.batch, option.segment.mps, load / replicas, figures.throughput_rps,
                         replica_dispersion(dispersion - 1, load / replicas, share_base, routing, connections)
                         if dispersion > 1 else dispersion),
-                    source=figures.source,
+                    source=figures.source, latency_spread=option.latency_ms / figures.latency_ms,
                 ))
                 needed += [(system.name, task.name, index, option.segment.mig_profile)] * replicas
             stage_of[task.name] = max((c.stage_latency_ms for c in configs), default=0.0)

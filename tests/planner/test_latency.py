@@ -4,10 +4,11 @@ import math
 
 import pytest
 
-from tessera.planner.latency import (Routing, arrival_dispersion, bulk_share, fits_budget, max_replica_load_rps,
+from tessera.planner.latency import (Routing, arrival_dispersion, batch_spread, bulk_share, fits_budget,
+                                     max_replica_load_rps,
                                      max_segment_load_rps, min_segment_load_rps, p99_batch_latency_ms,
                                      queueing_wait_p99_ms, replica_dispersion, stage_latency_ms)
-from tessera.planner.profiles import ProfileSource
+from tessera.planner.profiles import Profile, ProfileSource, measured_spread
 
 
 def test_batch_one_takes_twice_the_batch_latency_at_any_load():
@@ -104,9 +105,24 @@ def test_poisson_bulks_of_mean_m_have_dispersion_one_plus_m():
 
 
 def test_only_estimates_are_scaled_to_their_p99():
-    assert p99_batch_latency_ms(10, ProfileSource.ESTIMATED, 1.3) == pytest.approx(13)
-    assert p99_batch_latency_ms(10, ProfileSource.MEASURED, 1.3) == 10
-    assert p99_batch_latency_ms(10, ProfileSource.GIVEN, 1.3) == 10
+    assert p99_batch_latency_ms(Profile(latency_ms=10, throughput_rps=1, source=ProfileSource.ESTIMATED),
+                                1.3) == pytest.approx(13)
+    assert p99_batch_latency_ms(Profile(latency_ms=10, throughput_rps=1, source=ProfileSource.MEASURED), 1.3) == 10
+    assert p99_batch_latency_ms(Profile(latency_ms=10, throughput_rps=1, source=ProfileSource.GIVEN), 1.3) == 10
+
+
+def test_an_estimate_with_its_variants_measured_spread_is_scaled_by_that_not_the_default():
+    estimate = Profile(latency_ms=10, throughput_rps=1, source=ProfileSource.ESTIMATED, spread=1.12)
+    assert batch_spread(estimate, 1.3) == 1.12
+    assert p99_batch_latency_ms(estimate, 1.3) == pytest.approx(11.2)
+
+
+def test_the_measured_spread_is_the_median_p99_over_p50_of_the_measurements_that_recorded_both():
+    def measured(p99, p50=None):
+        return Profile(latency_ms=p99, throughput_rps=1, source=ProfileSource.MEASURED, p50_ms=p50)
+    assert measured_spread([measured(11, 10), measured(30, 20), measured(12, 10), measured(50)]) == pytest.approx(1.2)
+    assert measured_spread([measured(50), Profile(latency_ms=9, throughput_rps=1, source=ProfileSource.ESTIMATED,
+                                                  p50_ms=3)]) is None
 
 
 def test_per_request_routing_hands_a_replica_its_share_of_each_bulk():
