@@ -16,7 +16,8 @@ CPU and wall seconds, stages the time limit stopped, and the tasks holding
 the most slices (which task a model's extra cost goes to).
 
 Run: nice -n 10 .venv/bin/python -P bench/queueing_models.py [--pools 4 15 120 1000] [--no-42x]
-Writes bench/results/queueing_models.{md,json}.
+    [--models default one-replica per-request per-connection] [--name queueing_models]
+Writes bench/results/<name>.{md,json}.
 """
 
 from __future__ import annotations
@@ -97,6 +98,9 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--pools", type=int, nargs="*", default=[4, 15, 120, 1000])
     parser.add_argument("--no-42x", action="store_true")
+    parser.add_argument("--models", nargs="*", default=list(MODELS), choices=list(MODELS),
+                        help="the models to plan, of those each case runs")
+    parser.add_argument("--name", default="queueing_models", help="writes bench/results/<name>.{md,json}")
     args = parser.parse_args()
     scales = {r["gpus"]: r["max_scale"]
               for r in json.loads((ROOT / "bench/results/planner_scale.json").read_text())}
@@ -106,13 +110,13 @@ def main() -> None:
         cases.append(("42x on 120 GPUs", 120, 42.0, ["default", "one-replica", "per-request", "per-connection"]))
     rows = []
     for label, gpus, scale, models in cases:
-        for model in models:
+        for model in (m for m in models if m in args.models):
             rows.append(run(label, gpus, scale, model))
             print(json.dumps(rows[-1]), flush=True)
     out = ROOT / "bench/results"
-    (out / "queueing_models.json").write_text(json.dumps(rows, indent=2))
+    (out / f"{args.name}.json").write_text(json.dumps(rows, indent=2))
     loads = ", ".join(f"{r['load_average']:.1f}" for r in rows)
-    (out / "queueing_models.md").write_text(
+    (out / f"{args.name}.md").write_text(
         f"The three examples on {GPU} pools, each model planned one after another in one process "
         f"(Python {platform.python_version()}, 2 shared cores, 1-minute load average per row: {loads}). "
         "CPU s is the process's CPU time; HiGHS's 60 s time limit counts wall time.\n\n" + table(rows) + "\n")
