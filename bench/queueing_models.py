@@ -16,7 +16,8 @@ CPU and wall seconds, stages the time limit stopped, and the tasks holding
 the most slices (which task a model's extra cost goes to).
 
 Run: nice -n 10 .venv/bin/python -P bench/queueing_models.py [--pools 4 15 120 1000] [--no-42x]
-Writes bench/results/queueing_models.{md,json}.
+    [--models default one-replica per-request per-connection] [--name queueing_models] [--time-limit 60]
+Writes bench/results/<name>.{md,json}.
 """
 
 from __future__ import annotations
@@ -53,13 +54,14 @@ def systems_at(scale: float):
     return [s.model_copy(update={"demand_rps": s.demand_rps * scale}) for s in systems]
 
 
-def run(label: str, gpus: int, scale: float, model: str) -> dict:
+def run(label: str, gpus: int, scale: float, model: str, time_limit_s: float) -> dict:
     systems = systems_at(scale)
     store = build_profile_store(systems, GPU)
     started, cpu = time.perf_counter(), time.process_time()
     row: dict = {"case": label, "gpus": gpus, "scale": scale, "model": model, "load_average": os.getloadavg()[0]}
     try:
-        result = plan(systems, Pool(gpu=GPU, gpus=gpus), store, options=MODELS[model])
+        options = MODELS[model].model_copy(update={"time_limit_s": time_limit_s})
+        result = plan(systems, Pool(gpu=GPU, gpus=gpus), store, options=options)
     except NoPlanError as error:
         return {**row, "no_plan": str(error), "wall_s": time.perf_counter() - started,
                 "cpu_s": time.process_time() - cpu}
@@ -97,6 +99,10 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--pools", type=int, nargs="*", default=[4, 15, 120, 1000])
     parser.add_argument("--no-42x", action="store_true")
+    parser.add_argument("--models", nargs="*", default=list(MODELS), choices=list(MODELS),
+                        help="the models to plan, of those each case runs")
+    parser.add_argument("--name", default="queueing_models", help="writes bench/results/<name>.{md,json}")
+    parser.add_argument("--time-limit", type=float, default=PlannerOptions().time_limit_s)
     args = parser.parse_args()
     scales = {r["gpus"]: r["max_scale"]
               for r in json.loads((ROOT / "bench/results/planner_scale.json").read_text())}
@@ -106,16 +112,17 @@ def main() -> None:
         cases.append(("42x on 120 GPUs", 120, 42.0, ["default", "one-replica", "per-request", "per-connection"]))
     rows = []
     for label, gpus, scale, models in cases:
-        for model in models:
-            rows.append(run(label, gpus, scale, model))
+        for model in (m for m in models if m in args.models):
+            rows.append(run(label, gpus, scale, model, args.time_limit))
             print(json.dumps(rows[-1]), flush=True)
     out = ROOT / "bench/results"
-    (out / "queueing_models.json").write_text(json.dumps(rows, indent=2))
+    (out / f"{args.name}.json").write_text(json.dumps(rows, indent=2))
     loads = ", ".join(f"{r['load_average']:.1f}" for r in rows)
-    (out / "queueing_models.md").write_text(
+    (out / f"{args.name}.md").write_text(
         f"The three examples on {GPU} pools, each model planned one after another in one process "
         f"(Python {platform.python_version()}, 2 shared cores, 1-minute load average per row: {loads}). "
-        "CPU s is the process's CPU time; HiGHS's 60 s time limit counts wall time.\n\n" + table(rows) + "\n")
+        f"CPU s is the process's CPU time; HiGHS's {args.time_limit:g} s time limit counts wall time.\n\n"
+        + table(rows) + "\n")
 
 
 if __name__ == "__main__":

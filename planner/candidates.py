@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from tessera.planner.catalog import GpuProduct
 from tessera.planner.features import Features
-from tessera.planner.latency import fits_budget, min_segment_load_rps, p99_batch_latency_ms
+from tessera.planner.latency import batch_spread, fits_budget, min_segment_load_rps, p99_batch_latency_ms
 from tessera.planner.model import SystemSpec, Task
 from tessera.planner.profiles import DEFAULT_BATCHES, Profile, ProfileSource, ProfileStore, SegmentType
 
@@ -29,6 +29,7 @@ class Candidate:
     throughput_rps: float
     source: ProfileSource
     compute_slices: int
+    latency_spread: float = 1.0  # the p99/p50 its profile's batch latency was scaled by (latency.batch_spread)
 
     @property
     def fill_demand(self) -> float:
@@ -85,7 +86,7 @@ def enumerate_candidates(
 
     `max_mps` bounds the processes per instance (each still bounded by
     memory), `max_batch` the batch a variant's server accepts, `latency_spread`
-    the p99/p50 of an estimated batch latency (latency.py).
+    the p99/p50 of an estimated batch latency whose variant's measurements do not set one (latency.py).
     """
     candidates = []
     batches = tuple(b for b in batches if max_batch is None or b <= max_batch)
@@ -105,8 +106,9 @@ def enumerate_candidates(
                     candidates.append(Candidate(
                         system=system.name, task=task.name, variant=variant_name, segment=segment,
                         batch=batch, throughput_rps=profile.throughput_rps,
-                        latency_ms=p99_batch_latency_ms(profile.latency_ms, profile.source, latency_spread),
+                        latency_ms=p99_batch_latency_ms(profile, latency_spread),
                         source=profile.source, compute_slices=mig.compute_slices,
+                        latency_spread=batch_spread(profile, latency_spread),
                     ))
     return prune_dominated(candidates)
 

@@ -102,17 +102,19 @@ def layout_is_valid(gpu: GpuProduct, counts: dict[str, int]) -> bool:
 # ---------------------------------------------------------------------------
 
 def recomputed_stage_latency_ms(config: ConfigPlan, dispersion: float) -> float:
-    """batch latency + max(batch latency, batch formation time, batch latency + p99 queueing wait); the
-    wait is ln(100) / 2 x lam D / (mu (mu - lam)) per replica, none at dispersion D = 0."""
+    """batch latency + max(batch latency, batch formation time, batch latency x (1 + the rounds the queue
+    ahead takes)); the wait is ln(100) / 2 x lam D / (mu (mu - lam)) per replica, none at dispersion D = 0,
+    and its mu x wait requests ahead go mps x batch per round."""
     lat, b, k = config.batch_latency_ms, config.batch, config.segment.mps
     if config.replicas <= 0 or (b > 1 and config.load_rps <= 0):
         return math.inf
     per_replica_rps, mu = config.load_rps / config.replicas, config.segment_throughput_rps
     waiting_ms = lat if b == 1 else max(lat, (b - 1) / (per_replica_rps / k) * 1000.0)
     if dispersion > 0 and per_replica_rps > 0:
-        queueing_ms = (math.inf if per_replica_rps >= mu else
-                       math.log(100) / 2 * per_replica_rps * dispersion / (mu * (mu - per_replica_rps)) * 1000.0)
-        waiting_ms = max(waiting_ms, lat + queueing_ms)
+        ahead = (math.inf if per_replica_rps >= mu else
+                 math.log(100) / 2 * per_replica_rps * dispersion / (mu - per_replica_rps))
+        rounds = max(0, math.floor(ahead / (k * b) - 1e-4)) if ahead < math.inf else math.inf
+        waiting_ms = max(waiting_ms, lat * (1 + rounds))
     return lat + waiting_ms
 
 
@@ -435,8 +437,14 @@ class _Checker:
             if profile is None:
                 self.fail(f"{where}: the profile store has no profile for variant {tp.variant!r}")
             else:
-                # An estimate is a median: the plan holds its p99, the spread times it.
-                spread = self.latency_spread if profile.source is ProfileSource.ESTIMATED else 1.0
+                # An estimate is a median: the plan holds its p99, the spread times it (its variant's
+                # measured spread where the store says one, else the options').
+                spread = 1.0
+                if profile.source is ProfileSource.ESTIMATED:
+                    spread = self.latency_spread if profile.spread is None else profile.spread
+                if not close(spread, config.latency_spread):
+                    self.fail(f"{where}: latency spread {config.latency_spread} differs from {spread}, the "
+                              "p99/p50 its profile's batch latency stands for")
                 if not close(profile.latency_ms * spread, config.batch_latency_ms):
                     self.fail(f"{where}: batch latency {config.batch_latency_ms} ms differs from the store's "
                               f"{profile.latency_ms} ms x {spread} (p99/p50 of an estimate)")

@@ -4,7 +4,10 @@ A task's stage is served by segments, each running `mps` server processes
 that take batches of `batch` requests. Latencies are p99 batch latencies: a
 measured or given profile states its p99; an estimate is a median (the
 estimator is calibrated on throughput-derived latencies), so it is scaled by
-the batch latency's p99/p50 spread (p99_batch_latency_ms). A request
+the batch latency's p99/p50 spread (p99_batch_latency_ms): the median of the
+variant's measured p99/p50 where its measurements recorded both, 1 where
+the estimate is corrected by (fitted to) measured p99s, else the planner's
+`latency_spread`. A request
 arriving at a process:
 
 1. waits for its batch to fill: at most (batch - 1) / (arrival rate of that
@@ -25,15 +28,26 @@ load per segment >= mps x (batch - 1) / (B - batch latency).
    heavy-traffic (diffusion) bound for a queue whose arrivals have index of
    dispersion D (variance over mean of counts: 1 for Poisson, 1 + bulk size
    for Poisson-sized bulks): W99 = ln(100) / 2 x lam D / (mu (mu - lam)) at
-   load lam on a segment of throughput mu. A request that queues still waits
-   for the batch in progress after it; its batch forms while it queues.
+   load lam on a segment of throughput mu, so Q99 = mu x W99 requests are
+   ahead of a request at the p99. A batching server does not serve them one
+   at a time: its `mps` processes take n = mps x batch requests per round,
+   each round within one batch latency, so a request with Q ahead starts
+   within the batch in progress and floor(Q / n) more rounds (exact for a
+   whole Q: it is the (Q + 1)th in line, in round ceil((Q + 1) / n)). Its
+   batch forms while it queues.
 
-So stage latency = batch latency + max(batch formation time, batch latency +
-p99 queueing wait). Beside the two conditions above, the wait gives a most
-load per segment for a budget B: lam <= A mu^2 / (ln(100) / 2 x D + A mu)
-with A = B - 2 x batch latency, the mirror of the least load; the two hold
-apart, so together they keep the stage within B. D = 0 turns the wait off
-(the model before the simulation found it optimistic).
+So stage latency = batch latency + max(batch formation time, batch latency x
+(1 + floor(Q99 / n))). Beside the two conditions above, the wait gives a
+most load per segment for a budget B: the budget holds k = floor((B - 2 x
+batch latency) / batch latency) rounds beyond the two batches, so
+Q99 < n (k + 1), a wait W99 below A = n (k + 1) / mu, which holds for
+lam <= A mu^2 / (ln(100) / 2 x D + A mu), the mirror of the least load;
+the two hold apart, so together they keep the stage within B. D = 0 turns
+the wait off (the model before the simulation found it optimistic). Before
+the rounds (issue 24), A was B - 2 x batch latency, as if the queue ahead
+drained one request at a time after the batch in progress: at 42x the
+examples' demand that planned 59 GPUs where 23-30 simulate within the SLO
+(bench/results/queueing_truth.md).
 
 5. Bulks split over replicas (`Routing`). A parent's bulk reaches the
    child's replicas, not one of them: a replica carrying the share s of the
@@ -60,7 +74,7 @@ import math
 from enum import Enum
 from functools import cache
 
-from tessera.planner.profiles import ProfileSource
+from tessera.planner.profiles import Profile, ProfileSource
 
 MS_PER_S = 1000.0
 
@@ -78,13 +92,37 @@ class Routing(str, Enum):
 
 # p99 of an exponential tail whose mean is the diffusion's mean wait: ln(100) x mean, mean = lam D / (2 mu (mu - lam)).
 P99_WAIT_FACTOR = math.log(100) / 2
+# A queue ahead of exactly n (k + 1), the most load's, counts k rounds, and so does one a solver's tolerance above it
+# (a ten-thousandth of a round): the rounds step, and a plan at its most load must not step over its budget.
+ROUND_SLACK = 1e-4
 
 
 def stage_latency_ms(batch_latency_ms: float, batch: int, mps: int, load_per_segment_rps: float,
                      throughput_rps: float = math.inf, dispersion: float = 0.0) -> float:
     """Worst-case (p99) latency of one request through a segment at the given load."""
-    queued_ms = batch_latency_ms + queueing_wait_p99_ms(load_per_segment_rps, throughput_rps, dispersion)
+    rounds = rounds_ahead(load_per_segment_rps, throughput_rps, dispersion, mps * batch)
+    queued_ms = batch_latency_ms * (1 + rounds)
     return batch_latency_ms + max(batching_delay_ms(batch_latency_ms, batch, mps, load_per_segment_rps), queued_ms)
+
+
+def rounds_ahead(load_per_segment_rps: float, throughput_rps: float, dispersion: float, round_requests: int) -> float:
+    """Rounds of batches a request waits for beyond the batch in progress, at the p99 of the queue ahead:
+    floor(Q99 / n) for Q99 = throughput x p99 wait and n = mps x batch (0 without queueing, inf past the
+    throughput)."""
+    wait_ms = queueing_wait_p99_ms(load_per_segment_rps, throughput_rps, dispersion)
+    if wait_ms <= 0 or math.isinf(wait_ms):
+        return wait_ms  # no queueing, or an overloaded segment
+    return float(max(0, math.floor(wait_ms / MS_PER_S * throughput_rps / round_requests - ROUND_SLACK)))
+
+
+def queue_allowance_s(batch_latency_ms: float, throughput_rps: float, budget_ms: float, round_requests: int) -> float:
+    """The p99 wait W99 may reach for a stage to fit its budget: n (k + 1) / mu, k the whole rounds the
+    budget holds beyond two batches (0 where two batches do not fit)."""
+    spare_ms = budget_ms - 2 * batch_latency_ms
+    if spare_ms < 0:
+        return 0.0
+    rounds = math.floor(spare_ms / batch_latency_ms * (1 + 1e-12))
+    return round_requests * (rounds + 1) / throughput_rps
 
 
 def batching_delay_ms(batch_latency_ms: float, batch: int, mps: int, load_per_segment_rps: float) -> float:
@@ -107,12 +145,13 @@ def queueing_wait_p99_ms(load_per_segment_rps: float, throughput_rps: float, dis
             / (throughput_rps * (throughput_rps - load_per_segment_rps)) * MS_PER_S)
 
 
-def max_segment_load_rps(batch_latency_ms: float, throughput_rps: float, dispersion: float, budget_ms: float) -> float:
+def max_segment_load_rps(batch_latency_ms: float, throughput_rps: float, dispersion: float, budget_ms: float,
+                         round_requests: int) -> float:
     """The most load per segment whose p99 queueing wait still fits the budget beside the batch in progress
-    and its own."""
+    and its own (in rounds of `round_requests` = mps x batch)."""
     if dispersion <= 0:
         return throughput_rps
-    allowance_s = (budget_ms - 2 * batch_latency_ms) / MS_PER_S
+    allowance_s = queue_allowance_s(batch_latency_ms, throughput_rps, budget_ms, round_requests)
     if allowance_s <= 0:
         return 0.0
     return allowance_s * throughput_rps ** 2 / (P99_WAIT_FACTOR * dispersion + allowance_s * throughput_rps)
@@ -136,7 +175,8 @@ def replica_dispersion(bulk: float, load_per_replica_rps: float, base_rps: float
 
 
 def max_replica_load_rps(batch_latency_ms: float, throughput_rps: float, budget_ms: float, bulk: float,
-                         base_rps: float, routing: Routing, connections: int = DEFAULT_CONNECTIONS) -> float:
+                         base_rps: float, routing: Routing, connections: int = DEFAULT_CONNECTIONS, *,
+                         round_requests: int) -> float:
     """The most load per replica whose p99 queueing wait fits the budget when its bulk share follows its load.
 
     The wait rises with the load and so does the share, so the loads that fit
@@ -144,10 +184,11 @@ def max_replica_load_rps(batch_latency_ms: float, throughput_rps: float, budget_
     expression its end is closed form (the quadratic of min(1, s), or the
     constant dispersion of a connection count).
     """
-    whole = max_segment_load_rps(batch_latency_ms, throughput_rps, arrival_dispersion(bulk), budget_ms)
+    whole = max_segment_load_rps(batch_latency_ms, throughput_rps, arrival_dispersion(bulk), budget_ms,
+                                 round_requests)
     if routing is Routing.ONE_REPLICA or base_rps <= 0 or bulk <= 0:
         return whole
-    allowance_s = (budget_ms - 2 * batch_latency_ms) / MS_PER_S
+    allowance_s = queue_allowance_s(batch_latency_ms, throughput_rps, budget_ms, round_requests)
     if allowance_s <= 0:
         return 0.0
     a, mu = allowance_s, throughput_rps
@@ -159,7 +200,8 @@ def max_replica_load_rps(batch_latency_ms: float, throughput_rps: float, budget_
         return root if root <= base_rps else whole
     for low, high, count in _connection_intervals(connections):
         at_count = max_segment_load_rps(batch_latency_ms, throughput_rps,
-                                        arrival_dispersion(bulk * max(1, count) / connections), budget_ms)
+                                        arrival_dispersion(bulk * max(1, count) / connections), budget_ms,
+                                        round_requests)
         if at_count < low * base_rps:
             return low * base_rps * (1 - 1e-9)  # the shares below this interval's start fitted, none in it does
         if at_count < high * base_rps:
@@ -207,17 +249,25 @@ def _connections_p99(connections: int, share: float) -> int:
     return connections
 
 
-def p99_batch_latency_ms(profile_latency_ms: float, source: ProfileSource, spread: float) -> float:
-    """The p99 a profile's batch latency stands for: estimates are medians, scaled by the p99/p50 spread."""
-    return profile_latency_ms * spread if source is ProfileSource.ESTIMATED else profile_latency_ms
+def batch_spread(profile: Profile, default_spread: float) -> float:
+    """The p99/p50 that makes a profile's batch latency a p99: 1 for a measured or given one (it states its
+    p99), an estimate's own where its variant's measurements set it, else the default."""
+    if profile.source is not ProfileSource.ESTIMATED:
+        return 1.0
+    return profile.spread if profile.spread is not None else default_spread
+
+
+def p99_batch_latency_ms(profile: Profile, default_spread: float) -> float:
+    """The p99 a profile's batch latency stands for: estimates are medians, scaled by their spread."""
+    return profile.latency_ms * batch_spread(profile, default_spread)
 
 
 def usable_load_rps(batch_latency_ms: float, throughput_rps: float, utilisation: float, dispersion: float,
-                    budget_ms: float) -> float:
+                    budget_ms: float, round_requests: int) -> float:
     """The most load per segment: its throughput at the headroom's utilisation, or less where the p99
     queueing wait must fit the budget."""
     return min(throughput_rps * utilisation,
-               max_segment_load_rps(batch_latency_ms, throughput_rps, dispersion, budget_ms))
+               max_segment_load_rps(batch_latency_ms, throughput_rps, dispersion, budget_ms, round_requests))
 
 
 def arrival_dispersion(bulk: float) -> float:

@@ -52,8 +52,9 @@ class MeasuredRow:
     variant: str
     segment: SegmentType
     batch: int
-    latency_ms: float
+    latency_ms: float  # the p99 where the measurement has percentiles
     throughput_rps: float
+    p50_ms: float | None = None  # the median, where the measurement recorded one (ParvaGPU's did not)
 
 
 def mig_profile_for_slices(gpu: GpuProduct, compute_slices: int) -> MigProfile:
@@ -94,6 +95,7 @@ def add_rows(store: ProfileStore, rows: list[MeasuredRow]) -> ProfileStore:
     for row in rows:
         store.add(row.variant, row.segment, row.batch, Profile(
             latency_ms=row.latency_ms, throughput_rps=row.throughput_rps, source=ProfileSource.MEASURED,
+            p50_ms=row.p50_ms,
         ))
     return store
 
@@ -200,7 +202,8 @@ def measured_rows_of(rows: list[ProfileRow]) -> list[MeasuredRow]:
     """The table's rows in the store's units (p99 latency); rows of one key: the last one counts."""
     return [MeasuredRow(variant=row.variant, segment=SegmentType(gpu=row.gpu,
                                                                   mig_profile=row.mig_profile, mps=row.mps),
-                        batch=row.batch, latency_ms=row.p99_ms, throughput_rps=row.throughput_rps) for row in rows]
+                        batch=row.batch, latency_ms=row.p99_ms, throughput_rps=row.throughput_rps,
+                        p50_ms=row.p50_ms) for row in rows]
 
 
 def load_measured(path: str | Path, store: ProfileStore | None = None) -> ProfileStore:

@@ -171,10 +171,11 @@ def most_load_rps(data: MilpInput, c: Candidate, budget_ms: float, dispersion: f
     """Per instance: the usable throughput, or less where the p99 queueing wait must fit the budget; with a
     base (the task's least demand), a replica sees only its share of the bulk (1 + bulk = dispersion)."""
     if base_rps <= 0 or dispersion <= 1:
-        return usable_load_rps(c.latency_ms, c.throughput_rps, data.utilisation, dispersion, budget_ms)
+        return usable_load_rps(c.latency_ms, c.throughput_rps, data.utilisation, dispersion, budget_ms,
+                               c.segment.mps * c.batch)
     return min(c.throughput_rps * data.utilisation,
                max_replica_load_rps(c.latency_ms, c.throughput_rps, budget_ms, dispersion - 1, base_rps,
-                                    data.routing, data.connections))
+                                    data.routing, data.connections, round_requests=c.segment.mps * c.batch))
 
 
 def share_bases(data: MilpInput) -> dict[TaskKey, float]:

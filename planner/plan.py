@@ -20,6 +20,9 @@ class ConfigPlan(BaseModel):
     load_rps: float = Field(description="Requests/s routed to this configuration, all replicas together.")
     stage_latency_ms: float = Field(description="Predicted worst-case latency through this configuration.")
     source: ProfileSource
+    latency_spread: float = Field(default=1.0, description="The p99/p50 its profile's batch latency was scaled by: "
+                                  "1 for measured and given profiles, an estimate's measured spread or the "
+                                  "plan's latency_spread.")
 
 
 class TaskPlan(BaseModel):
@@ -126,7 +129,8 @@ class Plan(BaseModel):
     features: str
     headroom: float
     queueing: bool = Field(default=False, description="Whether stage latencies count the p99 queueing wait.")
-    latency_spread: float = Field(default=1.0, description="p99/p50 of an estimated profile's batch latency.")
+    latency_spread: float = Field(default=1.0, description="p99/p50 of an estimated profile's batch latency where "
+                                  "its variant's measurements do not say it.")
     routing: Routing = Field(
         default=Routing.ONE_REPLICA,
         description="How requests reach a task's replicas, as the queueing wait assumes: one-replica (any replica "

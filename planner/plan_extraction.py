@@ -98,7 +98,7 @@ def _task_plan(milp: CompoundMilp, system: SystemSpec, task: str, parents: dict[
             stage_latency_ms=stage_latency_ms(c.latency_ms, c.batch, c.segment.mps, load / replicas,
                                               c.throughput_rps,
                                               _replica_dispersion(dispersion, load / replicas, base, data)),
-            source=c.source,
+            source=c.source, latency_spread=c.latency_spread,
         ))
     return TaskPlan(
         system=system.name, task=task, variant=variant,

@@ -7,7 +7,11 @@ batch, where the segment's memory holds the processes
 system's spec (source GIVEN); and measured ones (source MEASURED) on this GPU
 for the same batches and MPS degrees. A variant measured on this GPU (at
 least `correction.MIN_POINTS` points) gets its estimates from the estimator
-corrected by those measurements (planner/correction.py), still ESTIMATED (ParvaGPU also measured 5 processes and
+corrected by those measurements (planner/correction.py), still ESTIMATED but
+already a p99 (the measurements it is fitted to are); one with fewer
+measurements that recorded a median has its estimates scaled to a p99 by
+their median p99/p50 (`Profile.spread`), the others by the planner's
+`latency_spread` (ParvaGPU also measured 5 processes and
 batches up to 256: those rows stay out unless `batches` asks for them). Where
 several sources cover one (variant, segment type, batch), the store keeps the
 most trusted: measured, then given, then estimated.
@@ -23,7 +27,8 @@ from tessera.planner.correction import MIN_POINTS, MeasuredPoint, correct
 from tessera.planner.estimator import Coefficients, calibrated, estimate
 from tessera.planner.input_files import InputError, quote
 from tessera.planner.model import SystemSpec, Variant
-from tessera.planner.profiles import DEFAULT_BATCHES, Profile, ProfileSource, ProfileStore, SegmentType
+from tessera.planner.profiles import (DEFAULT_BATCHES, Profile, ProfileSource, ProfileStore, SegmentType,
+                                      measured_spread)
 
 
 def build_profile_store(systems: list[SystemSpec], gpu: str, measured: ProfileStore | None = None,
@@ -81,10 +86,19 @@ def build_profile_store(systems: list[SystemSpec], gpu: str, measured: ProfileSt
 
 def estimator_for(variant: Variant, product: GpuProduct, measured: ProfileStore | None,
                   coefficients: Coefficients) -> Callable[[str, int, int], Profile]:
-    """(MIG profile, MPS, batch) -> estimated profile: corrected by the variant's measurements where it has them."""
-    points = [MeasuredPoint(segment, batch, profile.latency_ms)
-              for segment, batch, profile in (measured.for_variant(variant.name) if measured else ())
-              if segment.gpu == product.name and profile.source is ProfileSource.MEASURED]
+    """(MIG profile, MPS, batch) -> estimated profile: corrected by the variant's measurements where it has them.
+
+    The spread that makes an estimate a p99 (latency.batch_spread): 1 for a
+    corrected estimate, which is fitted to measured p99s; else the median
+    p99/p50 of the variant's measurements on this GPU where they recorded
+    both; else none (the planner's default)."""
+    profiles = [(segment, batch, profile)
+                for segment, batch, profile in (measured.for_variant(variant.name) if measured else ())
+                if segment.gpu == product.name and profile.source is ProfileSource.MEASURED]
+    points = [MeasuredPoint(segment, batch, profile.latency_ms) for segment, batch, profile in profiles]
     if len(points) >= MIN_POINTS:
-        return correct(variant, product, points).estimate
-    return lambda mig, mps, batch: estimate(variant, product, product.profile(mig), mps, batch, coefficients)
+        corrected = correct(variant, product, points).estimate
+        return lambda mig, mps, batch: corrected(mig, mps, batch).model_copy(update={"spread": 1.0})
+    spread = measured_spread(profile for _, _, profile in profiles)
+    return lambda mig, mps, batch: estimate(variant, product, product.profile(mig), mps, batch,
+                                            coefficients).model_copy(update={"spread": spread})

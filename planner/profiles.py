@@ -45,6 +45,23 @@ class Profile(BaseModel):
     latency_ms: float = Field(gt=0, description="Latency of one batch of one process.")
     throughput_rps: float = Field(gt=0, description="Requests/s of the whole segment.")
     source: ProfileSource
+    p50_ms: float | None = Field(default=None, gt=0, description="A measurement's median batch latency, where it "
+                                                                 "recorded one (latency_ms is its p99).")
+    spread: float | None = Field(default=None, ge=1, description="An estimate's p99/p50, where the variant's "
+                                                                 "measurements say it; None: the planner's default.")
+
+
+def measured_spread(profiles: Iterable[Profile]) -> float | None:
+    """The median p99/p50 of the measured batch latencies that recorded both (None without any).
+
+    The median, not the largest: one noisy configuration should not scale
+    every estimate of the variant."""
+    ratios = sorted(p.latency_ms / p.p50_ms for p in profiles
+                    if p.source is ProfileSource.MEASURED and p.p50_ms is not None)
+    if not ratios:
+        return None
+    middle = len(ratios) // 2
+    return max(1.0, ratios[middle] if len(ratios) % 2 else (ratios[middle - 1] + ratios[middle]) / 2)
 
 
 ProfileKey = tuple[str, SegmentType, int]

@@ -179,13 +179,15 @@ def _resize_task(task: TaskPlan, replicas: list[int], demand_rps: float, headroo
 def _most_load(task: TaskPlan, config: ConfigPlan, headroom: float, routing: Routing, connections: int) -> float:
     """Per replica: the usable throughput, or less where the p99 queueing wait must fit the task's budget
     (with the replica's share of the bulk where the plan splits bulks)."""
+    round_requests = config.segment.mps * config.batch
     usable = usable_load_rps(config.batch_latency_ms, config.segment_throughput_rps, 1 / (1 + headroom),
-                             task.arrival_dispersion, task.budget_ms)
+                             task.arrival_dispersion, task.budget_ms, round_requests)
     if task.share_base_rps <= 0 or task.arrival_dispersion <= 1:
         return usable
     return min(config.segment_throughput_rps / (1 + headroom),
                max_replica_load_rps(config.batch_latency_ms, config.segment_throughput_rps, task.budget_ms,
-                                    task.arrival_dispersion - 1, task.share_base_rps, routing, connections))
+                                    task.arrival_dispersion - 1, task.share_base_rps, routing, connections,
+                                    round_requests=round_requests))
 
 
 def _replica_dispersion(task: TaskPlan, load_per_replica_rps: float, routing: Routing, connections: int) -> float:

@@ -94,8 +94,10 @@ class PlannerOptions(BaseModel):
     time_limit_s: float = Field(default=60, gt=0, description="Wall-clock budget of all solves of one plan.")
     latency_spread: float = Field(
         default=1.0, ge=1, le=10,
-        description="p99/p50 of a batch's latency, applied to estimated profiles (medians); measured and given "
-                    "profiles state their p99. 1 takes an estimate as its p99: estimates say nothing of spread.")
+        description="p99/p50 of a batch's latency, applied to estimated profiles (medians) whose variant's "
+                    "measurements do not say it (their median p99/p50; 1 for estimates fitted to measured p99s); "
+                    "measured and given profiles state their p99. 1 takes an estimate as its p99: no measurement "
+                    "of the examples' variants records a median.")
     queueing: bool = Field(
         default=False,
         description="Count each segment's p99 queueing wait, with fan-out bulks, in the stage latency "

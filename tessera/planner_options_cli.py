@@ -70,8 +70,9 @@ def planner_options(time_limit_flag: str = "--time-limit") -> Callable[[Any], An
                      default=DEFAULTS.exact_up_to_gpus, show_default=True,
                      help="Pools of at most this many GPUs ignore --tier-ratio and --busy-instances (exact)."),
         click.option("--latency-spread", type=FiniteFloat(1, MAX_LATENCY_SPREAD), default=DEFAULTS.latency_spread,
-                     show_default=True, help="p99/p50 of an estimated profile's batch latency (estimates are "
-                                             "medians; measured and given profiles state their p99)."),
+                     show_default=True, help="p99/p50 of an estimated profile's batch latency where the "
+                                             "variant's measurements do not say it (estimates are medians; "
+                                             "measured and given profiles state their p99)."),
         click.option("--queueing/--no-queueing", default=DEFAULTS.queueing, show_default=True,
                      help="Count each segment's p99 queueing wait, with fan-out bulks, in stage latency "
                           "(a p99 bound under load; over-provisions at scale, see docs/planner.md)."),

@@ -70,6 +70,10 @@ def _ranges(indices: list[int]) -> str:
 def latency_model(plan: Plan) -> str:
     """Which latency model the plan's latencies come from, in words (docs/planner.md)."""
     spread = f"estimates x {plan.latency_spread:g} as p99"
+    measured = sorted({round(c.latency_spread, 3) for t in plan.tasks for c in t.configs
+                       if c.source.value == "estimated" and abs(c.latency_spread - plan.latency_spread) > 1e-9})
+    if measured:
+        spread += f", x their variant's measured p99/p50 where it has one ({', '.join(f'{s:g}' for s in measured)})"
     if not plan.queueing:
         return f"batching only, no queueing wait (optimistic under load); {spread}"
     if plan.routing.value == "one-replica":
@@ -80,7 +84,7 @@ def latency_model(plan: Plan) -> str:
         routing = f"bulks split over a Service's {plan.connections} pinned connections (p99 share)"
     split = any(t.share_base_rps > 0 for t in plan.tasks)
     note = "" if split or plan.routing.value == "one-replica" else " (not all demand served: whole bulks)"
-    return f"p99 queueing wait, {routing}{note}; {spread}"
+    return f"p99 queueing wait in rounds of batches, {routing}{note}; {spread}"
 
 
 def summary_table(plan: Plan) -> Table:

@@ -563,7 +563,8 @@ def measured_rows(entries: list[StoredResult], gpu: str, images: dict[str, str])
             continue
         segment = SegmentType(gpu=gpu, mig_profile=target.mig_profile, mps=target.mps)
         rows += [MeasuredRow(target.variant, segment, point.batch, Profile(
-            latency_ms=point.p99_ms, throughput_rps=point.throughput_rps, source=ProfileSource.MEASURED))
+            latency_ms=point.p99_ms, throughput_rps=point.throughput_rps, source=ProfileSource.MEASURED,
+            p50_ms=point.p50_ms))
             for point in result.points]
     return sorted(rows, key=lambda r: (r.variant, r.segment.mig_profile, r.segment.mps, r.batch))
 

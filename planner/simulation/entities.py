@@ -101,7 +101,7 @@ def build_deployment(plan: Plan, systems: list[SystemSpec], store: ProfileStore 
     for task_plan in plan.tasks:
         first = len(rows)
         for config in task_plan.configs:
-            rows += [(config, _latency_curve(task_plan, config, store, largest_batch, plan.latency_spread))] * config.replicas
+            rows += [(config, _latency_curve(task_plan, config, store, largest_batch))] * config.replicas
         if len(rows) == first:
             continue  # the plan serves none of this system: it is left out (see `unserved_systems`)
         shares = np.array([c.load_rps / c.replicas for c, _ in rows[first:]], dtype=float)
@@ -125,11 +125,10 @@ def build_deployment(plan: Plan, systems: list[SystemSpec], store: ProfileStore 
     )
 
 
-def _latency_curve(task_plan: TaskPlan, config: ConfigPlan, store: ProfileStore | None, width: int,
-                   spread: float) -> np.ndarray:
+def _latency_curve(task_plan: TaskPlan, config: ConfigPlan, store: ProfileStore | None, width: int) -> np.ndarray:
     """Median batch latency (s) for n = 0..width requests; NaN beyond the planned batch."""
-    # The plan holds p99 batch latencies; an estimate's median is the p99 over the plan's spread.
-    known = {config.batch: config.batch_latency_ms / latency.p99_batch_latency_ms(1.0, config.source, spread)}
+    # The plan holds p99 batch latencies; an estimate's median is the p99 over the spread it was scaled by.
+    known = {config.batch: config.batch_latency_ms / config.latency_spread}
     if store is not None:
         for batch in range(1, config.batch):
             profile = store.get(task_plan.variant, config.segment, batch)

@@ -16,7 +16,9 @@ Semantics
       r_c x k x (b - 1) x 1000 / (B - lat)  <=  x_c  <=  r_c x min(thr / (1 + headroom), Q)
   (the lower bound only for b > 1), and the loads add up to the demand; lat
   is the p99 batch latency (an estimate's times the spread); with queueing,
-  Q = A thr^2 / (ln(100) / 2 x D + A thr), A = (B - 2 lat) / 1000, is the most
+  Q = A thr^2 / (ln(100) / 2 x D + A thr), A = k b (floor((B - 2 lat) / lat) + 1) / thr
+  (the requests ahead go k b per round, and the budget holds that many whole
+  rounds beside two batches, plus the batch in progress), is the most
   load whose p99 queueing wait fits the budget, with D = 1 + the largest
   bulk a parent hands over at once (the edge's largest factor over the
   parent's allowed variants x the parent's largest batch), 1 at a source;
@@ -232,10 +234,13 @@ def least_demand(system: SystemSpec, task: str, allowed: dict[str, list[str]]) -
                for e in parents)
 
 
-def split_most_load(lat: float, thr: float, budget: float, bulk: float, base: float, queueing: _Queueing) -> float:
-    """The largest load per replica whose p99 wait, with its share of the bulk, fits beside two batches
-    (the wait only grows with the load, so bisection finds the end of the loads that fit)."""
-    allowance_s = (budget - 2 * lat) / 1000.0
+def split_most_load(lat: float, thr: float, budget: float, bulk: float, base: float, queueing: _Queueing,
+                    round_requests: int) -> float:
+    """The largest load per replica whose p99 wait, with its share of the bulk, fits beside two batches:
+    the thr x wait requests ahead go `round_requests` per round, and the budget holds the whole rounds
+    that fit beside two batches and one more (the wait only grows with the load, so bisection finds the
+    end of the loads that fit)."""
+    allowance_s = round_requests * (math.floor((budget - 2 * lat) / lat + 1e-12) + 1) / thr
 
     def fits(load: float) -> bool:
         share = replica_bulk_share(load / base, queueing.routing, queueing.connections)
@@ -494,12 +499,13 @@ def _task_table(system, task_name, variant_name, budget, gpu: GpuProduct, fits, 
                 found = store.get(variant_name, segment, b)
                 if found is None:
                     continue
-                lat = p99_batch_latency_ms(found.latency_ms, found.source, queueing.latency_spread)
+                lat = p99_batch_latency_ms(found, queueing.latency_spread)
                 thr = found.throughput_rps
                 if 2 * lat > budget:
                     continue
-                wait_bound = (split_most_load(lat, thr, budget, dispersion - 1, base, queueing)
-                              if base > 0 and dispersion > 1 else max_segment_load_rps(lat, thr, dispersion, budget))
+                wait_bound = (split_most_load(lat, thr, budget, dispersion - 1, base, queueing, k * b)
+                              if base > 0 and dispersion > 1
+                              else max_segment_load_rps(lat, thr, dispersion, budget, k * b))
                 high = min(thr / (1 + headroom), wait_bound)
                 low = k * (b - 1) * 1000.0 / (budget - lat) if b > 1 else 0.0
                 if low > high:
@@ -587,7 +593,7 @@ def witness_plan(systems: list[SystemSpec], pool: Pool, features: Features, head
                         option.latency_ms, option.batch, option.segment.mps, load / replicas, figures.throughput_rps,
                         replica_dispersion(dispersion - 1, load / replicas, share_base, routing, connections)
                         if dispersion > 1 else dispersion),
-                    source=figures.source,
+                    source=figures.source, latency_spread=option.latency_ms / figures.latency_ms,
                 ))
                 needed += [(system.name, task.name, index, option.segment.mig_profile)] * replicas
             stage_of[task.name] = max((c.stage_latency_ms for c in configs), default=0.0)

@@ -319,6 +319,10 @@ def test_profile_figures_match_store():
     assert_names(check(plan), "no profile")
 
 
+def test_a_configuration_states_the_spread_its_batch_latency_was_scaled_by():
+    assert_names(check(update_config(valid_plan(), 0, 0, latency_spread=1.2)), "latency spread 1.2 differs from 1.0")
+
+
 def test_whole_gpus_only_without_spatial_partitioning():
     plan = valid_plan().model_copy(update={"features": "A+T"})
     errors = check(plan, features=Features(spatial_partitioning=False))

@@ -4,10 +4,11 @@ import math
 
 import pytest
 
-from tessera.planner.latency import (Routing, arrival_dispersion, bulk_share, fits_budget, max_replica_load_rps,
+from tessera.planner.latency import (Routing, arrival_dispersion, batch_spread, bulk_share, fits_budget,
+                                     max_replica_load_rps,
                                      max_segment_load_rps, min_segment_load_rps, p99_batch_latency_ms,
-                                     queueing_wait_p99_ms, replica_dispersion, stage_latency_ms)
-from tessera.planner.profiles import ProfileSource
+                                     queueing_wait_p99_ms, replica_dispersion, rounds_ahead, stage_latency_ms)
+from tessera.planner.profiles import Profile, ProfileSource, measured_spread
 
 
 def test_batch_one_takes_twice_the_batch_latency_at_any_load():
@@ -72,10 +73,24 @@ def test_dispersion_zero_or_no_load_means_no_wait():
     assert queueing_wait_p99_ms(0, 100, dispersion=5) == 0
 
 
-def test_a_queued_request_waits_for_the_queue_and_the_batch_in_progress_then_its_own():
-    # batch 1, 10 ms, 100 rps: at 50 rps the p99 wait is 23 ms.
-    assert stage_latency_ms(10, 1, 1, 50, throughput_rps=100, dispersion=1) == pytest.approx(10 + 10 + 23.03,
-                                                                                          abs=0.01)
+def test_a_queued_request_waits_for_the_batch_in_progress_and_the_whole_rounds_ahead_then_its_own():
+    # batch 1, 10 ms, 100 rps: at 50 rps the p99 wait is 23 ms, 2.3 requests ahead: two more rounds.
+    assert rounds_ahead(50, 100, dispersion=1, round_requests=1) == 2
+    assert stage_latency_ms(10, 1, 1, 50, throughput_rps=100, dispersion=1) == pytest.approx(10 + 10 + 2 * 10)
+
+
+def test_a_batching_server_takes_mps_x_batch_requests_a_round_so_less_than_a_round_ahead_adds_no_wait():
+    # batch 2 on 3 processes, 80 ms, 75 rps: 2.3 requests ahead at 50 rps ride in the next round.
+    assert rounds_ahead(50, 75, dispersion=1, round_requests=6) == 0
+    assert stage_latency_ms(80, 2, 3, 50, throughput_rps=75, dispersion=1) == pytest.approx(160)
+
+
+def test_the_most_load_lets_the_queue_ahead_reach_the_rounds_the_budget_holds():
+    # 175 ms hold two 80 ms batches and no more round: below 6 requests ahead, 2.3026 lam = 6 (75 - lam).
+    most = max_segment_load_rps(80, 75, 1, budget_ms=175, round_requests=6)
+    assert most == pytest.approx(450 / (6 + math.log(100) / 2))
+    assert stage_latency_ms(80, 2, 3, most, 75, 1) == pytest.approx(160)
+    assert stage_latency_ms(80, 2, 3, most * 1.01, 75, 1) == pytest.approx(240)
 
 
 def test_batch_formation_overlaps_the_queueing_wait():
@@ -86,16 +101,19 @@ def test_batch_formation_overlaps_the_queueing_wait():
 
 
 @pytest.mark.parametrize("dispersion", [1, 3, 18.8])
-def test_at_the_most_load_the_wait_fills_the_budget_after_two_batches(dispersion):
-    most = max_segment_load_rps(10, 400, dispersion, budget_ms=60)
+def test_at_the_most_load_the_rounds_ahead_fill_the_budget_after_two_batches(dispersion):
+    # batch 4, 10 ms, 400 rps: 60 ms hold four rounds beside two batches, so up to 20 requests ahead.
+    most = max_segment_load_rps(10, 400, dispersion, budget_ms=60, round_requests=4)
     assert 0 < most < 400
-    assert 20 + queueing_wait_p99_ms(most, 400, dispersion) == pytest.approx(60)
-    assert stage_latency_ms(10, 1, 1, most, 400, dispersion) == pytest.approx(60)
+    assert queueing_wait_p99_ms(most, 400, dispersion) / 1000 * 400 == pytest.approx(20)
+    assert stage_latency_ms(10, 4, 1, most, 400, dispersion) == pytest.approx(60)
+    assert stage_latency_ms(10, 4, 1, most * 1.001, 400, dispersion) > 60
 
 
-def test_the_most_load_is_zero_without_slack_and_the_throughput_without_queueing():
-    assert max_segment_load_rps(10, 400, 1, budget_ms=20) == 0
-    assert max_segment_load_rps(10, 400, 0, budget_ms=60) == 400
+def test_the_most_load_is_zero_without_room_for_two_batches_and_the_throughput_without_queueing():
+    assert max_segment_load_rps(10, 400, 1, budget_ms=19.9, round_requests=4) == 0
+    assert max_segment_load_rps(10, 400, 1, budget_ms=20, round_requests=4) > 0  # less than a round ahead fits
+    assert max_segment_load_rps(10, 400, 0, budget_ms=60, round_requests=4) == 400
 
 
 def test_poisson_bulks_of_mean_m_have_dispersion_one_plus_m():
@@ -104,9 +122,24 @@ def test_poisson_bulks_of_mean_m_have_dispersion_one_plus_m():
 
 
 def test_only_estimates_are_scaled_to_their_p99():
-    assert p99_batch_latency_ms(10, ProfileSource.ESTIMATED, 1.3) == pytest.approx(13)
-    assert p99_batch_latency_ms(10, ProfileSource.MEASURED, 1.3) == 10
-    assert p99_batch_latency_ms(10, ProfileSource.GIVEN, 1.3) == 10
+    assert p99_batch_latency_ms(Profile(latency_ms=10, throughput_rps=1, source=ProfileSource.ESTIMATED),
+                                1.3) == pytest.approx(13)
+    assert p99_batch_latency_ms(Profile(latency_ms=10, throughput_rps=1, source=ProfileSource.MEASURED), 1.3) == 10
+    assert p99_batch_latency_ms(Profile(latency_ms=10, throughput_rps=1, source=ProfileSource.GIVEN), 1.3) == 10
+
+
+def test_an_estimate_with_its_variants_measured_spread_is_scaled_by_that_not_the_default():
+    estimate = Profile(latency_ms=10, throughput_rps=1, source=ProfileSource.ESTIMATED, spread=1.12)
+    assert batch_spread(estimate, 1.3) == 1.12
+    assert p99_batch_latency_ms(estimate, 1.3) == pytest.approx(11.2)
+
+
+def test_the_measured_spread_is_the_median_p99_over_p50_of_the_measurements_that_recorded_both():
+    def measured(p99, p50=None):
+        return Profile(latency_ms=p99, throughput_rps=1, source=ProfileSource.MEASURED, p50_ms=p50)
+    assert measured_spread([measured(11, 10), measured(30, 20), measured(12, 10), measured(50)]) == pytest.approx(1.2)
+    assert measured_spread([measured(50), Profile(latency_ms=9, throughput_rps=1, source=ProfileSource.ESTIMATED,
+                                                  p50_ms=3)]) is None
 
 
 def test_per_request_routing_hands_a_replica_its_share_of_each_bulk():
@@ -131,12 +164,13 @@ def test_one_replica_routing_and_no_share_base_keep_the_whole_bulk():
 @pytest.mark.parametrize("routing", list(Routing))
 @pytest.mark.parametrize("base", [50.0, 500.0, 5000.0])
 def test_at_the_most_replica_load_the_wait_with_its_bulk_share_fills_the_budget(routing, base):
-    most = max_replica_load_rps(2.0, 500.0, 70.0, bulk=20.0, base_rps=base, routing=routing)
+    most = max_replica_load_rps(2.0, 500.0, 70.0, bulk=20.0, base_rps=base, routing=routing, round_requests=1)
     def stage(load):
         return stage_latency_ms(2.0, 1, 1, load, 500.0, replica_dispersion(20.0, load, base, routing))
     assert stage(most) <= 70.0 * (1 + 1e-9)
-    assert stage(most * (1 + 1e-6)) > 70.0
+    assert stage(most * (1 + 1e-3)) > 70.0
     # a split never carries less than the whole bulk, nor per request less than per connection
-    assert most >= max_segment_load_rps(2.0, 500.0, 21.0, 70.0) * (1 - 1e-12)
+    assert most >= max_segment_load_rps(2.0, 500.0, 21.0, 70.0, round_requests=1) * (1 - 1e-12)
     if routing is Routing.PER_REQUEST:
-        assert most >= max_replica_load_rps(2.0, 500.0, 70.0, 20.0, base, Routing.PER_CONNECTION) * (1 - 1e-12)
+        assert most >= max_replica_load_rps(2.0, 500.0, 70.0, 20.0, base, Routing.PER_CONNECTION,
+                                            round_requests=1) * (1 - 1e-12)

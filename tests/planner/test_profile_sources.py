@@ -1,10 +1,11 @@
 import pytest
 
 from tessera.planner.catalog import gpu_product
-from tessera.planner.measured import add_rows, load_parvagpu_dir, read_parvagpu_dir
-from tessera.planner.model import ProfilePoint, Slo, SystemSpec, Task, Variant
+from tessera.planner.measured import MeasuredRow, add_rows, load_parvagpu_dir, read_parvagpu_dir
+from tessera.planner.model import Pool, ProfilePoint, Slo, SystemSpec, Task, Variant
 from tessera.planner.profile_sources import build_profile_store
 from tessera.planner.profiles import DEFAULT_BATCHES, ProfileSource, ProfileStore, SegmentType
+from tessera.planner.solve import PlannerOptions, plan
 
 
 def system(*variants: Variant, profiles=(), name="shop") -> SystemSpec:
@@ -99,3 +100,47 @@ def test_a_measured_variant_gets_corrected_estimates_on_the_segments_it_was_not_
     profile = corrected.get("resnet50", held_out[0].segment, held_out[0].batch)
     assert profile.source is ProfileSource.ESTIMATED  # closer, still an estimate
     assert median_error(corrected) < 0.75 * median_error(plain)
+
+
+def profiler_rows(p99_over_p50: float, mig_profiles=("1g.10gb",)) -> list[MeasuredRow]:
+    """What the profiler Job records of resnet50: both percentiles of each batch."""
+    return [MeasuredRow("resnet50", SegmentType(gpu="A100-80GB", mig_profile=mig, mps=1), batch,
+                        latency_ms=p99_over_p50 * (5 + batch), throughput_rps=1000 * batch / (5 + batch),
+                        p50_ms=5 + batch) for mig in mig_profiles for batch in (1, 2)]
+
+
+def test_estimates_of_a_variant_take_the_p99_over_p50_its_measurements_recorded():
+    store = build_profile_store([system(RESNET50)], "A100-80GB", measured=add_rows(ProfileStore(), profiler_rows(1.15)))
+    estimate = store.get("resnet50", SegmentType(gpu="A100-80GB", mig_profile="7g.80gb", mps=1), 4)
+    assert estimate.source is ProfileSource.ESTIMATED
+    assert estimate.spread == pytest.approx(1.15)
+
+
+def test_estimates_of_an_unmeasured_variant_leave_the_spread_to_the_planners_default():
+    store = build_profile_store([system(RESNET50)], "A100-80GB")
+    assert all(p.spread is None for _, _, p in store.for_variant("resnet50"))
+
+
+def test_estimates_corrected_by_measured_p99s_are_p99s_already(measurements):
+    rows = [r for r in read_parvagpu_dir(measurements) if r.variant == "resnet50"]
+    corrected = build_profile_store([system(RESNET50)], "A100-80GB", measured=add_rows(ProfileStore(), rows[:40]))
+    estimates = [p for _, _, p in corrected.for_variant("resnet50") if p.source is ProfileSource.ESTIMATED]
+    assert estimates and all(p.spread == 1.0 for p in estimates)
+
+
+def test_parvagpus_measurements_record_no_median_so_they_set_no_spread(measurements):
+    assert all(r.p50_ms is None for r in read_parvagpu_dir(measurements))
+
+
+def test_a_plan_scales_each_estimate_by_its_variants_measured_spread_and_says_so():
+    measured = add_rows(ProfileStore(), profiler_rows(1.15))
+    systems = [system(RESNET50)]
+    store = build_profile_store(systems, "A100-80GB", measured=measured)
+    result = plan(systems, Pool(gpu="A100-80GB", gpus=1), store, options=PlannerOptions(time_limit_s=20))
+    configs = [c for t in result.tasks for c in t.configs]
+    assert any(c.source is ProfileSource.ESTIMATED for c in configs)
+    for config in configs:
+        profile = store.get("resnet50", config.segment, config.batch)
+        expected = 1.15 if profile.source is ProfileSource.ESTIMATED else 1.0
+        assert config.latency_spread == pytest.approx(expected)
+        assert config.batch_latency_ms == pytest.approx(profile.latency_ms * expected)
