@@ -19,15 +19,15 @@ from tessera.operator.api.adapter_pools import AdapterPoolObject
 from tessera.operator.gpus.discovery import Pool
 from tessera.operator.reconcile.act import Actor
 from tessera.operator.reconcile.actions import Json, LoadAdapter
-from tessera.operator.reconcile.adapter_loading import (Listed, Placed, Retry, ServerKey, decide_loads,
-                                                        decide_readiness, held_copies, loading_requeue, placed_adapters, pod_name,
-                                                        record_failures, server_loads, server_of, serving,
-                                                        server_url)
+from tessera.operator.reconcile.adapter_loading import (LOAD_RETRY_S, Listed, Placed, Retry, ServerKey, decide_loads,
+                                                        decide_readiness, decide_unloads, held_copies, loading_requeue,
+                                                        placed_adapters, pod_name, record_failures, server_loads,
+                                                        server_of, server_url, serving, unplaced_listed)
 from tessera.operator.reconcile.adapter_pool_decide import (PoolServers, ServerLoad, Slot, choose_slots,
                                                             compound_gpus, decide_pool_status, decide_servers,
                                                             owned_by, placed_compound_gpus, planned_servers,
                                                             placing_order, pool_status, server_slots, within)
-from tessera.operator.reconcile.adapter_routes import decide_inference_pools, decide_routes
+from tessera.operator.reconcile.adapter_routes import decide_inference_pools, decide_routes, routed_pods
 from tessera.operator.reconcile.decide import PoolOutcome
 from tessera.operator.reconcile.snapshot import Snapshot
 from tessera.operator.settings import OperatorSettings
@@ -117,20 +117,32 @@ class AdapterPools:
             self.write_status(pool.servers.pool, *pool_status(pool.servers.pool, pool.servers, pool.planned,
                                                               pool.live, loading.servers))
 
-    def keep_loaded(self, decided: list[PoolServers], pods: list[Json]) -> Loading:
-        """Load what the pods' servers do not list (but failed adapters still waiting for their next try), record
-        the failed loads, then set each pod's readiness gate from what its server lists after the loads."""
+    def keep_loaded(self, decided: list[PoolServers], pods: list[Json], slices: list[Json]) -> Loading:
+        """Unload what the pods' servers list but is no longer placed on them (once its route, `slices` as read, no
+        longer lists the pod); load what they do not list (but failed adapters still waiting for their next try),
+        record the failed loads, then set each pod's readiness gate from what its server lists after the loads."""
         retry = Retry(self.settings.adapter_load_failures, self.settings.adapter_load_backoff_max_s, time.time())
         placed = placed_adapters(decided)
         pods = [pod for pod in pods if serving(pod) and server_of(pod) in placed]
         listed = self.list_servers(pods)
+        unloads_left = self.unload_unplaced(pods, placed, listed, routed_pods(slices))
         errors = self.load_missing(pods, placed, listed, retry)
         listed.update(self.list_servers([pod for pod in pods if pod_name(pod) in errors]))
         records = record_failures(pods, placed, errors, listed, retry)
         held = held_copies(pods, placed, listed, errors)
         self.actor.apply(decide_readiness(pods, placed, listed, st.now_rfc3339(), records, retry, held))
-        return Loading(loading_requeue(pods, placed, listed, records, retry),
-                       server_loads(pods, placed, listed, records, retry), held)
+        requeue = [w for w in (loading_requeue(pods, placed, listed, records, retry),
+                               LOAD_RETRY_S if unloads_left else None) if w is not None]
+        return Loading(min(requeue, default=None), server_loads(pods, placed, listed, records, retry), held)
+
+    def unload_unplaced(self, pods: list[Json], placed: Placed, listed: Mapping[str, Listed],
+                        routed: set[tuple[str, str]]) -> int:
+        """The unloads decided, `at_once` at a time; how many unplaced adapters stay listed (waiting for their route
+        to leave the pod, or refused), to be looked at again after LOAD_RETRY_S."""
+        unloads = decide_unloads(pods, placed, listed, routed)
+        with ThreadPoolExecutor(self.at_once) as workers:
+            done = sum(1 for error in workers.map(self.actor.unload, unloads) if error is None)
+        return len(unplaced_listed(pods, placed, listed)) - done
 
     def load_missing(self, pods: list[Json], placed: Placed, listed: Mapping[str, Listed],
                      retry: Retry) -> dict[str, dict[str, str | None]]:

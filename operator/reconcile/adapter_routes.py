@@ -163,6 +163,13 @@ def holders(pods: Iterable[Json], placed: Placed, held: Held) -> dict[tuple[str,
     return found
 
 
+def routed_pods(slices: Iterable[Json]) -> set[tuple[str, str]]:
+    """(pod uid, adapter) for each pod a route's EndpointSlice lists, as read: where an unload must wait."""
+    return {(endpoint["targetRef"]["uid"], (s["metadata"].get("labels") or {})[ADAPTER_LABEL])
+            for s in slices if is_route(s) and ADAPTER_LABEL in (s["metadata"].get("labels") or {})
+            for endpoint in s.get("endpoints") or [] if (endpoint.get("targetRef") or {}).get("uid")}
+
+
 def pool_pods(pods: Iterable[Json], ref: PoolRef) -> list[Json]:
     return [p for p in pods if p["metadata"]["namespace"] == ref.namespace
             and (p["metadata"].get("labels") or {}).get(naming.POOL_LABEL) == naming.label_value(ref.name)]

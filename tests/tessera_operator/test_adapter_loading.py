@@ -15,7 +15,7 @@ from tessera.operator.reconcile.adapter_loading import (ERROR_CHARS, FAILURES_AN
                                                         Listed, Retry, decide_loads, decide_readiness, held_copies,
                                                         failures_value, loaded_value, loading_requeue,
                                                         placed_adapters, record_failures, server_loads, server_url,
-                                                        serving)
+                                                        serving, decide_unloads, unplaced_listed)
 from tessera.operator.reconcile.adapter_pool_decide import ServerLoad, planned_servers
 from tessera.operator.settings import OperatorSettings
 
@@ -316,3 +316,25 @@ def test_at_most_the_label_bound_of_adapters_are_labelled_in_the_placements_orde
     held = {"uid-support-server-0-abc": dict(many[SERVER])}
     (patch,) = decide_readiness([pod()], many, listing(*many[SERVER]), NOW, {}, RETRY, held)
     assert list(patch.patch["metadata"]["labels"]) == [f"{HOLDS_PREFIX}a{i}" for i in range(LABELLED_MOST)]
+
+
+def test_an_adapter_the_server_lists_but_is_not_placed_on_it_is_unloaded_once_no_route_lists_the_pod():
+    held = pod(annotations=recorded("billing", "returns", "shipping"))
+    (unload,) = decide_unloads([held], PLACED, listing("billing", "returns", "shipping", "moved"), routed=set())
+    assert (unload.url, unload.pod, unload.adapter) == (URL, "shop/support-server-0-abc", "moved")
+    assert "no longer lists the pod" in unload.reason
+
+
+def test_an_unplaced_adapter_whose_route_still_lists_the_pod_is_not_unloaded_yet():
+    held = pod(annotations=recorded("billing", "returns", "shipping"))
+    seen = listing("billing", "returns", "shipping", "moved")
+    assert decide_unloads([held], PLACED, seen, routed={("uid-support-server-0-abc", "moved")}) == []
+    assert [name for _, _, name in unplaced_listed([held], PLACED, seen)] == ["moved"]  # still waiting
+
+
+def test_placed_adapters_and_pods_of_no_placed_server_or_not_answering_are_never_unloaded():
+    assert decide_unloads([pod()], PLACED, listing("billing", "returns"), routed=set()) == []
+    assert decide_unloads([pod(deployment="other")], PLACED, listing("moved", of=pod(deployment="other")),
+                          routed=set()) == []
+    silent = {pod()["metadata"]["uid"]: Listed(URL, error="connection refused")}
+    assert decide_unloads([pod()], PLACED, silent, routed=set()) == []

@@ -14,7 +14,7 @@ from tessera.operator.api.adapter_pools import read_adapter_pool
 from tessera.operator.reconcile.actions import ApplyChild, DeleteChild
 from tessera.operator.reconcile.adapter_loading import placed_adapters
 from tessera.operator.reconcile.adapter_pool_decide import deployment_name, planned_servers
-from tessera.operator.reconcile.adapter_routes import (ADAPTER_LABEL, SERVICE_NAME_LABEL, SLICE_MANAGER,
+from tessera.operator.reconcile.adapter_routes import (routed_pods, ADAPTER_LABEL, SERVICE_NAME_LABEL, SLICE_MANAGER,
                                                        SLICE_MANAGER_LABEL, decide_inference_pools, decide_routes,
                                                        hashed_name,
                                                        readable_name)
@@ -136,6 +136,17 @@ def test_a_re_placement_moves_the_adapter_to_the_pods_of_its_new_server():
     moved = {**PLACED, ("shop", name): {}, ("shop", server(1)[0]): {**server(1)[1], adapter: on_first[adapter]}}
     held = {"uid-s0-a": on_first, "uid-s1-a": moved[("shop", server(1)[0])]}
     assert pods_in(slice_of(decide_routes([SERVERS], [before, after], moved, held, [], [], PORT), adapter)) == ["s1-a"]
+
+
+def test_the_pods_a_routes_slice_lists_are_read_back_per_adapter_where_an_unload_waits():
+    name, on_first = server(0)
+    adapter = next(iter(on_first))
+    holder, other = pod("s0-a"), pod("s1-a", index=1, ip="10.0.0.2")
+    slices = [b for b in live(decide_routes([SERVERS], [holder, other], PLACED, holds_all(holder, other), [], [], PORT))
+              if b["kind"] == "EndpointSlice"]
+    routed = routed_pods(slices)
+    assert ("uid-s0-a", adapter) in routed and ("uid-s1-a", adapter) not in routed
+    assert {a for uid, a in routed if uid == "uid-s1-a"} == set(server(1)[1])
 
 
 def test_a_name_another_service_has_makes_the_new_route_take_the_hashed_name():
