@@ -10,7 +10,7 @@ import json
 
 from tessera.operator import naming
 from tessera.operator.reconcile.actions import LoadAdapter
-from tessera.operator.reconcile.adapter_loading import (ERROR_CHARS, FAILURES_ANNOTATION, HOLDS_PREFIX, LABELLED_MOST, LOAD_RETRY_S, SOURCES_ANNOTATION, LOADED,
+from tessera.operator.reconcile.adapter_loading import (ERROR_CHARS, FAILURES_ANNOTATION, HOLDS_PREFIX, LOADED_ANNOTATION, LABELLED_MOST, LOAD_RETRY_S, SOURCES_ANNOTATION, LOADED,
                                                         MISSING, NOT_ANSWERING, RECORDED_MOST, SOME_FAILED, Failure,
                                                         Listed, Retry, decide_loads, decide_readiness, held_copies,
                                                         failures_value, loaded_value, loading_requeue,
@@ -232,6 +232,24 @@ def test_the_wait_between_tries_of_a_failed_adapter_doubles_up_to_the_cap():
     assert waits[:RETRY.limit - 1] == [LOAD_RETRY_S] * (RETRY.limit - 1)
     assert waits[RETRY.limit - 1:RETRY.limit + 2] == [2 * LOAD_RETRY_S, 4 * LOAD_RETRY_S, 8 * LOAD_RETRY_S]
     assert max(waits) == RETRY.cap_s
+
+
+def test_a_replacement_pod_starts_with_an_empty_failure_record_and_waits_for_the_adapter_its_predecessor_failed():
+    old, new = failing(3), pod("support-server-0-new", annotations=recorded("billing", "returns"))
+    seen = {**listing("billing", "returns", of=old), **listing("billing", "returns", of=new)}
+    assert [load.adapter for load in decide_loads([old, new], PLACED, seen, RETRY)] == ["shipping"]  # the new pod's
+    records = record_failures([old, new], PLACED, {}, seen, RETRY)
+    assert records[new["metadata"]["uid"]] == {} and records[old["metadata"]["uid"]]["shipping"].tries == 3
+    (patch,) = [p for p in decide_readiness([new], PLACED, seen, NOW, records, RETRY, {}) if p.name == new["metadata"]["name"]]
+    assert gate_of(patch)["reason"] == MISSING  # not SomeAdaptersFailed: nothing of the old pod's record carries over
+
+
+def test_a_server_pods_template_carries_none_of_the_records_tessera_writes_on_a_pod():
+    obj, pool = adapter_pool(), gpu_pool()
+    for body, _ in planned_servers(pool, decided(obj, pool), OperatorSettings(), set(), {}):
+        template = body["spec"]["template"]["metadata"]
+        assert not set(template.get("annotations") or {}) & {FAILURES_ANNOTATION, SOURCES_ANNOTATION, LOADED_ANNOTATION}
+        assert not [label for label in template["labels"] if label.startswith(HOLDS_PREFIX)]
 
 
 def test_a_changed_source_or_digest_starts_the_failure_count_afresh():
