@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from tessera.operator.api import status as st
 from tessera.operator.api.adapter_pools import AdapterPoolObject
+from tessera.operator.api.v1alpha1 import RouteNames
 from tessera.operator.gpus.discovery import Pool
 from tessera.operator.reconcile.act import Actor
 from tessera.operator.reconcile.actions import Json, LoadAdapter
@@ -27,7 +28,8 @@ from tessera.operator.reconcile.adapter_pool_decide import (PoolServers, ServerL
                                                             compound_gpus, decide_pool_status, decide_servers,
                                                             owned_by, placed_compound_gpus, planned_servers,
                                                             placing_order, pool_status, server_slots, within)
-from tessera.operator.reconcile.adapter_routes import decide_inference_pools, decide_routes, routed_pods
+from tessera.operator.reconcile.adapter_routes import (decide_inference_pools, decide_routes, route_summaries,
+                                                       routed_pods)
 from tessera.operator.reconcile.decide import PoolOutcome
 from tessera.operator.reconcile.snapshot import Snapshot
 from tessera.operator.settings import OperatorSettings
@@ -111,11 +113,15 @@ class AdapterPools:
             acted.append(Acted(servers, planned, live))
         return acted
 
-    def write_statuses(self, acted: list[Acted], loading: Loading) -> None:
-        """Each acted AdapterPool's status, with what its servers' pods hold after this reconcile's loads."""
+    def write_statuses(self, acted: list[Acted], loading: Loading,
+                       routes: Mapping[tuple[str, str], RouteNames]) -> None:
+        """Each acted AdapterPool's status, with what its servers' pods hold after this reconcile's loads and its
+        routes' names."""
         for pool in acted:
+            ref = pool.servers.pool.ref
             self.write_status(pool.servers.pool, *pool_status(pool.servers.pool, pool.servers, pool.planned,
-                                                              pool.live, loading.servers))
+                                                              pool.live, loading.servers,
+                                                              routes.get((ref.namespace, ref.name))))
 
     def keep_loaded(self, decided: list[PoolServers], pods: list[Json], slices: list[Json]) -> Loading:
         """Unload what the pods' servers list but is no longer placed on them (once its route, `slices` as read, no
@@ -165,13 +171,15 @@ class AdapterPools:
                 tried[load.adapter] = None if error is None else str(error)
         return tried
 
-    def keep_routes(self, decided: list[PoolServers], seen: Snapshot, loading: Loading) -> None:
+    def keep_routes(self, decided: list[PoolServers], seen: Snapshot,
+                    loading: Loading) -> dict[tuple[str, str], RouteNames]:
         """Each adapter's Service and EndpointSlice: exactly the Ready pods holding it, as the loads left them; each
-        pool's InferencePool where the cluster serves the kind."""
+        pool's InferencePool where the cluster serves the kind. Returns each pool's routes' names, for its status."""
         port = self.settings.server_port
         self.actor.apply(decide_routes(decided, list(seen.adapter_server_pods), placed_adapters(decided),
                                        loading.held, list(seen.route_services), list(seen.route_slices), port))
         self.actor.apply(decide_inference_pools(decided, seen.inference_pools_served, list(seen.inference_pools), port))
+        return route_summaries(decided, list(seen.route_services))
 
     def list_servers(self, pods: list[Json]) -> dict[str, Listed]:
         """Observe: what each pod's server lists (`GET /v1/models`), by pod uid, `at_once` servers at a time."""

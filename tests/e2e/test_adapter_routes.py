@@ -155,6 +155,9 @@ def test_each_adapters_service_routes_exactly_to_the_ready_pods_holding_it(run_o
         pod = core.read_namespaced_pod(name, operator.namespace)
         assert adapter in vllm.listed(operator.namespace, name)
         assert f"{HOLDS_PREFIX}{adapter}" in pod.metadata.labels and SOURCES_ANNOTATION in pod.metadata.annotations
+    routes = wait_for(lambda: ((adapter_pool(custom, operator.namespace) or {}).get("status") or {}).get(
+        "plan", {}).get("routes"), WAIT_S, "the pool's status names its routes")
+    assert routes["servicePattern"].format(adapter=adapter) == route(adapter) and routes["serviceExceptionsCount"] == 0
     others = {a for d, names in servers.items() if adapter not in names for a in names}
     for other in others:
         assert set(slice_pods(discovery, operator.namespace, other) or []).isdisjoint(pods)
