@@ -86,6 +86,7 @@ PREREQUISITE_REASONS = (GPU_OPERATOR_NAMESPACE_MISSING, CLUSTER_POLICY_MISSING, 
 NO_PROFILING_INSTANCE = "NoInstanceToProfileOn"
 ALL_ADAPTERS_PLACED = "AllAdaptersPlaced"
 ADAPTER_LOAD_FAILED = "AdapterLoadFailed"
+ROUTE_NAME_TAKEN = "RouteNameTaken"
 """Degraded: adapters failed to load on their servers repeatedly (reconcile/adapter_loading.py); the rest serve."""
 
 # Phases, shown by `kubectl get` (the API's; MIG partitioning is part of deploying).
@@ -102,7 +103,8 @@ VIOLATIONS_ABOVE_TARGET = "ViolationsAboveTarget"
 """LatencySLOMet's reasons (demand/slo.py)."""
 WARNING_REASONS = {INVALID_SPEC, SLO_UNREACHABLE, NO_GPU_POOL, SOLVE_FAILED, LAST_GOOD_PLAN,
                    INSUFFICIENT_CAPACITY, MIG_FAILED, NODE_IN_USE, SERVERS_UNAVAILABLE, PROFILING_FAILED,
-                   POOL_NOT_ALLOWED, VIOLATIONS_ABOVE_TARGET, QUOTA_REACHED, PREEMPTED_BY_PRIORITY, ADAPTER_LOAD_FAILED, *PREREQUISITE_REASONS}
+                   POOL_NOT_ALLOWED, VIOLATIONS_ABOVE_TARGET, QUOTA_REACHED, PREEMPTED_BY_PRIORITY, ADAPTER_LOAD_FAILED,
+                   ROUTE_NAME_TAKEN, *PREREQUISITE_REASONS}
 
 
 @dataclass(frozen=True)

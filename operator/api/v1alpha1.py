@@ -178,6 +178,32 @@ class ServerSummary(Spec):
         description="Placed adapters that failed to load repeatedly on a pod of it (retried with back-off).")
 
 
+class RouteException(Spec):
+    adapter: Name = Field(description="The adapter.")
+    service: str = Field(max_length=63, pattern=DNS_1035_LABEL, description="Its route's Service name.")
+
+
+class RouteNames(Spec):
+    """Where each adapter's route is: `<pool>-<adapter>` but for the exceptions (a name too long or taken, so
+    hashed, or kept from before), and the adapters that got no route (both names taken)."""
+
+    pattern: str = Field(
+        alias="servicePattern", max_length=80,
+        description="The Service name of adapter A's route, `<pool>-{adapter}` with A for {adapter}, in the pool's "
+                    "namespace, unless serviceExceptions or unroutedAdapterExamples names A.")
+    exceptions: list[RouteException] = Field(
+        default_factory=list, alias="serviceExceptions", max_length=32, json_schema_extra=list_map("adapter"),
+        description="Up to 32 adapters whose Service has another name (all of them: kubectl get svc -l "
+                    "tessera.ai/pool=<pool>,tessera.ai/adapter=<adapter>).")
+    exceptions_count: int = Field(default=0, alias="serviceExceptionsCount", ge=0, le=2000,
+                                  description="Adapters whose Service has another name than servicePattern's.")
+    unrouted: int = Field(default=0, alias="adaptersUnrouted", ge=0, le=2000,
+                          description="Adapters with no route: both their names are taken in the namespace.")
+    unrouted_examples: list[Name] = Field(
+        default_factory=list, alias="unroutedAdapterExamples", max_length=16,
+        description="Up to 16 adapters with no route (Degraded RouteNameTaken names them too).")
+
+
 class AdapterPlacementSummary(Spec):
     """The placement in force for an AdapterPool, in brief; per-adapter detail is in the ConfigMap."""
 
@@ -210,6 +236,7 @@ class AdapterPlacementSummary(Spec):
     servers: list[ServerSummary] = Field(
         max_length=256, json_schema_extra=list_map("name"), description="Per server: adapters and slots.",
     )
+    routes: RouteNames | None = Field(default=None, description="Each adapter's route: its Service's name.")
     config_map: str | None = Field(
         default=None, alias="placementConfigMapName", max_length=253,
         description="ConfigMap holding every adapter's server, in the pool's namespace.",

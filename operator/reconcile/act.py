@@ -23,7 +23,7 @@ from tessera.operator import metrics, naming
 from tessera.operator.cluster import Cluster
 from tessera.operator.reconcile.actions import (Action, ApplyChild, CordonNode, DeleteChild, DeletePlan, LabelNode,
                                                 LoadAdapter, PatchPodStatus, PatchStatus, PostEvent, RecordMigFailure,
-                                                ScaleToZero, StorePlan, UncordonNode, WriteMigConfigs)
+                                                ScaleToZero, StorePlan, UncordonNode, UnloadAdapter, WriteMigConfigs)
 from tessera.operator.testhooks import checkpoint
 from tessera.operator.vllm import ServerError, VllmClient
 
@@ -103,6 +103,8 @@ class Actor:
             checkpoint("after-event")
         elif isinstance(action, LoadAdapter):
             self.load(action)
+        elif isinstance(action, UnloadAdapter):
+            self.unload(action)
         elif isinstance(action, PatchPodStatus):
             self.cluster.patch_pod_status(action.namespace, action.name, action.patch)
 
@@ -116,4 +118,15 @@ class Actor:
         except ServerError as error:
             log.warning("pod %s: adapter %s not loaded: %s", action.pod, action.adapter, error)
             return error
+        return None
+
+    def unload(self, action: UnloadAdapter) -> ServerError | None:
+        """One unload; why it failed (the adapter stays listed, so the next reconcile decides it again), else None."""
+        log.debug("UnloadAdapter: %s", action.reason)
+        try:
+            self.servers.unload_adapter(action.url, action.adapter)
+        except ServerError as error:
+            log.warning("pod %s: adapter %s not unloaded: %s", action.pod, action.adapter, error)
+            return error
+        log.info("pod %s: adapter %s unloaded: %s", action.pod, action.adapter, action.reason)
         return None

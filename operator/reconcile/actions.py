@@ -146,6 +146,17 @@ class LoadAdapter:
 
 
 @dataclass(frozen=True)
+class UnloadAdapter:
+    """Ask one AdapterPool server pod's vLLM to drop an adapter no longer placed on its server
+    (`POST /v1/unload_lora_adapter`), once the adapter's route no longer lists the pod."""
+
+    url: str
+    pod: str
+    adapter: str
+    reason: str
+
+
+@dataclass(frozen=True)
 class PatchPodStatus:
     """A strategic-merge patch of a pod's status subresource: its readiness gate condition (merged by type with
     the kubelet's) and tessera's annotation (the status subresource keeps the spec as it is, not the metadata)."""
@@ -157,4 +168,5 @@ class PatchPodStatus:
 
 
 Action = (StorePlan | DeletePlan | WriteMigConfigs | LabelNode | CordonNode | UncordonNode | ScaleToZero
-          | RecordMigFailure | ApplyChild | DeleteChild | PatchStatus | PostEvent | LoadAdapter | PatchPodStatus)
+          | RecordMigFailure | ApplyChild | DeleteChild | PatchStatus | PostEvent | LoadAdapter | UnloadAdapter
+          | PatchPodStatus)

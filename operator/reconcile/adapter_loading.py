@@ -26,17 +26,22 @@ adapters per server in; plain actions out. The rules (docs/adapter-loading.md):
   recorded, is unloaded and loaded again, and only a copy of the placed source
   counts as held: it labels the pod (`adapters.tessera.ai/<name>`, at most
   LABELLED_MOST per pod) and puts the pod on the adapter's route (adapter_routes.py).
+- An adapter a pod's server lists that is not placed on its server (a
+  re-placement moved it elsewhere, or someone else loaded it) is unloaded, but
+  only once the adapter's route, as read, no longer lists the pod: the route
+  is rewritten without the pod in the reconcile that sees the move, so a
+  client sent there never meets a server that dropped the adapter.
 - Nothing is written where condition, annotations and labels already say so.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Set
 from dataclasses import asdict, dataclass
 
 from tessera.operator import naming
-from tessera.operator.reconcile.actions import Json, LoadAdapter, PatchPodStatus
+from tessera.operator.reconcile.actions import Json, LoadAdapter, PatchPodStatus, UnloadAdapter
 from tessera.operator.reconcile.adapter_pool_decide import PoolServers, ServerLoad, deployment_name
 
 READINESS_GATE = naming.ADAPTERS_LOADED
@@ -221,6 +226,29 @@ def decide_loads(pods: list[Json], placed: Placed, listed: Mapping[str, Listed],
             loads.append(LoadAdapter(seen.url, pod_name(pod), name, adapter_path(name), reason=reason,
                                      replace=listed_now))
     return loads
+
+
+def unplaced_listed(pods: list[Json], placed: Placed, listed: Mapping[str, Listed]) -> list[tuple[Json, Listed, str]]:
+    """(pod, what its server lists, adapter) for each adapter a running pod's server lists that is not placed on
+    its server, by name."""
+    found = []
+    for pod in pods:
+        seen = listed.get(pod["metadata"]["uid"])
+        wanted = placed.get(server_of(pod))
+        if wanted is None or seen is None or seen.adapters is None:
+            continue
+        found += [(pod, seen, name) for name in sorted(seen.adapters - wanted.keys())]
+    return found
+
+
+def decide_unloads(pods: list[Json], placed: Placed, listed: Mapping[str, Listed],
+                   routed: Set[tuple[str, str]]) -> list[UnloadAdapter]:
+    """An unload for each adapter a pod's server lists but is not placed on its server, once no route lists the
+    pod for it (`routed`: (pod uid, adapter) of each route's EndpointSlice as read; the reconcile that sees the
+    move writes the route without the pod, so the unload comes in a later one)."""
+    return [UnloadAdapter(seen.url, pod_name(pod), name, reason=f"pod {pod_name(pod)}'s server lists it, it is "
+                          "not placed on that server, and its route no longer lists the pod")
+            for pod, seen, name in unplaced_listed(pods, placed, listed) if (pod["metadata"]["uid"], name) not in routed]
 
 
 def record_failures(pods: list[Json], placed: Placed, errors: Mapping[str, Mapping[str, str | None]],

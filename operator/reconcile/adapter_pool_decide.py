@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from tessera.operator import naming
 from tessera.operator.api import status as st
 from tessera.operator.api.adapter_pools import PLURAL, AdapterPoolObject, PoolRef
-from tessera.operator.api.v1alpha1 import AdapterPlacementSummary, ServerSummary, child_name
+from tessera.operator.api.v1alpha1 import AdapterPlacementSummary, RouteNames, ServerSummary, child_name
 from tessera.operator.gpus.discovery import HOSTNAME_LABEL, WHOLE_GPU_RESOURCE, Pool
 from tessera.operator.gpus.node_plans import Placement as NodePlacement
 from tessera.operator.gpus.node_plans import Share, placed_gpus
@@ -275,9 +275,9 @@ def decide_servers(planned: list[tuple[Json, bool]], live: list[Json], valid: bo
 # -- status -------------------------------------------------------------------------
 
 def placement_summary(decided: PoolServers, planned: list[tuple[Json, bool]], live: list[Json],
-                      loads: Mapping[tuple[str, str], ServerLoad]) -> Json:
-    """status.plan: counts, a bounded list of unplaced names, and per server its flags, GPU, readiness and
-    adapters loaded and failed."""
+                      loads: Mapping[tuple[str, str], ServerLoad], routes: RouteNames | None = None) -> Json:
+    """status.plan: counts, a bounded list of unplaced names, per server its flags, GPU, readiness and
+    adapters loaded and failed, and the routes' names."""
     placement, problem = decided.placement, decided.pool.problem
     assert placement is not None and problem is not None and decided.pool.spec is not None
     by_name = {c["metadata"]["name"]: c for c in live if c["kind"] == "Deployment"}
@@ -299,7 +299,7 @@ def placement_summary(decided: PoolServers, planned: list[tuple[Json, bool]], li
         predicted_min_served_fraction=min(twin) if twin and len(twin) == len(placement.servers) else None,
         rate_placed_rps=round(sum(rates[n] for s in placement.servers for n in s.adapters), 6),
         rate_rps=round(sum(rates.values()), 6), servers_ready=sum(s.ready for s in servers),
-        adapters_failed=sum(s.adapters_failed or 0 for s in servers), servers=servers)
+        adapters_failed=sum(s.adapters_failed or 0 for s in servers), servers=servers, routes=routes)
     return summary.model_dump(by_alias=True, mode="json", exclude_none=True)
 
 
@@ -316,11 +316,21 @@ def load_failed_message(namespace: str, loads: Mapping[tuple[str, str], ServerLo
             f"serve): {named}{more}")
 
 
+def unrouted_message(routes: RouteNames | None) -> str | None:
+    """Degraded's message for adapters that got no route (both names taken); None: every adapter has one."""
+    if routes is None or not routes.unrouted:
+        return None
+    return (f"{routes.unrouted} adapter(s) have no route, both their Service names are taken in the namespace "
+            f"(rename the Service that holds one, or the adapter): {', '.join(routes.unrouted_examples)}"
+            + (", ..." if routes.unrouted > len(routes.unrouted_examples) else ""))
+
+
 def pool_status(obj: AdapterPoolObject, decided: PoolServers | None, planned: list[tuple[Json, bool]],
                 live: list[Json], loads: Mapping[tuple[str, str], ServerLoad] | None = None,
-                ) -> tuple[str, list[st.Condition], Json | None]:
+                routes: RouteNames | None = None) -> tuple[str, list[st.Condition], Json | None]:
     """(phase, conditions, status.plan or None to keep the last one) of one AdapterPool; `decided` None: no GPU
-    pool of its product; `loads`: what its servers' pods hold (none asked yet: absent)."""
+    pool of its product; `loads`: what its servers' pods hold (none asked yet: absent); `routes`: its routes'
+    names (adapter_routes.route_summaries)."""
     if not obj.valid:
         kept = any(c["kind"] == "Deployment" for c in live)
         message = (obj.error or "") + ("; its running servers stay until the spec is fixed" if kept else "")
@@ -333,9 +343,10 @@ def pool_status(obj: AdapterPoolObject, decided: PoolServers | None, planned: li
         message = f"no schedulable nodes of GPU product {obj.spec.gpu!r} (spec.gpuProduct)"
         return st.PHASE_PENDING, [st.Condition(st.READY, False, st.NO_GPU_POOL, message),
                                   st.Condition(st.ADAPTERS_PLACED, False, st.NO_GPU_POOL, message), valid], None
-    summary = placement_summary(decided, planned, live, loads or {})
+    summary = placement_summary(decided, planned, live, loads or {}, routes)
     placed, unplaced = summary["adaptersPlaced"], summary["adaptersUnplaced"]
     failed = load_failed_message(obj.ref.namespace, loads or {})
+    unrouted = unrouted_message(routes)
     conditions = [valid]
     if unplaced:
         share = summary["placedRequestsPerSecond"] / summary["requestsPerSecond"] if summary["requestsPerSecond"] else 1
@@ -346,11 +357,13 @@ def pool_status(obj: AdapterPoolObject, decided: PoolServers | None, planned: li
                    "add GPUs or raise limits.maxServers")
         conditions += [st.Condition(st.ADAPTERS_PLACED, False, st.INSUFFICIENT_CAPACITY, message),
                        st.Condition(st.DEGRADED, True, st.INSUFFICIENT_CAPACITY,
-                                    message + (f"; {failed}" if failed else ""))]
+                                    "; ".join(m for m in (message, failed, unrouted) if m))]
     else:
         message = f"{placed} adapters on {len(decided.placement.servers)} server(s)"
         conditions += [st.Condition(st.ADAPTERS_PLACED, True, st.ALL_ADAPTERS_PLACED, message),
-                       st.Condition(st.DEGRADED, True, st.ADAPTER_LOAD_FAILED, failed) if failed else
+                       st.Condition(st.DEGRADED, True, st.ADAPTER_LOAD_FAILED,
+                                    "; ".join(m for m in (failed, unrouted) if m)) if failed else
+                       st.Condition(st.DEGRADED, True, st.ROUTE_NAME_TAKEN, unrouted) if unrouted else
                        st.Condition(st.DEGRADED, False, st.DEMAND_SERVED, "every adapter is placed on a server")]
     ready, total = summary["serversReady"], len(summary["servers"])
     waiting = sum(1 for _, now in planned if not now)
@@ -359,7 +372,7 @@ def pool_status(obj: AdapterPoolObject, decided: PoolServers | None, planned: li
         if waiting else "")
     if ready == total:
         conditions.append(st.Condition(st.READY, True, st.SERVERS_READY, servers))
-        return (st.PHASE_DEGRADED if unplaced or failed else st.PHASE_READY), conditions, summary
+        return (st.PHASE_DEGRADED if unplaced or failed or unrouted else st.PHASE_READY), conditions, summary
     was_ready = any(c.get("type") == st.READY and c.get("status") == "True" for c in obj.status.get("conditions") or [])
     conditions.append(st.Condition(st.READY, False, st.SERVERS_UNAVAILABLE if was_ready else st.SERVERS_STARTING,
                                    servers))

@@ -16,18 +16,20 @@ from dataclasses import dataclass
 
 from tessera.operator.api import status as st
 from tessera.operator.api.adapter_pools import AdapterPoolObject
+from tessera.operator.api.v1alpha1 import RouteNames
 from tessera.operator.gpus.discovery import Pool
 from tessera.operator.reconcile.act import Actor
 from tessera.operator.reconcile.actions import Json, LoadAdapter
-from tessera.operator.reconcile.adapter_loading import (Listed, Placed, Retry, ServerKey, decide_loads,
-                                                        decide_readiness, held_copies, loading_requeue, placed_adapters, pod_name,
-                                                        record_failures, server_loads, server_of, serving,
-                                                        server_url)
+from tessera.operator.reconcile.adapter_loading import (LOAD_RETRY_S, Listed, Placed, Retry, ServerKey, decide_loads,
+                                                        decide_readiness, decide_unloads, held_copies, loading_requeue,
+                                                        placed_adapters, pod_name, record_failures, server_loads,
+                                                        server_of, server_url, serving, unplaced_listed)
 from tessera.operator.reconcile.adapter_pool_decide import (PoolServers, ServerLoad, Slot, choose_slots,
                                                             compound_gpus, decide_pool_status, decide_servers,
                                                             owned_by, placed_compound_gpus, planned_servers,
                                                             placing_order, pool_status, server_slots, within)
-from tessera.operator.reconcile.adapter_routes import decide_inference_pools, decide_routes
+from tessera.operator.reconcile.adapter_routes import (decide_inference_pools, decide_routes, route_summaries,
+                                                       routed_pods)
 from tessera.operator.reconcile.decide import PoolOutcome
 from tessera.operator.reconcile.snapshot import Snapshot
 from tessera.operator.settings import OperatorSettings
@@ -111,26 +113,42 @@ class AdapterPools:
             acted.append(Acted(servers, planned, live))
         return acted
 
-    def write_statuses(self, acted: list[Acted], loading: Loading) -> None:
-        """Each acted AdapterPool's status, with what its servers' pods hold after this reconcile's loads."""
+    def write_statuses(self, acted: list[Acted], loading: Loading,
+                       routes: Mapping[tuple[str, str], RouteNames]) -> None:
+        """Each acted AdapterPool's status, with what its servers' pods hold after this reconcile's loads and its
+        routes' names."""
         for pool in acted:
+            ref = pool.servers.pool.ref
             self.write_status(pool.servers.pool, *pool_status(pool.servers.pool, pool.servers, pool.planned,
-                                                              pool.live, loading.servers))
+                                                              pool.live, loading.servers,
+                                                              routes.get((ref.namespace, ref.name))))
 
-    def keep_loaded(self, decided: list[PoolServers], pods: list[Json]) -> Loading:
-        """Load what the pods' servers do not list (but failed adapters still waiting for their next try), record
-        the failed loads, then set each pod's readiness gate from what its server lists after the loads."""
+    def keep_loaded(self, decided: list[PoolServers], pods: list[Json], slices: list[Json]) -> Loading:
+        """Unload what the pods' servers list but is no longer placed on them (once its route, `slices` as read, no
+        longer lists the pod); load what they do not list (but failed adapters still waiting for their next try),
+        record the failed loads, then set each pod's readiness gate from what its server lists after the loads."""
         retry = Retry(self.settings.adapter_load_failures, self.settings.adapter_load_backoff_max_s, time.time())
         placed = placed_adapters(decided)
         pods = [pod for pod in pods if serving(pod) and server_of(pod) in placed]
         listed = self.list_servers(pods)
+        unloads_left = self.unload_unplaced(pods, placed, listed, routed_pods(slices))
         errors = self.load_missing(pods, placed, listed, retry)
         listed.update(self.list_servers([pod for pod in pods if pod_name(pod) in errors]))
         records = record_failures(pods, placed, errors, listed, retry)
         held = held_copies(pods, placed, listed, errors)
         self.actor.apply(decide_readiness(pods, placed, listed, st.now_rfc3339(), records, retry, held))
-        return Loading(loading_requeue(pods, placed, listed, records, retry),
-                       server_loads(pods, placed, listed, records, retry), held)
+        requeue = [w for w in (loading_requeue(pods, placed, listed, records, retry),
+                               LOAD_RETRY_S if unloads_left else None) if w is not None]
+        return Loading(min(requeue, default=None), server_loads(pods, placed, listed, records, retry), held)
+
+    def unload_unplaced(self, pods: list[Json], placed: Placed, listed: Mapping[str, Listed],
+                        routed: set[tuple[str, str]]) -> int:
+        """The unloads decided, `at_once` at a time; how many unplaced adapters stay listed (waiting for their route
+        to leave the pod, or refused), to be looked at again after LOAD_RETRY_S."""
+        unloads = decide_unloads(pods, placed, listed, routed)
+        with ThreadPoolExecutor(self.at_once) as workers:
+            done = sum(1 for error in workers.map(self.actor.unload, unloads) if error is None)
+        return len(unplaced_listed(pods, placed, listed)) - done
 
     def load_missing(self, pods: list[Json], placed: Placed, listed: Mapping[str, Listed],
                      retry: Retry) -> dict[str, dict[str, str | None]]:
@@ -153,13 +171,15 @@ class AdapterPools:
                 tried[load.adapter] = None if error is None else str(error)
         return tried
 
-    def keep_routes(self, decided: list[PoolServers], seen: Snapshot, loading: Loading) -> None:
+    def keep_routes(self, decided: list[PoolServers], seen: Snapshot,
+                    loading: Loading) -> dict[tuple[str, str], RouteNames]:
         """Each adapter's Service and EndpointSlice: exactly the Ready pods holding it, as the loads left them; each
-        pool's InferencePool where the cluster serves the kind."""
+        pool's InferencePool where the cluster serves the kind. Returns each pool's routes' names, for its status."""
         port = self.settings.server_port
         self.actor.apply(decide_routes(decided, list(seen.adapter_server_pods), placed_adapters(decided),
                                        loading.held, list(seen.route_services), list(seen.route_slices), port))
         self.actor.apply(decide_inference_pools(decided, seen.inference_pools_served, list(seen.inference_pools), port))
+        return route_summaries(decided, list(seen.route_services))
 
     def list_servers(self, pods: list[Json]) -> dict[str, Listed]:
         """Observe: what each pod's server lists (`GET /v1/models`), by pod uid, `at_once` servers at a time."""

@@ -17,6 +17,9 @@ plain actions out. The rules (docs/adapter-routes.md):
 - A name taken in the namespace by another Service (another pool's route,
   or a Service that is not tessera's) makes the newcomer take the hashed
   form; a route keeps the name its Service has, so names never move.
+- The pool's status gives the pattern of its routes' names and the few routes
+  named otherwise (route_summaries); a route whose both names are taken gets
+  none, and the status counts and names it (Degraded RouteNameTaken).
 - Routes of adapters no longer in the spec go; an invalid pool's stay as
   they are (what its servers hold is not decided).
 - Where the cluster serves `inference.networking.k8s.io/v1` (API discovery),
@@ -31,6 +34,7 @@ from dataclasses import dataclass
 
 from tessera.operator import naming
 from tessera.operator.api.adapter_pools import PoolRef
+from tessera.operator.api.v1alpha1 import RouteException, RouteNames
 from tessera.operator.reconcile.actions import Action, ApplyChild, DeleteChild, Json
 from tessera.operator.reconcile.adapter_loading import Held, Placed, holding, server_of
 from tessera.operator.reconcile.adapter_pool_decide import SERVER_COMPONENT, PoolServers, owned_by
@@ -47,6 +51,8 @@ SLICE_MANAGER = f"adapter-routes.{naming.GROUP}"
 ENDPOINTS_MOST = 1000
 """The API server's limit of endpoints per EndpointSlice; a route lists at most this many pods (by name)."""
 HASH_CHARS = 8
+EXCEPTIONS_LISTED, UNROUTED_LISTED = 32, 16
+"""Routes of other names, and adapters without a route, a pool's status lists (each counted in full)."""
 
 RouteKey = tuple[str, str, str]
 """(namespace, pool, adapter) of one route."""
@@ -163,6 +169,13 @@ def holders(pods: Iterable[Json], placed: Placed, held: Held) -> dict[tuple[str,
     return found
 
 
+def routed_pods(slices: Iterable[Json]) -> set[tuple[str, str]]:
+    """(pod uid, adapter) for each pod a route's EndpointSlice lists, as read: where an unload must wait."""
+    return {(endpoint["targetRef"]["uid"], (s["metadata"].get("labels") or {})[ADAPTER_LABEL])
+            for s in slices if is_route(s) and ADAPTER_LABEL in (s["metadata"].get("labels") or {})
+            for endpoint in s.get("endpoints") or [] if (endpoint.get("targetRef") or {}).get("uid")}
+
+
 def pool_pods(pods: Iterable[Json], ref: PoolRef) -> list[Json]:
     return [p for p in pods if p["metadata"]["namespace"] == ref.namespace
             and (p["metadata"].get("labels") or {}).get(naming.POOL_LABEL) == naming.label_value(ref.name)]
@@ -172,14 +185,45 @@ def is_route(child: Json) -> bool:
     return (child["metadata"].get("labels") or {}).get(naming.CHILD_KIND_LABEL) == ROUTE_COMPONENT
 
 
+def valid_pools(decided: list[PoolServers]) -> list[PoolServers]:
+    return [d for d in decided if d.pool.valid and d.pool.spec is not None]
+
+
+def wanted_routes(valid: list[PoolServers]) -> list[tuple[RouteKey, PoolRef]]:
+    """A route for each adapter of each pool given."""
+    return [((d.pool.ref.namespace, d.pool.ref.name, a.name), d.pool.ref) for d in valid
+            for a in (d.pool.spec.adapters if d.pool.spec else [])]
+
+
+def route_pattern(pool: str) -> str:
+    return f"{pool}-{{adapter}}"
+
+
+def route_summaries(decided: list[PoolServers], services: list[Json]) -> dict[tuple[str, str], RouteNames]:
+    """Per valid pool ((namespace, name)): the pattern of its routes' names, the routes named otherwise (a few, and
+    how many) and the adapters that got no route, as decide_routes names them from the same Services."""
+    valid = valid_pools(decided)
+    wanted = wanted_routes(valid)
+    named = {route.key: route.name for route in route_names(wanted, services)}
+    summaries = {}
+    for servers in valid:
+        ref = servers.pool.ref
+        keys = [key for key, owner in wanted if owner == ref]
+        exceptions = [RouteException(adapter=k[2], service=named[k]) for k in keys
+                      if k in named and named[k] != route_pattern(ref.name).format(adapter=k[2])]
+        unrouted = [k[2] for k in keys if k not in named]
+        summaries[(ref.namespace, ref.name)] = RouteNames(
+            pattern=route_pattern(ref.name), exceptions=exceptions[:EXCEPTIONS_LISTED], exceptions_count=len(exceptions),
+            unrouted=len(unrouted), unrouted_examples=unrouted[:UNROUTED_LISTED])
+    return summaries
+
+
 def decide_routes(decided: list[PoolServers], pods: list[Json], placed: Placed, held: Held, services: list[Json],
                   slices: list[Json], port: int) -> list[Action]:
     """Each valid pool's routes: a Service and EndpointSlice per adapter applied where they differ, then the
     routes (and slices) its adapters no longer have deleted."""
-    valid = [d for d in decided if d.pool.valid and d.pool.spec is not None]
-    wanted = [((d.pool.ref.namespace, d.pool.ref.name, a.name), d.pool.ref) for d in valid
-              for a in (d.pool.spec.adapters if d.pool.spec else [])]
-    routes = route_names(wanted, services)
+    valid = valid_pools(decided)
+    routes = route_names(wanted_routes(valid), services)
     by_name = {(c["kind"], c["metadata"]["namespace"], c["metadata"]["name"]): c for c in [*services, *slices]}
     actions: list[Action] = []
     for servers in valid:

@@ -174,10 +174,11 @@ class Reconciler:
             self.write_status(system, PoolOutcome(), phase, [*conditions, prerequisites], summary)
         self.adapter_pools.without_pool(adapter_members.get(None, []), children)
         adapter_decided = [d for servers in adapter_servers.values() for d in servers]
-        loading = self.adapter_pools.keep_loaded(adapter_decided, list(seen.adapter_server_pods))
-        self.adapter_pools.keep_routes(adapter_decided, seen, loading)
+        loading = self.adapter_pools.keep_loaded(adapter_decided, list(seen.adapter_server_pods),
+                                                 list(seen.route_slices))
+        routes = self.adapter_pools.keep_routes(adapter_decided, seen, loading)
         # after the loads, so a pool's status says which adapters failed on its servers this very reconcile
-        self.adapter_pools.write_statuses(adapter_pools_acted, loading)
+        self.adapter_pools.write_statuses(adapter_pools_acted, loading, routes)
         if loading.requeue is not None:
             requeue.append(loading.requeue)
         if self.demand.watching(systems):

@@ -29,6 +29,7 @@ from tessera.operator.api.v1alpha1 import child_name
 from tessera.operator.reconcile.adapter_loading import HOLDS_PREFIX, SOURCES_ANNOTATION, source_digest
 from tessera.operator.reconcile.adapter_pool_decide import within
 from tessera.operator.reconcile.adapter_routes import SERVICE_NAME_LABEL, SLICE_MANAGER, SLICE_MANAGER_LABEL
+from tessera.operator.vllm import VllmClient
 from tessera.planner.placement import place
 from tessera.planner.placement.pool_file import load_problem
 
@@ -154,6 +155,9 @@ def test_each_adapters_service_routes_exactly_to_the_ready_pods_holding_it(run_o
         pod = core.read_namespaced_pod(name, operator.namespace)
         assert adapter in vllm.listed(operator.namespace, name)
         assert f"{HOLDS_PREFIX}{adapter}" in pod.metadata.labels and SOURCES_ANNOTATION in pod.metadata.annotations
+    routes = wait_for(lambda: ((adapter_pool(custom, operator.namespace) or {}).get("status") or {}).get(
+        "plan", {}).get("routes"), WAIT_S, "the pool's status names its routes")
+    assert routes["servicePattern"].format(adapter=adapter) == route(adapter) and routes["serviceExceptionsCount"] == 0
     others = {a for d, names in servers.items() if adapter not in names for a in names}
     for other in others:
         assert set(slice_pods(discovery, operator.namespace, other) or []).isdisjoint(pods)
@@ -187,6 +191,30 @@ def test_a_route_follows_a_re_placement_and_never_lists_a_pod_not_holding_its_ad
     assert new_pods and set(new_pods).isdisjoint(old_pods) and samples > 1
     new_server = server_of(after, adapter)
     assert {p.metadata.name for p in server_pods(core, operator.namespace, new_server)} >= set(new_pods)
+
+
+def test_an_adapter_a_server_lists_but_is_not_placed_on_it_is_unloaded_there_and_never_routed_to_it(
+        run_operator, core, custom, kubectl, vllm):
+    """A registration the placement does not want there (as a re-placement that keeps a server's pod leaves behind):
+    loaded into a pod's server behind tessera's back, through the stand-in's own endpoint."""
+    operator = start_ready_pool(run_operator, vllm, kubectl, custom)
+    discovery = client.DiscoveryV1Api(core.api_client)
+    servers = placed()
+    wait_for(lambda: routes_match(discovery, core, operator.namespace, servers), WAIT_S, "the routes settled",
+             interval=0.5)
+    (first, first_adapters), (_, other_adapters) = list(servers.items())[:2]
+    (pod,) = server_pods(core, operator.namespace, first)
+    stray = other_adapters[0]
+    VllmClient(5).load_adapter(vllm.url_template.format(namespace=operator.namespace, pod=pod.metadata.name), stray,
+                               f"/adapters/{stray}")
+    unload = ("POST", operator.namespace, pod.metadata.name, "/v1/unload_lora_adapter")
+    deadline = time.monotonic() + WAIT_S
+    while unload not in vllm.requests and time.monotonic() < deadline:  # the resync (5 s) finds it
+        assert pod.metadata.name not in (slice_pods(discovery, operator.namespace, stray) or [])
+        time.sleep(0.2)
+    assert unload in vllm.requests, "the stray registration was not unloaded"
+    assert sorted(vllm.listed(operator.namespace, pod.metadata.name)) == sorted(first_adapters)
+    assert pod.metadata.name not in (slice_pods(discovery, operator.namespace, stray) or [])
 
 
 def test_a_changed_digest_reloads_the_adapter_and_the_route_holds_the_new_copy(run_operator, core, custom, kubectl,

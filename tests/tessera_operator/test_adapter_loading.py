@@ -10,12 +10,12 @@ import json
 
 from tessera.operator import naming
 from tessera.operator.reconcile.actions import LoadAdapter
-from tessera.operator.reconcile.adapter_loading import (ERROR_CHARS, FAILURES_ANNOTATION, HOLDS_PREFIX, LABELLED_MOST, LOAD_RETRY_S, SOURCES_ANNOTATION, LOADED,
+from tessera.operator.reconcile.adapter_loading import (ERROR_CHARS, FAILURES_ANNOTATION, HOLDS_PREFIX, LOADED_ANNOTATION, LABELLED_MOST, LOAD_RETRY_S, SOURCES_ANNOTATION, LOADED,
                                                         MISSING, NOT_ANSWERING, RECORDED_MOST, SOME_FAILED, Failure,
                                                         Listed, Retry, decide_loads, decide_readiness, held_copies,
                                                         failures_value, loaded_value, loading_requeue,
                                                         placed_adapters, record_failures, server_loads, server_url,
-                                                        serving)
+                                                        serving, decide_unloads, unplaced_listed)
 from tessera.operator.reconcile.adapter_pool_decide import ServerLoad, planned_servers
 from tessera.operator.settings import OperatorSettings
 
@@ -234,6 +234,24 @@ def test_the_wait_between_tries_of_a_failed_adapter_doubles_up_to_the_cap():
     assert max(waits) == RETRY.cap_s
 
 
+def test_a_replacement_pod_starts_with_an_empty_failure_record_and_waits_for_the_adapter_its_predecessor_failed():
+    old, new = failing(3), pod("support-server-0-new", annotations=recorded("billing", "returns"))
+    seen = {**listing("billing", "returns", of=old), **listing("billing", "returns", of=new)}
+    assert [load.adapter for load in decide_loads([old, new], PLACED, seen, RETRY)] == ["shipping"]  # the new pod's
+    records = record_failures([old, new], PLACED, {}, seen, RETRY)
+    assert records[new["metadata"]["uid"]] == {} and records[old["metadata"]["uid"]]["shipping"].tries == 3
+    (patch,) = [p for p in decide_readiness([new], PLACED, seen, NOW, records, RETRY, {}) if p.name == new["metadata"]["name"]]
+    assert gate_of(patch)["reason"] == MISSING  # not SomeAdaptersFailed: nothing of the old pod's record carries over
+
+
+def test_a_server_pods_template_carries_none_of_the_records_tessera_writes_on_a_pod():
+    obj, pool = adapter_pool(), gpu_pool()
+    for body, _ in planned_servers(pool, decided(obj, pool), OperatorSettings(), set(), {}):
+        template = body["spec"]["template"]["metadata"]
+        assert not set(template.get("annotations") or {}) & {FAILURES_ANNOTATION, SOURCES_ANNOTATION, LOADED_ANNOTATION}
+        assert not [label for label in template["labels"] if label.startswith(HOLDS_PREFIX)]
+
+
 def test_a_changed_source_or_digest_starts_the_failure_count_afresh():
     edited = failing(RETRY.limit, source="the-old-source")
     listed = listing("billing", "returns", of=edited)
@@ -316,3 +334,25 @@ def test_at_most_the_label_bound_of_adapters_are_labelled_in_the_placements_orde
     held = {"uid-support-server-0-abc": dict(many[SERVER])}
     (patch,) = decide_readiness([pod()], many, listing(*many[SERVER]), NOW, {}, RETRY, held)
     assert list(patch.patch["metadata"]["labels"]) == [f"{HOLDS_PREFIX}a{i}" for i in range(LABELLED_MOST)]
+
+
+def test_an_adapter_the_server_lists_but_is_not_placed_on_it_is_unloaded_once_no_route_lists_the_pod():
+    held = pod(annotations=recorded("billing", "returns", "shipping"))
+    (unload,) = decide_unloads([held], PLACED, listing("billing", "returns", "shipping", "moved"), routed=set())
+    assert (unload.url, unload.pod, unload.adapter) == (URL, "shop/support-server-0-abc", "moved")
+    assert "no longer lists the pod" in unload.reason
+
+
+def test_an_unplaced_adapter_whose_route_still_lists_the_pod_is_not_unloaded_yet():
+    held = pod(annotations=recorded("billing", "returns", "shipping"))
+    seen = listing("billing", "returns", "shipping", "moved")
+    assert decide_unloads([held], PLACED, seen, routed={("uid-support-server-0-abc", "moved")}) == []
+    assert [name for _, _, name in unplaced_listed([held], PLACED, seen)] == ["moved"]  # still waiting
+
+
+def test_placed_adapters_and_pods_of_no_placed_server_or_not_answering_are_never_unloaded():
+    assert decide_unloads([pod()], PLACED, listing("billing", "returns"), routed=set()) == []
+    assert decide_unloads([pod(deployment="other")], PLACED, listing("moved", of=pod(deployment="other")),
+                          routed=set()) == []
+    silent = {pod()["metadata"]["uid"]: Listed(URL, error="connection refused")}
+    assert decide_unloads([pod()], PLACED, silent, routed=set()) == []

@@ -16,7 +16,7 @@ import yaml
 from tessera.operator import naming
 from tessera.operator.api import status as st
 from tessera.operator.api.adapter_pools import read_adapter_pool
-from tessera.operator.api.v1alpha1 import AdapterPoolStatus, child_name
+from tessera.operator.api.v1alpha1 import AdapterPoolStatus, RouteNames, child_name
 from tessera.operator.gpus.node_plans import Placement as NodePlacement, NodePlan
 from tessera.operator.reconcile.actions import ApplyChild, DeleteChild, PatchStatus, PostEvent
 from tessera.operator.reconcile.adapter_pool_decide import (GPU_ANNOTATION, PoolServers, ServerLoad,
@@ -24,6 +24,7 @@ from tessera.operator.reconcile.adapter_pool_decide import (GPU_ANNOTATION, Pool
                                                             choose_slots, compound_gpus, decide_pool_status,
                                                             decide_servers, placed_compound_gpus, planned_servers,
                                                             pool_status, server_slots, within)
+from tessera.operator.reconcile.adapter_routes import route_summaries
 from tessera.operator.reconcile.decide import NodeMig
 from tessera.operator.settings import OperatorSettings
 from tessera.planner.placement import place
@@ -307,13 +308,30 @@ def test_an_unchanged_status_is_not_written_again():
     assert decide_pool_status(again, st.build_status(2, *verdict, again.status, "2026-12-03T12:00:00Z"), NOW) == []
 
 
+def test_a_pool_with_an_adapter_that_got_no_route_is_degraded_naming_it_with_a_warning():
+    obj, pool = adapter_pool(), gpu_pool()
+    servers, planned = servers_of(obj, pool)
+    routes = RouteNames(pattern="support-{adapter}", unrouted=1, unrouted_examples=["code-review"])
+    phase, conditions, summary = pool_status(obj, servers, planned, [live(b) for b, _ in planned], {}, routes)
+    degraded = next(c for c in conditions if c.type == st.DEGRADED)
+    assert phase == st.PHASE_DEGRADED and degraded.reason == st.ROUTE_NAME_TAKEN and "code-review" in degraded.message
+    assert summary["routes"]["adaptersUnrouted"] == 1
+    new = st.build_status(obj.ref.generation, phase, conditions, summary, obj.status, NOW)
+    events = [a.body for a in decide_pool_status(obj, new, NOW) if isinstance(a, PostEvent)]
+    assert any(e["type"] == "Warning" and e["reason"] == st.ROUTE_NAME_TAKEN for e in events)
+
+
 @pytest.mark.parametrize("adapters", [2000])
 def test_the_status_of_2000_adapters_holds_counts_and_a_bounded_list(adapters):
     spec = pool_object()["spec"]
     many = [{**spec["adapters"][i % 8], "name": f"adapter-{i:04d}"} for i in range(adapters)]
     obj = adapter_pool(adapters=many)
     servers, planned = servers_of(obj, gpu_pool(nodes=1, gpus=2))
-    _, _, summary = pool_status(obj, servers, planned, [])
+    taken = [{"kind": "Service", "metadata": {"name": f"support-{a['name']}", "namespace": "shop", "uid": "u"}}
+                  for a in many]  # every readable name taken: every route is an exception, and listed within bounds
+    routes = route_summaries([servers], taken)[("shop", obj.ref.name)]
+    _, _, summary = pool_status(obj, servers, planned, [], None, routes)
+    assert summary["routes"]["serviceExceptionsCount"] == adapters and len(summary["routes"]["serviceExceptions"]) <= 32
     assert summary["adaptersPlaced"] + summary["adaptersUnplaced"] == adapters
     assert len(summary["unplacedAdapterExamples"]) <= 16 and len(summary["servers"]) <= 2
     assert len(json.dumps(summary)) < 4_000

@@ -41,3 +41,16 @@ def test_a_refused_load_counts_with_the_engines_error_and_one_the_server_does_no
     assert errors["shop/refusing"]["billing"] is None
     assert "No adapter found for /adapters/shipping" in (errors["shop/refusing"]["shipping"] or "")
     assert errors["shop/gone"] == {}
+
+
+def test_an_unplaced_adapter_is_unloaded_from_the_server_only_once_its_route_no_longer_lists_the_pod(standin):
+    pools = AdapterPools(Actor(None, VllmClient(2)), OperatorSettings())  # type: ignore[arg-type]  # unloads only
+    server = pod("server")
+    url = standin.url_template.format(namespace="shop", pod="server")
+    VllmClient(2).load_adapter(url, "moved", "/adapters/moved")
+    listed = {server["metadata"]["uid"]: Listed(url, adapters=frozenset(standin.listed("shop", "server")))}
+    placed = {SERVER: {"billing": "s"}}
+    assert pools.unload_unplaced([server], placed, listed, {(server["metadata"]["uid"], "moved")}) == 1
+    assert standin.listed("shop", "server") == ["moved"]  # its route still lists the pod: kept
+    assert pools.unload_unplaced([server], placed, listed, set()) == 0
+    assert standin.listed("shop", "server") == []

@@ -14,7 +14,7 @@ from tessera.operator.api.adapter_pools import read_adapter_pool
 from tessera.operator.reconcile.actions import ApplyChild, DeleteChild
 from tessera.operator.reconcile.adapter_loading import placed_adapters
 from tessera.operator.reconcile.adapter_pool_decide import deployment_name, planned_servers
-from tessera.operator.reconcile.adapter_routes import (ADAPTER_LABEL, SERVICE_NAME_LABEL, SLICE_MANAGER,
+from tessera.operator.reconcile.adapter_routes import (route_summaries, routed_pods, ADAPTER_LABEL, SERVICE_NAME_LABEL, SLICE_MANAGER,
                                                        SLICE_MANAGER_LABEL, decide_inference_pools, decide_routes,
                                                        hashed_name,
                                                        readable_name)
@@ -138,6 +138,17 @@ def test_a_re_placement_moves_the_adapter_to_the_pods_of_its_new_server():
     assert pods_in(slice_of(decide_routes([SERVERS], [before, after], moved, held, [], [], PORT), adapter)) == ["s1-a"]
 
 
+def test_the_pods_a_routes_slice_lists_are_read_back_per_adapter_where_an_unload_waits():
+    name, on_first = server(0)
+    adapter = next(iter(on_first))
+    holder, other = pod("s0-a"), pod("s1-a", index=1, ip="10.0.0.2")
+    slices = [b for b in live(decide_routes([SERVERS], [holder, other], PLACED, holds_all(holder, other), [], [], PORT))
+              if b["kind"] == "EndpointSlice"]
+    routed = routed_pods(slices)
+    assert ("uid-s0-a", adapter) in routed and ("uid-s1-a", adapter) not in routed
+    assert {a for uid, a in routed if uid == "uid-s1-a"} == set(server(1)[1])
+
+
 def test_a_name_another_service_has_makes_the_new_route_take_the_hashed_name():
     theirs = {"kind": "Service", "metadata": {"name": f"support-{ADAPTERS[0]}", "namespace": "shop", "uid": "u"}}
     services = applied(decide_routes([SERVERS], [], PLACED, {}, [theirs], [], PORT), "Service")
@@ -152,6 +163,28 @@ def test_a_route_keeps_the_name_its_service_has():
         ADAPTER_LABEL: ADAPTERS[0]}}}
     services = applied(decide_routes([SERVERS], [], PLACED, {}, [ours], [], PORT), "Service")
     assert hashed in services and f"support-{ADAPTERS[0]}" not in services
+
+
+def foreign_service(name: str) -> dict:
+    return {"kind": "Service", "metadata": {"name": name, "namespace": "shop", "uid": f"u-{name}"}}
+
+
+def test_the_pools_status_gives_its_routes_name_pattern_and_only_the_routes_named_otherwise():
+    taken = [foreign_service(f"support-{ADAPTERS[0]}")]
+    (summary,) = route_summaries([SERVERS], taken).values()
+    assert summary.pattern == "support-{adapter}"
+    assert [(e.adapter, e.service) for e in summary.exceptions] == [(ADAPTERS[0], hashed_name("support", ADAPTERS[0]))]
+    assert summary.exceptions_count == 1 and summary.unrouted == 0
+    services = applied(decide_routes([SERVERS], [], PLACED, {}, taken, [], PORT), "Service")
+    assert all(summary.pattern.format(adapter=a) in services for a in ADAPTERS[1:])  # the pattern is what is written
+
+
+def test_an_adapter_whose_both_route_names_are_taken_gets_no_route_and_the_status_says_so():
+    taken = [foreign_service(f"support-{ADAPTERS[0]}"), foreign_service(hashed_name("support", ADAPTERS[0]))]
+    (summary,) = route_summaries([SERVERS], taken).values()
+    assert summary.unrouted == 1 and summary.unrouted_examples == [ADAPTERS[0]]
+    services = applied(decide_routes([SERVERS], [], PLACED, {}, taken, [], PORT), "Service")
+    assert not [b for b in services.values() if b["metadata"]["labels"][ADAPTER_LABEL] == ADAPTERS[0]]
 
 
 def test_a_name_too_long_is_hashed_and_pairs_that_join_alike_get_different_names():
