@@ -5,10 +5,10 @@ stand-in with a permissive schema, not the operator's full one."""
 
 from __future__ import annotations
 
-import time
-
 from kubernetes import client
 from kubernetes.client.rest import ApiException
+
+from cluster.kube import wait_crd_established
 
 GROUP, VERSION, PLURAL = "nvidia.com", "v1", "clusterpolicies"
 DEFAULT_MIG_CONFIGMAP = "default-mig-parted-config"  # the GPU Operator's own
@@ -41,7 +41,7 @@ def install_cluster_policy(api_client: client.ApiClient, mig_configmap: str, nam
     except ApiException as e:
         if e.status != 409:
             raise
-    _wait_established(ext, CLUSTER_POLICY_CRD["metadata"]["name"])
+    wait_crd_established(api_client, CLUSTER_POLICY_CRD["metadata"]["name"])
     body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "ClusterPolicy", "metadata": {"name": name},
             "spec": {"mig": {"strategy": "mixed"},
                      "migManager": {"enabled": True, "config": {"name": mig_configmap, "default": "all-disabled"}}}}
@@ -68,13 +68,3 @@ def mig_configmap_name(api_client: client.ApiClient, name: str = "cluster-policy
         raise
     config = ((policy.get("spec") or {}).get("migManager") or {}).get("config") or {}
     return config.get("name") or DEFAULT_MIG_CONFIGMAP
-
-
-def _wait_established(ext: client.ApiextensionsV1Api, crd: str, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        conditions = ext.read_custom_resource_definition(crd).status.conditions or []
-        if any(c.type == "Established" and c.status == "True" for c in conditions):
-            return
-        time.sleep(0.2)
-    raise TimeoutError(f"CRD {crd} not Established after {timeout}s")

@@ -18,6 +18,17 @@ def wait_for(predicate, timeout: float, what: str, interval: float = 0.2):
     raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
 
 
+def wait_crd_established(api_client: client.ApiClient, name: str, timeout: float = 180) -> None:
+    """Polls the CRD itself: `kubectl wait --for=condition=Established` exits 1 at once ("conditions accessor
+    error") when it reads a CRD whose status has no conditions yet, as a loaded API server can show one."""
+    ext = client.ApiextensionsV1Api(api_client)
+
+    def established() -> bool:
+        conditions = ext.read_custom_resource_definition(name).status.conditions or []
+        return any(c.type == "Established" and c.status == "True" for c in conditions)
+    wait_for(established, timeout, f"CRD {name} Established")
+
+
 def ensure_namespace(core: client.CoreV1Api, name: str) -> None:
     try:
         core.create_namespace({"metadata": {"name": name}})

@@ -17,7 +17,7 @@ from cluster.binaries import bin_dir
 from cluster.controlplane import ControlPlane
 from cluster.gpu_nodes import create_cpu_node
 from cluster.gpu_operator import install_cluster_policy
-from cluster.kube import ensure_namespace, has_default_sa, wait_for, wait_node_ready
+from cluster.kube import ensure_namespace, has_default_sa, wait_crd_established, wait_for, wait_node_ready
 from cluster.mig_manager_standin import MigManagerStandIn
 from cluster.prometheus import DemandExporter, Prometheus
 
@@ -130,12 +130,12 @@ def prometheus(tmp_path_factory, demand_exporter) -> Prometheus:
 
 
 @pytest.fixture(scope="session")
-def tessera_crds(kubectl) -> list[str]:
+def tessera_crds(kubectl, api_client) -> list[str]:
     """tessera's CRDs (crds/, as checked in) applied to the cluster and Established; their names."""
     crds_dir = HERE.parents[1] / "crds"
     applied = kubectl("apply", "--server-side", "--field-manager=tessera-tests", "-f", str(crds_dir), check=False)
     assert applied.returncode == 0, f"the API server refused crds/: {applied.stderr}"
     names = [path.name.removesuffix(".yaml") for path in sorted(crds_dir.glob("*.yaml"))]
     for name in names:
-        kubectl("wait", "--for=condition=Established", f"crd/{name}", "--timeout=180s")
+        wait_crd_established(api_client, name)
     return names

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from kubernetes import client
 
+from cluster.kube import wait_crd_established
 from cluster.vllm_standin import VllmStandin
 
 from .operator_harness import EXAMPLES, OperatorProcess, delete_pool, make_pool, new_namespace
@@ -13,9 +14,9 @@ CRDS = EXAMPLES.parent / "crds"
 
 
 @pytest.fixture(scope="module")
-def crds(kubectl):
+def crds(kubectl, api_client):
     kubectl("apply", "-f", str(CRDS))
-    kubectl("wait", "--for=condition=Established", "crd/compoundinferencesystems.tessera.ai", "--timeout=180s")
+    wait_crd_established(api_client, "compoundinferencesystems.tessera.ai")
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ from collections import Counter
 import yaml
 
 from cluster.gpu_nodes import gpu_states
-from cluster.kube import wait_for
+from cluster.kube import wait_crd_established, wait_for
 from kubernetes import client
 
 from tessera.operator.api.v1alpha1 import child_name
@@ -39,7 +39,7 @@ def adapter_pool(custom, namespace: str) -> dict | None:
 
 
 def wait_pool_ready(custom, operator: OperatorProcess, kubectl) -> dict:
-    kubectl("wait", "--for=condition=Established", "crd/adapterpools.tessera.ai", "--timeout=180s")
+    wait_crd_established(custom.api_client, "adapterpools.tessera.ai")
 
     def ready():
         if not operator.alive():

@@ -24,7 +24,7 @@ import pytest
 import yaml
 from kubernetes import client
 
-from cluster.kube import wait_for
+from cluster.kube import wait_crd_established, wait_for
 from tessera.operator.api.v1alpha1 import child_name
 from tessera.operator.reconcile.adapter_loading import HOLDS_PREFIX, SOURCES_ANNOTATION, source_digest
 from tessera.operator.reconcile.adapter_pool_decide import within
@@ -43,7 +43,7 @@ INFERENCE_POOL_CRD = "config/crd/bases/inference.networking.k8s.io_inferencepool
 
 
 @pytest.fixture(scope="module")
-def inference_pool_crd(kubectl, tmp_path_factory):
+def inference_pool_crd(kubectl, api_client, tmp_path_factory):
     """The Gateway API Inference Extension's InferencePool CRD of v1.3.0, as its Go module ships it: `go mod
     download` puts the module in the module cache (fetching it where it is not there yet), the CRD is applied
     from there, and removed after this module's tests."""
@@ -55,7 +55,7 @@ def inference_pool_crd(kubectl, tmp_path_factory):
     assert found.returncode == 0, found.stdout + found.stderr
     crd = Path(json.loads(found.stdout)["Dir"]) / INFERENCE_POOL_CRD
     kubectl("apply", "--server-side", "-f", str(crd))
-    kubectl("wait", "--for=condition=Established", "crd/inferencepools.inference.networking.k8s.io", "--timeout=180s")
+    wait_crd_established(api_client, "inferencepools.inference.networking.k8s.io")
     yield crd
     kubectl("delete", "-f", str(crd), "--wait=false")
 

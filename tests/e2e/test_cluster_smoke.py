@@ -18,7 +18,7 @@ from kubernetes import client
 from cluster.controlplane import KWOK_NODE_ANNOTATION, NODE_MONITOR_GRACE_S, NODE_MONITOR_PERIOD_S
 from cluster.gpu_nodes import MIG_CONFIG, MIG_STATE, create_gpu_nodes
 from cluster.gpu_operator import set_mig_configmap
-from cluster.kube import pods, wait_for, wait_node_ready, wait_pods_phase
+from cluster.kube import pods, wait_crd_established, wait_for, wait_node_ready, wait_pods_phase
 
 H100 = "NVIDIA-H100-80GB-HBM3"
 CHART = Path(__file__).parent / "charts" / "smoke"
@@ -32,7 +32,7 @@ def test_control_plane_reports_the_pinned_kubernetes_version(kubectl):
     assert version["clientVersion"]["gitVersion"] == "v1.34.4"
 
 
-def test_kubectl_applies_a_crd_and_a_custom_object(kubectl, namespace):
+def test_kubectl_applies_a_crd_and_a_custom_object(kubectl, api_client, namespace):
     crd = textwrap.dedent("""
         apiVersion: apiextensions.k8s.io/v1
         kind: CustomResourceDefinition
@@ -52,7 +52,7 @@ def test_kubectl_applies_a_crd_and_a_custom_object(kubectl, namespace):
                   spec: {type: object, properties: {size: {type: integer}}}
         """)
     kubectl("apply", "-f", "-", input=crd)
-    kubectl("wait", "--for=condition=Established", "crd/widgets.smoke.tessera.test", "--timeout=180s")
+    wait_crd_established(api_client, "widgets.smoke.tessera.test")
     kubectl("apply", "-n", namespace, "-f", "-",
             input="apiVersion: smoke.tessera.test/v1\nkind: Widget\nmetadata: {name: w1}\nspec: {size: 3}\n")
     got = json.loads(kubectl("get", "-n", namespace, "widget", "w1", "-o", "json").stdout)

@@ -29,7 +29,7 @@ from kubernetes import client
 from cluster.chart_operator import HostOperator, token_kubeconfig
 from cluster.controlplane import free_port
 from cluster.gpu_nodes import create_gpu_nodes, gpu_states
-from cluster.kube import ensure_namespace, wait_for
+from cluster.kube import ensure_namespace, wait_crd_established, wait_for
 
 from .operator_harness import (
     H100, OPERATOR_AGENTS, REPO, THREE_EXAMPLES, apply_examples, children, condition, delete_pool, is_true, make_pool,
@@ -449,7 +449,7 @@ def test_the_crd_upgrade_as_notes_writes_it_replaces_the_crds_helm_installed_kee
         plain = kubectl("apply", "--server-side", "-f", "-", input=yaml.safe_dump(newer), check=False)
         assert plain.returncode != 0 and "conflict" in plain.stderr.lower(), "without --force-conflicts it conflicts"
         kubectl(*argv[1:])
-        kubectl("wait", "--for=condition=Established", "crd/compoundinferencesystems.tessera.ai", "--timeout=180s")
+        wait_crd_established(api_client, "compoundinferencesystems.tessera.ai")
         served = json.loads(kubectl("get", "crd", "compoundinferencesystems.tessera.ai", "-o", "json").stdout)
         assert served["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["description"] == schema["description"]
         assert {name: s["metadata"]["uid"] for name, s in systems(custom, release.workloads).items()} == kept
