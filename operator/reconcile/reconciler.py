@@ -51,7 +51,7 @@ from tessera.operator.reconcile.decide import (STATE_FORMAT, PoolOutcome, about,
                                                system_status, frontend_status, spec_digest)
 from tessera.operator.reconcile.node_changes import NodeHold
 from tessera.operator.reconcile.pool_access import denied
-from tessera.operator.reconcile.quotas import instance_quotas
+from tessera.operator.reconcile.quotas import instance_quotas, whole_gpu_quotas
 from tessera.planner.quota import InstanceQuota
 from tessera.operator.reconcile.serving_nodes import Rules, decide_serving_nodes
 from tessera.operator.reconcile.pause import (held_mig_configs, held_nodes, pause_message, paused_status,
@@ -108,12 +108,13 @@ class Reconciler:
                        for pool in pools}
         paused = {pool.key: paused_systems(members.get(pool.key, []), pool_paused[pool.key]) for pool in pools}
         adapter_servers, adapter_gpus = {}, {}
+        gpu_quotas = whole_gpu_quotas(seen.resource_quotas, {o.ref.namespace for o in seen.adapter_pools}, children)
         for pool in pools:
             outcome = outcomes[pool.key] = PoolOutcome()
             self.profiling.prepare(pool, members.get(pool.key, []))
             # AdapterPools first, on whole GPUs the compound solve then leaves alone (adapter_pool_decide.py)
             servers = adapter_servers[pool.key] = self.adapter_pools.plan(
-                pool, adapter_members.get(pool.key, []), children, seen.pool_states[pool.key])
+                pool, adapter_members.get(pool.key, []), children, seen.pool_states[pool.key], gpu_quotas)
             adapter_gpus[pool.key] = self.adapter_pools.reserved(servers, children)
             self.plan_pool(pool, members.get(pool.key, []), outcome, configs, seen.pool_states[pool.key],
                            paused[pool.key], pool_paused[pool.key] is not None, adapter_gpus[pool.key],
