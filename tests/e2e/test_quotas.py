@@ -10,6 +10,8 @@ admitted, and its status says so.
 
 from __future__ import annotations
 
+import json
+
 from kubernetes import client
 
 from cluster.kube import wait_for
@@ -45,6 +47,36 @@ def test_a_namespace_quota_on_mig_instances_caps_the_plan_every_pod_is_admitted_
     assert [e.message for e in events if e.reason == "FailedCreate"] == [], "no pod was refused by the quota"
     used = client.CoreV1Api(api_client).read_namespaced_resource_quota("gpus", namespace).status.used
     assert used.get("requests.nvidia.com/mig-1g.10gb") == "1"
+
+
+def test_a_lowered_quota_on_mig_instances_takes_a_replica_from_the_running_system_and_status_states_the_loss(
+        run_operator, core, custom, api_client, kubectl):
+    operator = run_operator(nodes=1)
+    namespace = operator.namespace
+    hard = {f"requests.nvidia.com/mig-{p}": "2" if p == "1g.10gb" else "0" for p in PROFILES}
+    core.create_namespaced_resource_quota(namespace, {"metadata": {"name": "gpus"}, "spec": {"hard": hard}})
+    operator.start()
+    kubectl("apply", "-n", namespace, "-f", "-", input=system_yaml("capped", demandRequestsPerSecond=2000))
+    replicas = lambda: sum(d.spec.replicas for d in children(api_client, namespace)[0])  # noqa: E731
+    wait_for(lambda: replicas() == 2 or None, 180, "two 1g.10gb replicas within the quota of 2")
+    served = wait_for(lambda: (systems(custom, namespace)["capped"].get("status", {}).get("plan") or {})
+                      .get("servedRequestsPerSecond"), 60, "the plan's served rate in status")
+
+    core.patch_namespaced_resource_quota("gpus", namespace, {"spec": {"hard": {"requests.nvidia.com/mig-1g.10gb": "1"}}})
+
+    def loss_stated():
+        found = systems(custom, namespace)["capped"]
+        degraded = condition(found, "Degraded") or {}
+        return found if "a lowered quota took" in degraded.get("message", "") else None
+    try:
+        found = wait_for(loss_stated, 180, "Degraded QuotaReached stating the lowered quota's loss")
+    except TimeoutError:
+        raise AssertionError(f"{json.dumps(systems(custom, namespace)['capped'].get('status'), indent=1)}\n"
+                             f"{operator.log_text()[-4000:]}") from None
+    plan = found["status"]["plan"]
+    assert plan["servedBeforeQuotaRequestsPerSecond"] == served > plan["servedRequestsPerSecond"], plan
+    assert f"ResourceQuota {namespace}/gpus: requests.nvidia.com/mig-1g.10gb 1" in condition(found, "Degraded")["message"]
+    wait_for(lambda: replicas() == 1 or None, 60, "one replica within the lowered quota")
 
 
 POOL_FILE = EXAMPLES / "adapter-pools" / "support-bots.yaml"  # more than one server (test_adapter_pools.py)
