@@ -60,12 +60,14 @@ def _gpu_resource(resource: str) -> bool:
 
 def tessera_pods_holding(children: Iterable[Json], namespace: str) -> dict[str, int]:
     """Per GPU resource of a pod (`nvidia.com/mig-<profile>`, `nvidia.com/gpu`), what tessera's Deployments' pods
-    hold in the namespace (their pods now), its compound systems' and its AdapterPools' alike."""
+    hold in the namespace, its compound systems' and its AdapterPools' alike: the pods each asks for or has, the
+    more of the two (the API server counts a pod in `used` when it admits it, before the Deployment's status
+    does; the pods alone would leave tessera less room for that moment, and its next plan one server fewer)."""
     held: dict[str, int] = {}
     for child in children:
         if child.get("kind") != "Deployment" or child["metadata"].get("namespace") != namespace:
             continue
-        pods = (child.get("status") or {}).get("replicas") or 0
+        pods = max((child.get("spec") or {}).get("replicas") or 0, (child.get("status") or {}).get("replicas") or 0)
         containers = ((child.get("spec") or {}).get("template") or {}).get("spec", {}).get("containers") or []
         for container in containers:
             for resource, amount in ((container.get("resources") or {}).get("requests") or {}).items():

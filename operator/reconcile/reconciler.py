@@ -82,9 +82,11 @@ def quota_list(quotas: list[InstanceQuota]) -> list[tuple[list[str], str, int]]:
     return [(sorted(q.systems), q.mig_profile, q.limit) for q in quotas]
 
 
-def quota_key(quotas: list[InstanceQuota]) -> dict[str, list[tuple[list[str], str, int]]]:
-    """The quotas as part of a hash: absent where there are none (the hash stays the one from before quotas)."""
-    return {"quotas": quota_list(quotas)} if quotas else {}
+def quota_key(quotas: list[InstanceQuota]) -> dict[str, list[tuple[list[str], str, str]]]:
+    """The quotas' hard limits as part of the pool's hash: absent where there are none (the hash stays the one from
+    before quotas). Their hard limits (in `source`), not the room they leave: the room moves for a moment with each
+    pod of tessera's the API server admits before its Deployment's status counts it, and must not re-plan then."""
+    return {"quotas": [(sorted(q.systems), q.mig_profile, q.source) for q in quotas]} if quotas else {}
 
 
 class Reconciler:
@@ -279,8 +281,7 @@ class Reconciler:
 
     def pool_hash(self, pool: Pool, adapter_gpus: set[tuple[str, int]], quotas: list[InstanceQuota]) -> str:
         """The GPUs a plan is made on: the pool's, less the AdapterPools', and the quotas it keeps within (a stored
-        plan stands only on the same: a lowered quota re-plans though no spec changed). Without quotas the hash is
-        the one from before quotas, so no pool re-plans for them."""
+        plan stands only on the same: a lowered quota re-plans though no spec changed)."""
         return naming.digest({"format": STATE_FORMAT, "gpu": pool.gpu.name,
                               "slots": [(n.name, i) for n, i in pool.slots() if (n.name, i) not in adapter_gpus],
                               "options": self.settings.planner.model_dump(mode="json"),

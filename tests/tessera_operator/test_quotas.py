@@ -96,3 +96,11 @@ def test_tessera_gives_back_only_the_resource_its_pods_request():
     quotas = whole_gpu_quotas([resource_quota("shop", {"requests.nvidia.com/gpu": "2"}, used)], {"shop"},
                               [tessera_deployment("shop", "7g.80gb", 2)])
     assert quotas["shop"].limit == 0
+
+
+def test_a_server_pod_admitted_before_its_deployments_status_counts_it_is_given_back():
+    """The admission counts the pod in `used` at once; the Deployment's status follows: no moment of less room."""
+    asked = {**adapter_server("shop", 0), "spec": {**adapter_server("shop", 0)["spec"], "replicas": 1}}
+    used = {"requests.nvidia.com/gpu": "1"}
+    quotas = whole_gpu_quotas([resource_quota("shop", {"requests.nvidia.com/gpu": "1"}, used)], {"shop"}, [asked])
+    assert quotas["shop"].limit == 1
