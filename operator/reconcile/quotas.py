@@ -7,7 +7,7 @@ profile the namespace may run, and the API server refuses a pod beyond it
 pod, so what the solve may give the namespace's systems of a profile is the
 quota's hard limit less what pods tessera does not own already hold there:
 `used` counts every pod, tessera's own included, so tessera's Deployments'
-current pods are given back. Several quotas of one namespace: the tightest.
+pods are given back (those each asks for or has, the more). Several quotas of one namespace: the tightest.
 A transition (make before break) still needs room for the new pods beside
 the old ones; this cap is on the plan, not on the transition. Pure.
 
