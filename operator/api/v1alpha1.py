@@ -156,6 +156,11 @@ class SystemPlanSummary(Spec):
         alias="servedRequestsPerSecond", ge=0, le=10_000_000,
         description="Requests/s the plan serves (below the demand when the pool is too small).",
     )
+    served_before_quota_rps: float | None = Field(
+        default=None, alias="servedBeforeQuotaRequestsPerSecond", ge=0, le=10_000_000,
+        description="Requests/s the plan served before a lowered ResourceQuota took served demand away; kept "
+                    "while a quota holds the system back, absent otherwise.",
+    )
     profile_sources: ProfileSourceCounts = Field(alias="profileSources", description="Where the chosen configurations' profiles come from.")
     tasks: list[TaskPlanSummary] = Field(
         max_length=MAX_TASKS, json_schema_extra=list_map("name"), description="Per task: variant and configurations.",

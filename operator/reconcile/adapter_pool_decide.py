@@ -18,6 +18,11 @@ The rules (docs/operator.md, "AdapterPools"):
   at no time do both kinds claim one GPU.
 - Adapters beyond the GPUs free for them are unplaced: Degraded says how
   much of the pool's rate the placed ones carry.
+- A namespace's ResourceQuota on `requests.nvidia.com/gpu` caps its
+  AdapterPools' servers together (quotas.py): each takes at most what the
+  quota leaves after the namespace's pools placed before it; Degraded
+  QuotaReached names the quota where it, not the free GPUs, leaves adapters
+  unplaced.
 - AdapterPools take the free GPUs in turn: invalid ones first (their
   running servers keep their GPUs), then by spec.poolPriority, highest
   first, then by name.
@@ -45,6 +50,7 @@ from tessera.operator.reconcile.builders import SERVER_CONTAINER, applied_hash, 
 # the one rule for an available server Deployment, the compound systems' servers' too
 from tessera.operator.reconcile.decide import NodeMig, stored_pool_plan
 from tessera.operator.reconcile.decide import _available as available
+from tessera.operator.reconcile.quotas import WholeGpuQuota
 from tessera.operator.settings import OperatorSettings
 from tessera.planner.adapter_pool import AdapterPoolSpec
 from tessera.planner.placement import Placement, PlacementProblem, ServerPlacement
@@ -85,6 +91,8 @@ class PoolServers:
     """The GPUs its servers hold now (an invalid pool's last good servers)."""
     free: int = 0
     """The GPUs that were free for it (the pool's, less those other AdapterPools hold or took)."""
+    quota: WholeGpuQuota | None = None
+    """What its namespace's quota on whole GPUs left it, where that was less than `free`."""
 
     @property
     def gpus(self) -> set[Slot]:
@@ -161,6 +169,14 @@ def choose_slots(pool: Pool, count: int, held: dict[int, Slot], taken: set[Slot]
                 {s for j, s in kept.items() if j < i}}
     spare = iter(free_gpus(pool, taken | set(kept.values()), busy))
     return [kept[i] if i in kept else next(spare) for i in range(count)]
+
+
+def gpus_allowed(free: int, quota: WholeGpuQuota | None) -> tuple[int, WholeGpuQuota | None]:
+    """The GPUs an AdapterPool may place servers on: those free for it, at most what its namespace's quota on whole
+    GPUs leaves; and that quota where it is the tighter."""
+    if quota is None or quota.limit >= free:
+        return free, None
+    return quota.limit, quota
 
 
 def within(problem: PlacementProblem, gpus: int) -> PlacementProblem:
@@ -325,6 +341,25 @@ def unrouted_message(routes: RouteNames | None) -> str | None:
             + (", ..." if routes.unrouted > len(routes.unrouted_examples) else ""))
 
 
+def _unplaced(obj: AdapterPoolObject, decided: PoolServers, summary: Json) -> tuple[str, str]:
+    """(reason, message) for adapters that fit no server: the namespace's quota where it held the servers to what
+    it leaves (QuotaReached), else the GPUs free for the pool or limits.maxServers (InsufficientCapacity)."""
+    assert decided.placement is not None
+    placed, unplaced, servers = summary["adaptersPlaced"], summary["adaptersUnplaced"], len(decided.placement.servers)
+    share = summary["placedRequestsPerSecond"] / summary["requestsPerSecond"] if summary["requestsPerSecond"] else 1
+    carried = (f"carry {share:.0%} of its expected rate ({summary['placedRequestsPerSecond']:g} of "
+               f"{summary['requestsPerSecond']:g} requests/s)")
+    quota = decided.quota
+    if quota is not None and servers >= quota.limit:
+        return st.QUOTA_REACHED, (f"{unplaced} of {placed + unplaced} adapters fit no server within the namespace's "
+                                  f"quota: {quota.source} leaves tessera {quota.limit} of the {decided.free} GPU(s) "
+                                  f"free for the pool; {servers} server(s) {carried}; raise the quota to serve more")
+    return st.INSUFFICIENT_CAPACITY, (f"{unplaced} of {placed + unplaced} adapters fit no server: {servers} server(s) "
+                                      f"on the {decided.free} GPU(s) free for the pool (limits.maxServers "
+                                      f"{obj.spec.limits.max_servers if obj.spec else '?'}) {carried}; "
+                                      "add GPUs or raise limits.maxServers")
+
+
 def pool_status(obj: AdapterPoolObject, decided: PoolServers | None, planned: list[tuple[Json, bool]],
                 live: list[Json], loads: Mapping[tuple[str, str], ServerLoad] | None = None,
                 routes: RouteNames | None = None) -> tuple[str, list[st.Condition], Json | None]:
@@ -349,15 +384,9 @@ def pool_status(obj: AdapterPoolObject, decided: PoolServers | None, planned: li
     unrouted = unrouted_message(routes)
     conditions = [valid]
     if unplaced:
-        share = summary["placedRequestsPerSecond"] / summary["requestsPerSecond"] if summary["requestsPerSecond"] else 1
-        message = (f"{unplaced} of {placed + unplaced} adapters fit no server: {len(decided.placement.servers)} "
-                   f"server(s) on the {decided.free} GPU(s) free for the pool (limits.maxServers "
-                   f"{obj.spec.limits.max_servers if obj.spec else '?'}) carry {share:.0%} of its expected rate "
-                   f"({summary['placedRequestsPerSecond']:g} of {summary['requestsPerSecond']:g} requests/s); "
-                   "add GPUs or raise limits.maxServers")
-        conditions += [st.Condition(st.ADAPTERS_PLACED, False, st.INSUFFICIENT_CAPACITY, message),
-                       st.Condition(st.DEGRADED, True, st.INSUFFICIENT_CAPACITY,
-                                    "; ".join(m for m in (message, failed, unrouted) if m))]
+        reason, message = _unplaced(obj, decided, summary)
+        conditions += [st.Condition(st.ADAPTERS_PLACED, False, reason, message),
+                       st.Condition(st.DEGRADED, True, reason, "; ".join(m for m in (message, failed, unrouted) if m))]
     else:
         message = f"{placed} adapters on {len(decided.placement.servers)} server(s)"
         conditions += [st.Condition(st.ADAPTERS_PLACED, True, st.ALL_ADAPTERS_PLACED, message),

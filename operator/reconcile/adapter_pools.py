@@ -9,6 +9,7 @@ cached for the process while the pool's problem and free GPUs are unchanged.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -26,11 +27,13 @@ from tessera.operator.reconcile.adapter_loading import (LOAD_RETRY_S, Listed, Pl
                                                         server_of, server_url, serving, unplaced_listed)
 from tessera.operator.reconcile.adapter_pool_decide import (PoolServers, ServerLoad, Slot, choose_slots,
                                                             compound_gpus, decide_pool_status, decide_servers,
-                                                            owned_by, placed_compound_gpus, planned_servers,
+                                                            gpus_allowed, owned_by, placed_compound_gpus,
+                                                            planned_servers,
                                                             placing_order, pool_status, server_slots, within)
 from tessera.operator.reconcile.adapter_routes import (decide_inference_pools, decide_routes, route_summaries,
                                                        routed_pods)
 from tessera.operator.reconcile.decide import PoolOutcome
+from tessera.operator.reconcile.quotas import WholeGpuQuota
 from tessera.operator.reconcile.snapshot import Snapshot
 from tessera.operator.settings import OperatorSettings
 from tessera.operator.vllm import ServerError
@@ -69,9 +72,10 @@ class AdapterPools:
         """GPU pool key -> the placements its AdapterPools' current problems have."""
 
     def plan(self, pool: Pool, objects: list[AdapterPoolObject], children: list[Json],
-             state: Mapping[str, str]) -> list[PoolServers]:
+             state: Mapping[str, str], quotas: dict[str, WholeGpuQuota]) -> list[PoolServers]:
         """Each AdapterPool's servers and GPUs on this GPU pool, in `placing_order`; a running server keeps its GPU
-        unless another pool's server holds it."""
+        unless another pool's server holds it. `quotas` (namespace -> what its quota on whole GPUs leaves) is
+        updated as servers take GPUs: it holds for the namespace's AdapterPools of every GPU pool together."""
         held = {obj.ref.key: server_slots(children, obj.ref) for obj in objects}
         busy = compound_gpus(state)
         in_pool = {(node.name, index) for node, index in pool.slots()}
@@ -82,15 +86,20 @@ class AdapterPools:
             others = {slot for key, slots in held.items() if key != obj.ref.key for slot in slots.values()}
             blocked = taken | others
             free = len(in_pool - blocked)
+            namespace = obj.ref.namespace
             if obj.problem is None:
                 outcome = PoolServers(obj, held=sorted(set(held[obj.ref.key].values()) & in_pool - taken), free=free)
             else:
-                problem = within(obj.problem, free)
+                allowed, quota = gpus_allowed(free, quotas.get(namespace))
+                problem = within(obj.problem, allowed)
                 placement = known.get(problem) or place(problem, "tessera")
                 self._placements[pool.key][problem] = placement
                 slots = choose_slots(pool, len(placement.servers), held[obj.ref.key], blocked, busy)
-                outcome = PoolServers(obj, placement, slots, free=free)
+                outcome = PoolServers(obj, placement, slots, free=free, quota=quota)
             taken |= outcome.gpus
+            if namespace in quotas:
+                left = quotas[namespace]
+                quotas[namespace] = dataclasses.replace(left, limit=max(0, left.limit - len(outcome.gpus)))
             decided.append(outcome)
         return decided
 

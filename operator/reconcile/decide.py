@@ -39,6 +39,9 @@ STATE_FORMAT = 2
 """Of the pool's stored plan: 2 places GPUs by (node, device) as the planner named them."""
 ChildKey = tuple[str, str, str]
 """(kind, namespace, name) of a child."""
+SERVED_BEFORE_QUOTA = "servedBeforeQuotaRequestsPerSecond"
+SERVED_TOLERANCE_RPS = 0.001
+"""status.plan rounds rates to 3 decimals: a smaller difference is no loss."""
 
 
 @dataclass
@@ -444,6 +447,10 @@ def system_status(system: SystemObject, outcome: PoolOutcome) -> Verdict:
     gpus = outcome.gpus_of.get(key, [])
     summary = st.plan_summary(plan, key, gpus=held_gpus(system, outcome), slices=_slices(plan, gpus, key),
                               pool_slices=COMPUTE_SLICES * outcome.pool_gpus)
+    before = served_before_quota(system.status.get("plan") or {}, summary,
+                                 not _serves_all(summary) and bool(holding_back(plan, outcome.quotas, key)))
+    if before is not None:
+        summary[SERVED_BEFORE_QUOTA] = before
     mig_failed = mig_failures.failure_condition(outcome.failed_nodes, {k.node for k in outcome.placement.servers_of(key)})
     conditions = [valid, _planned(plan, summary, len(gpus), outcome), mig_failed or _degraded(plan, key, summary, outcome),
                   _profiles_estimated(summary)]
@@ -505,6 +512,29 @@ def _serves_all(summary: Json) -> bool:
     return _served_fraction(summary) >= 1 - 1e-5
 
 
+def served_before_quota(previous: Json, summary: Json, held_back: bool) -> float | None:
+    """What the system's plan served before a lowered quota took served demand away, while a quota holds it back
+    (`held_back`) below that: the loss the last status recorded, or else the last status's served rate; None when
+    the plan serves no less than before. The one case that takes served demand away from a running system: a
+    quota lowered below what its servers hold (docs/operator.md, "Quotas")."""
+    if not held_back:
+        return None
+    before = previous.get(SERVED_BEFORE_QUOTA, previous.get("servedRequestsPerSecond"))
+    if isinstance(before, (int, float)) and before > summary["servedRequestsPerSecond"] + SERVED_TOLERANCE_RPS:
+        return float(before)
+    return None
+
+
+def _quota_loss(summary: Json) -> str:
+    """What a lowered quota took away from a running system, for QuotaReached's message; empty when nothing."""
+    before = summary.get(SERVED_BEFORE_QUOTA)
+    if before is None:
+        return ""
+    lost = round(before - summary["servedRequestsPerSecond"], 3)
+    return (f"; a lowered quota took {lost:g} requests/s of served demand away from the running system "
+            f"(it served {before:g} before)")
+
+
 def _degraded(plan: Plan, key: str, summary: Json, outcome: PoolOutcome) -> st.Condition:
     """Why a system is served below its demand, in the order of precedence: its quota, higher priorities, the pool."""
     if _serves_all(summary):
@@ -517,7 +547,7 @@ def _degraded(plan: Plan, key: str, summary: Json, outcome: PoolOutcome) -> st.C
                             f"requests/s) within the namespace's quota: "
                             + "; ".join(f"{q.source} leaves tessera {q.limit} {q.mig_profile} instance(s), the plan uses "
                                         f"{instances_under(q, plan)}"
-                                        for q in held) + "; raise the quota to serve more")
+                                        for q in held) + _quota_loss(summary) + "; raise the quota to serve more")
     above = _higher_priority_holders(plan, key, outcome)
     if above:
         return st.Condition(st.DEGRADED, True, st.PREEMPTED_BY_PRIORITY,

@@ -51,7 +51,7 @@ from tessera.operator.reconcile.decide import (STATE_FORMAT, PoolOutcome, about,
                                                system_status, frontend_status, spec_digest)
 from tessera.operator.reconcile.node_changes import NodeHold
 from tessera.operator.reconcile.pool_access import denied
-from tessera.operator.reconcile.quotas import instance_quotas
+from tessera.operator.reconcile.quotas import instance_quotas, whole_gpu_quotas
 from tessera.planner.quota import InstanceQuota
 from tessera.operator.reconcile.serving_nodes import Rules, decide_serving_nodes
 from tessera.operator.reconcile.pause import (held_mig_configs, held_nodes, pause_message, paused_status,
@@ -76,6 +76,17 @@ Outcome = Planned | TimeLimit | Infeasible | InvalidInput | PlannerFailed
 class ReconcileResult:
     requeue_after: float | None
     writes: int
+
+
+def quota_list(quotas: list[InstanceQuota]) -> list[tuple[list[str], str, int]]:
+    return [(sorted(q.systems), q.mig_profile, q.limit) for q in quotas]
+
+
+def quota_key(quotas: list[InstanceQuota]) -> dict[str, list[tuple[list[str], str, str]]]:
+    """The quotas' hard limits as part of the pool's hash: absent where there are none (the hash stays the one from
+    before quotas). Their hard limits (in `source`), not the room they leave: the room moves for a moment with each
+    pod of tessera's the API server admits before its Deployment's status counts it, and must not re-plan then."""
+    return {"quotas": [(sorted(q.systems), q.mig_profile, q.source) for q in quotas]} if quotas else {}
 
 
 class Reconciler:
@@ -108,12 +119,13 @@ class Reconciler:
                        for pool in pools}
         paused = {pool.key: paused_systems(members.get(pool.key, []), pool_paused[pool.key]) for pool in pools}
         adapter_servers, adapter_gpus = {}, {}
+        gpu_quotas = whole_gpu_quotas(seen.resource_quotas, {o.ref.namespace for o in seen.adapter_pools}, children)
         for pool in pools:
             outcome = outcomes[pool.key] = PoolOutcome()
             self.profiling.prepare(pool, members.get(pool.key, []))
             # AdapterPools first, on whole GPUs the compound solve then leaves alone (adapter_pool_decide.py)
             servers = adapter_servers[pool.key] = self.adapter_pools.plan(
-                pool, adapter_members.get(pool.key, []), children, seen.pool_states[pool.key])
+                pool, adapter_members.get(pool.key, []), children, seen.pool_states[pool.key], gpu_quotas)
             adapter_gpus[pool.key] = self.adapter_pools.reserved(servers, children)
             self.plan_pool(pool, members.get(pool.key, []), outcome, configs, seen.pool_states[pool.key],
                            paused[pool.key], pool_paused[pool.key] is not None, adapter_gpus[pool.key],
@@ -155,7 +167,7 @@ class Reconciler:
             adapter_pools_acted += self.adapter_pools.act(pool, adapter_servers[pool.key], children, outcome)
             state = seen.pool_states[pool.key]
             pool_changed = (pool_paused[pool.key] is not None
-                            and state.get("pool") != self.pool_hash(pool, adapter_gpus[pool.key]))
+                            and state.get("pool") != self.pool_hash(pool, adapter_gpus[pool.key], outcome.quotas))
             for system in members.get(pool.key, []):
                 why = paused[pool.key].get(system.ref.key)
                 phase, conditions, summary = (
@@ -223,7 +235,7 @@ class Reconciler:
                 self.actor.apply([DeletePlan(pool.key, reason="no system plans on the pool any more")])
         elif state.get("inputs") != self.inputs_hash(pool, candidates, spec_hash, kept, adapter_gpus, quotas):
             while candidates:
-                if stored_plan_stands(state, self.pool_hash(pool, adapter_gpus), candidates, spec_hash,
+                if stored_plan_stands(state, self.pool_hash(pool, adapter_gpus, quotas), candidates, spec_hash,
                                       {s.ref.key for s in systems}):
                     plan = stored_plan  # only systems that turned invalid left it
                     break
@@ -242,7 +254,7 @@ class Reconciler:
                 checkpoint("after-solve")
                 self.actor.apply([StorePlan(pool.key, reason="the pool's inputs changed", data={
                     "inputs": self.inputs_hash(pool, candidates, spec_hash, kept, adapter_gpus, quotas),
-                    "pool": self.pool_hash(pool, adapter_gpus),
+                    "pool": self.pool_hash(pool, adapter_gpus, quotas),
                     "systems": dumps({s.ref.key: spec_hash[s.ref.key] for s in candidates}),
                     "plan": plan.model_dump_json() if plan else "",
                     "format": str(STATE_FORMAT),
@@ -268,12 +280,13 @@ class Reconciler:
             for system in {i.system for i in gpu.instances if i.system}:
                 outcome.gpus_of.setdefault(system, []).append(gpu)
 
-    def pool_hash(self, pool: Pool, adapter_gpus: set[tuple[str, int]]) -> str:
-        """The GPUs a plan is made on: the pool's, less the AdapterPools' (a stored plan stands only on the same)."""
+    def pool_hash(self, pool: Pool, adapter_gpus: set[tuple[str, int]], quotas: list[InstanceQuota]) -> str:
+        """The GPUs a plan is made on: the pool's, less the AdapterPools', and the quotas it keeps within (a stored
+        plan stands only on the same: a lowered quota re-plans though no spec changed)."""
         return naming.digest({"format": STATE_FORMAT, "gpu": pool.gpu.name,
                               "slots": [(n.name, i) for n, i in pool.slots() if (n.name, i) not in adapter_gpus],
                               "options": self.settings.planner.model_dump(mode="json"),
-                              "measured": self.profiling.digest(pool.key)})
+                              "measured": self.profiling.digest(pool.key), **quota_key(quotas)})
 
     def inputs_hash(self, pool: Pool, candidates: list[SystemObject], spec_hash: dict[str, str],
                     kept: dict[str, Share], adapter_gpus: set[tuple[str, int]], quotas: list[InstanceQuota]) -> str:
@@ -282,7 +295,7 @@ class Reconciler:
             "format": STATE_FORMAT, "gpu": pool.gpu.name,
             "free": [slot for slot in free_slots(pool, kept) if slot not in adapter_gpus],
             "systems": sorted((s.ref.key, spec_hash[s.ref.key]) for s in candidates),
-            "quotas": [(sorted(q.systems), q.mig_profile, q.limit) for q in quotas],
+            "quotas": quota_list(quotas),
             "options": self.settings.planner.model_dump(mode="json"), "measured": self.profiling.digest(pool.key)})
 
     def solve(self, pool_key: str, candidates: list[SystemObject], node_pool: NodePool, current: Plan | None,

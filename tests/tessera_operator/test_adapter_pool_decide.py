@@ -22,11 +22,15 @@ from tessera.operator.reconcile.actions import ApplyChild, DeleteChild, PatchSta
 from tessera.operator.reconcile.adapter_pool_decide import (GPU_ANNOTATION, PoolServers, ServerLoad,
                                                             assign_adapter_pools, placing_order,
                                                             choose_slots, compound_gpus, decide_pool_status,
-                                                            decide_servers, placed_compound_gpus, planned_servers,
-                                                            pool_status, server_slots, within)
+                                                            decide_servers, gpus_allowed, placed_compound_gpus,
+                                                            planned_servers, pool_status, server_slots, within)
+from tessera.operator.reconcile.act import Actor
+from tessera.operator.reconcile.adapter_pools import AdapterPools
 from tessera.operator.reconcile.adapter_routes import route_summaries
 from tessera.operator.reconcile.decide import NodeMig
+from tessera.operator.reconcile.quotas import WholeGpuQuota
 from tessera.operator.settings import OperatorSettings
+from tessera.operator.vllm import VllmClient
 from tessera.planner.placement import place
 
 from .conftest import gpu_node, pool_of
@@ -335,3 +339,47 @@ def test_the_status_of_2000_adapters_holds_counts_and_a_bounded_list(adapters):
     assert summary["adaptersPlaced"] + summary["adaptersUnplaced"] == adapters
     assert len(summary["unplacedAdapterExamples"]) <= 16 and len(summary["servers"]) <= 2
     assert len(json.dumps(summary)) < 4_000
+
+
+# -- quotas on whole GPUs -----------------------------------------------------------
+
+QUOTA = WholeGpuQuota(1, "ResourceQuota shop/gpus: requests.nvidia.com/gpu 1")
+
+
+def named_pool(name: str):
+    document = pool_object(limits={"maxServers": 4, "maxLoraSlotsPerServer": 4})
+    document["metadata"].update(name=name, uid=f"uid-{name}")
+    return read_adapter_pool(document)
+
+
+def test_a_quota_on_whole_gpus_tighter_than_the_free_gpus_caps_the_servers():
+    assert gpus_allowed(4, QUOTA) == (1, QUOTA)
+    assert gpus_allowed(1, WholeGpuQuota(3, "wide")) == (1, None)
+    assert gpus_allowed(4, None) == (4, None)
+
+
+def test_the_adapter_pools_of_a_namespace_share_its_quota_on_whole_gpus():
+    pools = AdapterPools(Actor(None, VllmClient(2)), SETTINGS)  # type: ignore[arg-type]  # plans only, acts never
+    quotas = {"shop": WholeGpuQuota(2, "ResourceQuota shop/gpus: requests.nvidia.com/gpu 2")}
+    first, second = pools.plan(gpu_pool(nodes=2, gpus=2), [named_pool("a"), named_pool("b")], [], {}, quotas)
+    assert (len(first.placement.servers), len(second.placement.servers)) == (2, 0)
+    assert second.quota is not None and second.quota.limit == 0 and quotas["shop"].limit == 0
+
+
+def test_a_pool_its_quota_holds_below_its_adapters_is_degraded_quota_reached_naming_the_quota():
+    obj, pool = named_pool("support"), gpu_pool(nodes=2, gpus=2)
+    placement = place(within(obj.problem, 1), "tessera")
+    servers = PoolServers(obj, placement, choose_slots(pool, 1, {}, set(), set()), free=4, quota=QUOTA)
+    planned = planned_servers(pool, servers, SETTINGS, set(), {})
+    phase, conditions, _ = pool_status(obj, servers, planned, [live(b) for b, _ in planned])
+    degraded = next(c for c in conditions if c.type == st.DEGRADED)
+    assert phase == st.PHASE_DEGRADED and degraded.reason == st.QUOTA_REACHED
+    assert f"{QUOTA.source} leaves tessera 1 of the 4 GPU(s) free for the pool" in degraded.message
+    assert next(c for c in conditions if c.type == st.ADAPTERS_PLACED).reason == st.QUOTA_REACHED
+
+
+def test_a_pool_the_free_gpus_hold_below_its_quota_reads_insufficient_capacity():
+    obj, pool = named_pool("support"), gpu_pool(nodes=1, gpus=1)
+    servers, planned = servers_of(obj, pool)
+    phase, conditions, _ = pool_status(obj, servers, planned, [live(b) for b, _ in planned])
+    assert next(c for c in conditions if c.type == st.DEGRADED).reason == st.INSUFFICIENT_CAPACITY

@@ -1,4 +1,4 @@
-"""What a system's status says of the pool's priorities and of its share (issue 29 items 1 and 2; decide.py).
+"""What a system's status says of the pool's priorities, its quota and its share (issue 29 items 1 and 2; decide.py).
 
 The `plan` fixture serves shop/traffic on 7 of the 14 slices of a 2-GPU pool (two 3g.40gb instances and
 a 1g.10gb); a second system, other/high, holds a third GPU whole (7 slices).
@@ -85,3 +85,54 @@ def test_no_pod_tessera_builds_for_a_system_names_a_priority_class(plan):
                                   SETTINGS)
     pods = [body["spec"]["template"]["spec"] for (kind, _, _), (body, _) in planned.items() if kind == "Deployment"]
     assert pods and all("priorityClassName" not in pod and "priority" not in pod for pod in pods)
+
+
+QUOTA = InstanceQuota(systems=frozenset({"shop/traffic"}), mig_profile="3g.40gb", limit=2,
+                      source="ResourceQuota shop/gpus: requests.nvidia.com/mig-3g.40gb 2")
+
+
+def quota_status(plan, previous: dict) -> tuple[st.Condition, dict]:
+    """Degraded and status.plan of shop/traffic held back by QUOTA, its last status.plan `previous`."""
+    outcome = outcome_for(plan, applied_pool(plan), applied={"gpu-a", "gpu-b"}, pool_gpus=2,
+                          gpus_of={"shop/traffic": placed_gpus(plan)}, quotas=[QUOTA])
+    _, conditions, summary = system_status(system(status={"plan": previous}), outcome)
+    return next(c for c in conditions if c.type == st.DEGRADED), summary
+
+
+def test_a_lowered_quota_states_the_quota_and_the_served_demand_it_took_from_the_running_system(plan):
+    degraded, summary = quota_status(half_served(plan), {"servedRequestsPerSecond": 50, "demandRequestsPerSecond": 50})
+    assert degraded.reason == st.QUOTA_REACHED and "ResourceQuota shop/gpus" in degraded.message
+    assert "took 25 requests/s of served demand away from the running system (it served 50 before)" in degraded.message
+    assert summary["servedBeforeQuotaRequestsPerSecond"] == 50
+
+
+def test_the_served_demand_a_lowered_quota_took_stays_stated_on_later_reconciles(plan):
+    degraded, summary = quota_status(half_served(plan), {"servedRequestsPerSecond": 25,
+                                                         "servedBeforeQuotaRequestsPerSecond": 50})
+    assert "took 25 requests/s" in degraded.message and summary["servedBeforeQuotaRequestsPerSecond"] == 50
+
+
+def test_a_quota_that_held_a_system_back_from_its_first_plan_took_nothing_away(plan):
+    degraded, summary = quota_status(half_served(plan), {})
+    assert degraded.reason == st.QUOTA_REACHED and "took" not in degraded.message
+    assert "servedBeforeQuotaRequestsPerSecond" not in summary
+
+
+def test_a_quota_holding_back_a_rising_demand_took_nothing_away(plan):
+    degraded, summary = quota_status(half_served(plan), {"servedRequestsPerSecond": 25, "demandRequestsPerSecond": 25})
+    assert "took" not in degraded.message and "servedBeforeQuotaRequestsPerSecond" not in summary
+
+
+def test_the_loss_is_no_longer_stated_once_the_quota_serves_all_demand_again(plan):
+    degraded, summary = quota_status(plan, {"servedRequestsPerSecond": 25, "servedBeforeQuotaRequestsPerSecond": 50})
+    assert not degraded.status and "servedBeforeQuotaRequestsPerSecond" not in summary
+
+
+def test_served_demand_lost_to_a_higher_priority_is_not_put_on_a_quota(plan):
+    outcome = outcome_for(half_served(plan), applied_pool(plan), applied={"gpu-a", "gpu-b"}, pool_gpus=2,
+                          gpus_of={"shop/traffic": placed_gpus(plan), HIGH: [HIGH_GPU]},
+                          priorities={"shop/traffic": 0, HIGH: 10})
+    _, conditions, summary = system_status(system(status={"plan": {"servedRequestsPerSecond": 50}}), outcome)
+    degraded = next(c for c in conditions if c.type == st.DEGRADED)
+    assert degraded.reason == st.PREEMPTED_BY_PRIORITY and "lowered quota" not in degraded.message
+    assert "servedBeforeQuotaRequestsPerSecond" not in summary
