@@ -28,10 +28,11 @@ The rules (docs/operator.md, "AdapterPools"):
   first, then by name.
 - Adapters that failed to load repeatedly (adapter_loading.py) make the pool
   Degraded AdapterLoadFailed, naming them with the engine's error.
-- A changed spec is re-placed against the placement the servers' Deployments
-  record (`replace_adapters`: as few adapters moved as possible), read back
-  from the cluster each reconcile, so it holds after a restart or a leader
-  change; without a readable record it is placed afresh. A re-placement that
+- A changed spec is re-placed against the placement in force (`replace_adapters`:
+  as few adapters moved as possible), read back from the cluster each
+  reconcile (each server's adapters from the pool's placement ConfigMap, its
+  flags from its Deployment), so it holds after a restart or a leader change;
+  without a readable record it is placed afresh. A re-placement that
   needs more than REPLACEMENT_SLACK servers beyond a fresh placement, or
   leaves more adapters unplaced, gives way to the fresh placement: few moves,
   but not an ever-growing fleet (re-placement never consolidates).
@@ -75,9 +76,11 @@ GPU_ANNOTATION = f"{naming.GROUP}/gpu"
 """On a server's Deployment: `node/index` of its GPU, read back so the server keeps it."""
 SERVER_ANNOTATION = f"{naming.GROUP}/adapter-server"
 """On a server's Deployment: the server's index in the placement."""
-ADAPTERS_ANNOTATION = f"{naming.GROUP}/adapters"
-"""On a server's Deployment: its adapters, sorted, comma-separated: the placement in force, read back for the next
-re-placement. At most 2,000 names of at most 63 characters: under 128 kB, half the API's 256 kB for annotations."""
+PLACEMENT_COMPONENT = "adapter-placement"
+PLACEMENT_KEY = "placement.json"
+"""The placement ConfigMap's one key: each server's index, Deployment, flags and adapters (sorted), as JSON; read back
+for the next re-placement. Not on the Deployments: the API server counts a changed annotation of a Deployment as a
+new generation. 2,000 adapters of 63 characters are about 135 kB of a ConfigMap's 1 MiB."""
 RUNTIME_LORA_ENV = "VLLM_ALLOW_RUNTIME_LORA_UPDATING"
 REPLACEMENT_SLACK = 0.1
 """A re-placement may use this share more servers than a fresh placement (at least one more), else the fresh one
@@ -100,11 +103,9 @@ class ServerLoad:
 
 @dataclass(frozen=True)
 class Running:
-    """One server as its live Deployment records it (what tessera wrote): the previous placement's server."""
+    """One server as its live Deployment says it runs (what tessera wrote): its index and vLLM's flags."""
 
     index: int
-    adapters: tuple[str, ...] | None
-    """None: the Deployment has no readable record of its adapters (written before the record, or edited)."""
     max_loras: int
     max_lora_rank: int
     max_cpu_loras: int
@@ -158,9 +159,9 @@ class PoolServers:
     quota: WholeGpuQuota | None = None
     """What its namespace's quota on whole GPUs left it, where that was less than `free`."""
     running: dict[int, Running] = dataclasses.field(default_factory=dict)
-    """Its servers as their live Deployments record them, by index."""
+    """Its servers as their live Deployments run them, by index."""
     moves: Moves | None = None
-    """What this placement changed of the one the Deployments record (None: none recorded)."""
+    """What this placement changed of the one in force (None: none recorded)."""
 
     @property
     def gpus(self) -> set[Slot]:
@@ -263,14 +264,9 @@ def last_flag(args: Sequence[str], flag: str) -> int | None:
     return int(found[-1]) if found and found[-1].isdigit() else None
 
 
-def recorded_adapters(annotations: Mapping[str, str]) -> tuple[str, ...] | None:
-    text = annotations.get(ADAPTERS_ANNOTATION)
-    return None if text is None else tuple(name for name in text.split(",") if name)
-
-
 def running_servers(children: list[Json], ref: PoolRef) -> dict[int, Running]:
-    """Each of the pool's server Deployments as tessera wrote it: its index, its adapters (ADAPTERS_ANNOTATION) and
-    vLLM's flags (its container's arguments), by index; a Deployment whose flags are unreadable is left out."""
+    """Each of the pool's server Deployments as tessera wrote it: its index and vLLM's flags (its container's
+    arguments), by index; a Deployment whose flags are unreadable is left out."""
     found = {}
     for child in owned_by(children, ref):
         annotations = child["metadata"].get("annotations") or {}
@@ -280,24 +276,58 @@ def running_servers(children: list[Json], ref: PoolRef) -> dict[int, Running]:
         flags = [last_flag(args, f) for f in ("--max-loras", "--max-lora-rank", "--max-cpu-loras")]
         if child["kind"] == "Deployment" and index.isdigit() and None not in flags:
             slots, rank, cpu = (int(f or 0) for f in flags)
-            found[int(index)] = Running(int(index), recorded_adapters(annotations), slots, rank, cpu)
+            found[int(index)] = Running(int(index), slots, rank, cpu)
     return found
 
 
-def previous_placement(running: Mapping[int, Running], model: str) -> Placement | None:
-    """The placement the servers' Deployments record, for `replace_adapters` (which reads each server's index,
-    adapters and two flags); None: there is none, or a server's record is unreadable. An adapter recorded on two
-    servers (one applied, the other not yet) counts on the lower index only."""
-    if not running or any(r.adapters is None for r in running.values()):
+def placement_record_name(ref: PoolRef) -> str:
+    return child_name(ref.name, "placement")
+
+
+def placement_record(ref: PoolRef, placement: Placement) -> Json:
+    """The pool's placement ConfigMap: each server's index, Deployment, flags and adapters, owned by the pool."""
+    servers = [{"index": s.index, "deployment": deployment_name(ref, s.index), "maxLoras": s.max_loras,
+                "maxLoraRank": s.max_lora_rank, "adapters": sorted(s.adapters)} for s in placement.servers]
+    return with_applied_hash({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": placement_record_name(ref), "namespace": ref.namespace,
+                     "labels": naming.pool_child_labels(ref.name, PLACEMENT_COMPONENT),
+                     "ownerReferences": [ref.owner_reference()]},
+        "data": {PLACEMENT_KEY: json.dumps({"servers": servers}, separators=(",", ":"))}})
+
+
+def recorded_servers(children: list[Json], ref: PoolRef) -> list[tuple[int, tuple[str, ...], int, int]] | None:
+    """(index, adapters, --max-loras, --max-lora-rank) of each server the placement ConfigMap records; None: no
+    ConfigMap, or one tessera did not write (unreadable)."""
+    record = next((c for c in owned_by(children, ref) if c["kind"] == "ConfigMap"
+                   and c["metadata"]["name"] == placement_record_name(ref)), None)
+    try:
+        servers = json.loads(((record or {}).get("data") or {})[PLACEMENT_KEY])["servers"]
+        found = [(int(s["index"]), tuple(str(a) for a in s["adapters"]), int(s["maxLoras"]), int(s["maxLoraRank"]))
+                 for s in servers]
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return None
+    return found if len({index for index, *_ in found}) == len(found) else None
+
+
+def previous_placement(children: list[Json], ref: PoolRef, running: Mapping[int, Running],
+                       model: str) -> Placement | None:
+    """The placement in force, for `replace_adapters` (which reads each server's index, adapters and two flags):
+    the servers and adapters the placement ConfigMap records, with the flags their Deployments run where they do;
+    None: no readable record."""
+    recorded = recorded_servers(children, ref)
+    if recorded is None:
         return None
     seen: set[str] = set()
     servers = []
-    for index, server in sorted(running.items()):
-        adapters = tuple(a for a in server.adapters or () if a not in seen)
-        seen.update(adapters)
-        servers.append(ServerPlacement(index=index, adapters=adapters, max_loras=server.max_loras,
-                                       max_lora_rank=server.max_lora_rank, rate_rps=0.0, starts=True, predicted=None))
-    return Placement(strategy="running", model=model, servers=tuple(servers))
+    for index, adapters, slots, rank in sorted(recorded):
+        if index in running:
+            slots, rank = running[index].max_loras, running[index].max_lora_rank
+        kept = tuple(a for a in adapters if a not in seen)  # an adapter recorded twice (an edit): the first only
+        seen.update(kept)
+        servers.append(ServerPlacement(index=index, adapters=kept, max_loras=slots, max_lora_rank=rank, rate_rps=0.0,
+                                       starts=True, predicted=None))
+    return Placement(strategy="in force", model=model, servers=tuple(servers))
 
 
 def cut_to_limit(placement: Placement, most: int | None) -> Placement:
@@ -375,8 +405,7 @@ def server_env(spec: AdapterPoolSpec) -> list[Json]:
 
 def server_deployment(ref: PoolRef, spec: AdapterPoolSpec, server: ServerPlacement, slot: Slot, hostname: str,
                       settings: OperatorSettings, running: Running | None = None) -> Json:
-    """One vLLM server on one whole GPU of its node, owned by the AdapterPool; its adapters recorded on it (not on
-    its pod template: a changed set is no restart)."""
+    """One vLLM server on one whole GPU of its node, owned by the AdapterPool."""
     index = server.index
     name = deployment_name(ref, index)
     labels = naming.pool_child_labels(ref.name, SERVER_COMPONENT)
@@ -394,8 +423,7 @@ def server_deployment(ref: PoolRef, spec: AdapterPoolSpec, server: ServerPlaceme
         "apiVersion": "apps/v1",
         "kind": "Deployment",
         "metadata": {"name": name, "namespace": ref.namespace, "labels": labels,
-                     "annotations": {SERVER_ANNOTATION: str(index), GPU_ANNOTATION: f"{slot[0]}/{slot[1]}",
-                                     ADAPTERS_ANNOTATION: ",".join(sorted(server.adapters))},
+                     "annotations": {SERVER_ANNOTATION: str(index), GPU_ANNOTATION: f"{slot[0]}/{slot[1]}"},
                      "ownerReferences": [ref.owner_reference()]},
         "spec": {
             "replicas": 1,
@@ -455,6 +483,18 @@ def decide_servers(planned: list[tuple[Json, bool]], live: list[Json], valid: bo
     return actions
 
 
+def decide_placement_record(decided: PoolServers, live: list[Json]) -> list[Action]:
+    """Write the placement ConfigMap where it differs from the placement decided (an invalid pool's stays)."""
+    if decided.placement is None or not decided.pool.valid:
+        return []
+    body = placement_record(decided.pool.ref, decided.placement)
+    current = next((c for c in live if c["kind"] == "ConfigMap" and c["metadata"]["name"] == body["metadata"]["name"]),
+                   None)
+    if current is not None and applied_hash(current) == applied_hash(body):
+        return []
+    return [ApplyChild(body, reason="the placement's record " + ("is not there yet" if current is None else "differs"))]
+
+
 # -- status -------------------------------------------------------------------------
 
 def replacement_summary(decided: PoolServers) -> ReplacementSummary | None:
@@ -498,7 +538,7 @@ def placement_summary(decided: PoolServers, planned: list[tuple[Json, bool]], li
         rate_placed_rps=round(sum(rates[n] for s in placement.servers for n in s.adapters), 6),
         rate_rps=round(sum(rates.values()), 6), servers_ready=sum(s.ready for s in servers),
         adapters_failed=sum(s.adapters_failed or 0 for s in servers), servers=servers, routes=routes,
-        last_replacement=replacement_summary(decided))
+        last_replacement=replacement_summary(decided), config_map=placement_record_name(decided.pool.ref))
     return summary.model_dump(by_alias=True, mode="json", exclude_none=True)
 
 

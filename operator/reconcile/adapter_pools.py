@@ -28,8 +28,8 @@ from tessera.operator.reconcile.adapter_loading import (LOAD_RETRY_S, Listed, Pl
                                                         placed_adapters, pod_name, record_failures, server_loads,
                                                         server_of, server_url, serving, unplaced_listed)
 from tessera.operator.reconcile.adapter_pool_decide import (Chosen, PoolServers, ServerLoad, Slot, choose_placement,
-                                                            choose_slots, compound_gpus, decide_pool_status,
-                                                            decide_servers, gpus_allowed, owned_by,
+                                                            choose_slots, compound_gpus, decide_placement_record,
+                                                            decide_pool_status, decide_servers, gpus_allowed, owned_by,
                                                             placed_compound_gpus, planned_servers, placing_order,
                                                             pool_status, previous_placement, running_servers,
                                                             server_slots, within)
@@ -96,7 +96,7 @@ class AdapterPools:
                 allowed, quota = gpus_allowed(free, quotas.get(namespace))
                 problem = within(obj.problem, allowed)
                 running = running_servers(children, obj.ref)
-                key = (problem, previous_placement(running, problem.model))
+                key = (problem, previous_placement(children, obj.ref, running, problem.model))
                 chosen = known.get(key) or choose_placement(*key)
                 self._placements[pool.key][key] = chosen
                 slots = choose_slots(pool, [s.index for s in chosen.placement.servers], held[obj.ref.key], blocked,
@@ -125,7 +125,7 @@ class AdapterPools:
         for servers in decided:
             planned = planned_servers(pool, servers, self.settings, compound, outcome.mig)
             live = owned_by(children, servers.pool.ref)
-            self.actor.apply(decide_servers(planned, live, servers.pool.valid))
+            self.actor.apply(decide_placement_record(servers, live) + decide_servers(planned, live, servers.pool.valid))
             acted.append(Acted(servers, planned, live))
         return acted
 

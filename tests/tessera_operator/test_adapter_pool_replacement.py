@@ -1,15 +1,15 @@
-"""AdapterPools re-placed against what their servers' Deployments record (operator/reconcile/adapter_pool_decide.py).
+"""AdapterPools re-placed against the placement in force (operator/reconcile/adapter_pool_decide.py).
 
 Each test applies a pool as a reconcile would (AdapterPools.plan, the real
-placement), takes the Deployments it plans as the live ones (what the API
-server would return), edits the spec, and reconciles again: the previous
-placement is read back from those Deployments only, never from the first
-reconcile's memory (a new AdapterPools each time, as after a restart).
+placement), takes the Deployments and the placement ConfigMap it writes as
+the live ones (what the API server would return), edits the spec, and
+reconciles again: the previous placement is read back from those objects
+only, never from the first reconcile's memory (a new AdapterPools each
+time, as after a restart).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 
@@ -19,9 +19,10 @@ from tessera.operator.api import status as st
 from tessera.operator.api.adapter_pools import read_adapter_pool
 from tessera.operator.reconcile.act import Actor
 from tessera.operator.reconcile.actions import ApplyChild, DeleteChild, PostEvent
-from tessera.operator.reconcile.adapter_pool_decide import (ADAPTERS_ANNOTATION, REPLACEMENT_SLACK, PoolServers,
-                                                            choose_placement, decide_pool_status, decide_servers,
-                                                            moves_between, planned_servers, pool_status,
+from tessera.operator.reconcile.adapter_pool_decide import (PLACEMENT_KEY, REPLACEMENT_SLACK, PoolServers,
+                                                            choose_placement, decide_placement_record,
+                                                            decide_pool_status, decide_servers, moves_between,
+                                                            placement_record, planned_servers, pool_status,
                                                             previous_placement, running_servers, within)
 from tessera.operator.reconcile.adapter_pools import AdapterPools
 from tessera.operator.settings import OperatorSettings
@@ -58,18 +59,25 @@ def scenario_adapters(count: int = 200, rate: float = 60.0) -> list[dict]:
     return [adapter_entry(a.name, a.rank, a.rate_rps) for a in draw_adapters(Scenario(count, rate, "qwen"))]
 
 
-def reconcile(document: dict, live: list[dict]) -> tuple[PoolServers, list[tuple[dict, bool]]]:
-    """One reconcile of the pool by a fresh operator process: its servers and their Deployments as planned."""
+def reconcile(document: dict, live: list[dict]) -> tuple[PoolServers, list[tuple[dict, bool]], list[dict]]:
+    """One reconcile of the pool by a fresh operator process: its servers, their Deployments as planned, and the
+    pool's children as the API server returns them once it applied what the reconcile wrote."""
     pools = AdapterPools(Actor(None, VllmClient(2)), SETTINGS)  # type: ignore[arg-type]  # plans only, acts never
     (decided,) = pools.plan(GPUS, [read_adapter_pool(document)], live, {}, {})
-    return decided, planned_servers(GPUS, decided, SETTINGS, set(), {})
+    planned = planned_servers(GPUS, decided, SETTINGS, set(), {})
+    written = [a.body for a in decide_placement_record(decided, live) + decide_servers(planned, live, True)
+               if isinstance(a, ApplyChild)]
+    deleted = {a.child["metadata"]["name"] for a in decide_servers(planned, live, True) if isinstance(a, DeleteChild)}
+    names = {b["metadata"]["name"] for b in written} | deleted
+    return decided, planned, [c for c in live if c["metadata"]["name"] not in names] + as_live(written)
 
 
-def as_live(planned: list[tuple[dict, bool]]) -> list[dict]:
-    """The planned Deployments as the API server returns them once applied."""
+def as_live(bodies: list[dict]) -> list[dict]:
+    """Written children as the API server returns them once applied."""
     return [{**body, "metadata": {**body["metadata"], "uid": f"uid-{body['metadata']['name']}", "generation": 1},
-             "status": {"observedGeneration": 1, "availableReplicas": 1, "updatedReplicas": 1}}
-            for body, _ in planned]
+             **({"status": {"observedGeneration": 1, "availableReplicas": 1, "updatedReplicas": 1}}
+                if body["kind"] == "Deployment" else {})}
+            for body in bodies]
 
 
 def as_written(child: dict) -> dict:
@@ -79,8 +87,8 @@ def as_written(child: dict) -> dict:
 
 
 def applied(adapters: list[dict]) -> tuple[PoolServers, list[dict]]:
-    decided, planned = reconcile(pool_document(adapters), [])
-    return decided, as_live(planned)
+    decided, _, live = reconcile(pool_document(adapters), [])
+    return decided, live
 
 
 def with_rates_up(adapters: list[dict], share: float, factor: float) -> list[dict]:
@@ -88,6 +96,11 @@ def with_rates_up(adapters: list[dict], share: float, factor: float) -> list[dic
     step = round(1 / share)
     return [{**a, "expectedRequestsPerSecond": round(a["expectedRequestsPerSecond"] * factor, 6)} if i % step == 0
             else a for i, a in enumerate(adapters)]
+
+
+def planned_first_name(decided: PoolServers) -> str:
+    assert decided.placement is not None
+    return planned_servers(GPUS, decided, SETTINGS, set(), {})[0][0]["metadata"]["name"]
 
 
 def by_name(bodies) -> dict[str, dict]:
@@ -101,7 +114,7 @@ def test_a_10_percent_rate_change_moves_few_adapters_where_a_fresh_placement_mov
     adapters = scenario_adapters()
     before, live = applied(adapters)
     changed = with_rates_up(adapters, share=0.1, factor=1.1)
-    after, _ = reconcile(pool_document(changed, generation=2), live)
+    after, _, _ = reconcile(pool_document(changed, generation=2), live)
     assert after.moves is not None and not after.moves.afresh
     assert len(after.moves.moved) <= MOST_MOVED_SHARE * len(adapters)
     fresh = place(within(read_adapter_pool(pool_document(changed)).problem, 16), "tessera")
@@ -110,44 +123,29 @@ def test_a_10_percent_rate_change_moves_few_adapters_where_a_fresh_placement_mov
     assert sorted(n for s in after.placement.servers for n in s.adapters) == sorted(a["name"] for a in adapters)
 
 
-def test_a_server_the_re_placement_keeps_as_it_was_keeps_its_deployment_byte_identical():
+def test_a_server_kept_at_its_flags_keeps_its_deployment_byte_identical_whether_its_adapters_change_or_not():
+    """Its adapters are recorded in the pool's placement ConfigMap and its --max-cpu-loras stays: no write, so no
+    restart and no new generation (which even a changed annotation of a Deployment would be)."""
     adapters = scenario_adapters()
     before, live = applied(adapters)
-    after, planned = reconcile(pool_document(with_rates_up(adapters, 0.1, 1.1), generation=2), live)
+    after, planned, _ = reconcile(pool_document(with_rates_up(adapters, 0.1, 1.1), generation=2), live)
+    assert before.placement is not None and after.placement is not None and after.moves is not None
     old = {s.index: s for s in before.placement.servers}
-    kept = [body for (body, _), server in zip(planned, after.placement.servers)
-            if server.index in old and set(old[server.index].adapters) == set(server.adapters)
-            and old[server.index].max_loras == server.max_loras]
-    assert kept
+    kept = [(body, set(old[server.index].adapters) != set(server.adapters))
+            for (body, _), server in zip(planned, after.placement.servers)
+            if server.index in old and server.index not in after.moves.restarted]
+    assert any(changed for _, changed in kept) and not all(changed for _, changed in kept)
     written = {a.body["metadata"]["name"] for a in decide_servers(planned, live, True) if isinstance(a, ApplyChild)}
-    for body in kept:
+    for body, _ in kept:
         name = body["metadata"]["name"]
         assert json.dumps(body, sort_keys=True) == json.dumps(as_written(by_name(live)[name]), sort_keys=True)
         assert name not in written
 
 
-def test_a_server_that_gains_or_loses_an_adapter_keeps_its_pod_template():
-    """Its adapters are recorded on the Deployment, not its pod template (whose --max-cpu-loras stays): no
-    restart, only the record changes."""
-    adapters = scenario_adapters()
-    before, live = applied(adapters)
-    after, planned = reconcile(pool_document(with_rates_up(adapters, 0.1, 1.1), generation=2), live)
-    old = {s.index: s for s in before.placement.servers}
-    changed = [body for (body, _), server in zip(planned, after.placement.servers)
-               if server.index in old and set(old[server.index].adapters) != set(server.adapters)
-               and server.index not in after.moves.restarted]
-    assert changed
-    for body in changed:
-        running = by_name(live)[body["metadata"]["name"]]
-        assert body["spec"] == running["spec"]
-        assert body["metadata"]["annotations"][ADAPTERS_ANNOTATION] != running["metadata"]["annotations"][
-            ADAPTERS_ANNOTATION]
-
-
 def test_an_adapter_removed_from_the_spec_is_dropped_and_no_other_moves():
     adapters = scenario_adapters()
     _, live = applied(adapters)
-    after, _ = reconcile(pool_document(adapters[5:], generation=2), live)
+    after, _, _ = reconcile(pool_document(adapters[5:], generation=2), live)
     placed = {n for s in after.placement.servers for n in s.adapters}
     assert placed == {a["name"] for a in adapters[5:]}
     assert after.moves is not None and (after.moves.moved, after.moves.dropped) == ((), 5)
@@ -156,14 +154,14 @@ def test_an_adapter_removed_from_the_spec_is_dropped_and_no_other_moves():
 def test_a_new_adapter_is_placed_without_moving_any_other():
     adapters = scenario_adapters()
     _, live = applied(adapters)
-    after, _ = reconcile(pool_document([*adapters, adapter_entry("newcomer", 16, 0.05)], generation=2), live)
+    after, _, _ = reconcile(pool_document([*adapters, adapter_entry("newcomer", 16, 0.05)], generation=2), live)
     assert "newcomer" in {n for s in after.placement.servers for n in s.adapters}
     assert after.moves is not None and (after.moves.moved, after.moves.added) == ((), 1)
 
 
-def test_the_placement_read_back_from_the_deployments_is_the_one_applied():
+def test_the_placement_read_back_from_the_cluster_is_the_one_applied():
     before, live = applied(scenario_adapters())
-    read = previous_placement(running_servers(live, before.pool.ref), "qwen")
+    read = previous_placement(live, before.pool.ref, running_servers(live, before.pool.ref), "qwen")
     assert read is not None and before.placement is not None
     assert [(s.index, sorted(s.adapters), s.max_loras, s.max_lora_rank) for s in read.servers] == \
         [(s.index, sorted(s.adapters), s.max_loras, s.max_lora_rank) for s in before.placement.servers]
@@ -174,19 +172,22 @@ def test_an_unchanged_spec_re_places_nothing_and_writes_no_server():
     adapters = scenario_adapters()
     _, live = applied(adapters)
     changed = pool_document(with_rates_up(adapters, 0.1, 1.1), generation=2)
-    _, planned = reconcile(changed, live)
-    again, planned_again = reconcile(changed, as_live(planned))
+    _, _, live_after = reconcile(changed, live)
+    again, planned_again, _ = reconcile(changed, live_after)
     assert again.moves is not None and not again.moves.changed
-    assert decide_servers(planned_again, as_live(planned), True) == []
+    assert decide_servers(planned_again, live_after, True) == [] and decide_placement_record(again, live_after) == []
 
 
-def test_a_pool_whose_deployments_record_no_adapters_is_placed_afresh():
+def test_a_pool_without_a_readable_placement_record_is_placed_afresh():
     adapters = scenario_adapters()
     _, live = applied(adapters)
-    for child in live:  # written before the record: what an older tessera left
-        del child["metadata"]["annotations"][ADAPTERS_ANNOTATION]
-    decided, _ = reconcile(pool_document(adapters, generation=2), live)
-    assert previous_placement(running_servers(live, decided.pool.ref), "qwen") is None and decided.moves is None
+    servers = [c for c in live if c["kind"] == "Deployment"]  # no record: what an older tessera left
+    record = next(c for c in live if c["kind"] == "ConfigMap")
+    edited = {**record, "data": {PLACEMENT_KEY: '{"servers": [{"index": "x"}]}'}}  # not what tessera wrote
+    for children in (servers, [*servers, edited]):
+        decided, _, _ = reconcile(pool_document(adapters, generation=2), children)
+        assert previous_placement(children, decided.pool.ref, decided.running, "qwen") is None
+        assert decided.moves is None
 
 
 def test_a_re_placement_needing_more_servers_than_a_fresh_one_and_its_slack_gives_way_to_it():
@@ -213,8 +214,8 @@ def test_status_says_what_the_last_re_placement_moved_with_an_event_and_keeps_it
     adapters = scenario_adapters()
     _, live = applied(adapters)
     changed = with_rates_up(adapters, 0.1, 1.1)
-    after, planned = reconcile(pool_document(changed, generation=2), live)
-    verdict = pool_status(after.pool, after, planned, as_live(planned))
+    after, planned, live_after = reconcile(pool_document(changed, generation=2), live)
+    verdict = pool_status(after.pool, after, planned, live_after)
     status = st.build_status(2, *verdict, after.pool.status, NOW)
     last = status["plan"]["lastReplacement"]
     assert last["adaptersMoved"] == len(after.moves.moved) and last["placedAfresh"] is False
@@ -224,8 +225,8 @@ def test_status_says_what_the_last_re_placement_moved_with_an_event_and_keeps_it
     assert (len(replaced) == 1) == (last["adaptersMoved"] > 0)
 
     settled = pool_document(changed, generation=2, status=status)
-    again, planned_again = reconcile(settled, as_live(planned))
-    status_again = st.build_status(2, *pool_status(again.pool, again, planned_again, as_live(planned)),
+    again, planned_again, _ = reconcile(settled, live_after)
+    status_again = st.build_status(2, *pool_status(again.pool, again, planned_again, live_after),
                                    again.pool.status, NOW)
     assert status_again["plan"]["lastReplacement"] == last
     assert decide_pool_status(again.pool, status_again, NOW) == []
@@ -236,21 +237,18 @@ def test_a_server_emptied_by_removals_is_deleted_and_the_others_keep_their_names
     before, live = applied(adapters)
     assert before.placement is not None and len(before.placement.servers) >= 2
     first = set(before.placement.servers[0].adapters)
-    after, planned = reconcile(pool_document([a for a in adapters if a["name"] not in first], generation=2), live)
+    after, planned, _ = reconcile(pool_document([a for a in adapters if a["name"] not in first], generation=2), live)
     actions = decide_servers(planned, live, True)
     deleted = [a.child["metadata"]["name"] for a in actions if isinstance(a, DeleteChild)]
-    assert deleted == [live[0]["metadata"]["name"]]
+    assert deleted == [planned_first_name(before)]
     assert [s.index for s in after.placement.servers] == [s.index for s in before.placement.servers[1:]]
     assert not [a for a in actions if isinstance(a, ApplyChild)]
 
 
-def test_the_record_of_2000_adapters_stays_far_inside_the_annotation_limit():
-    """Names of 63 characters, the most a DNS label holds, all on one server's Deployment."""
+def test_the_record_of_2000_adapters_stays_far_inside_a_config_maps_limit():
+    """Names of 63 characters, the most a DNS label holds, on 256 servers (the most a pool has)."""
     names = [f"{i:04d}-" + "x" * 58 for i in range(2000)]
-    server = ServerPlacement(0, tuple(names), 8, 16, 0.0, True, None)
+    servers = tuple(ServerPlacement(i, tuple(names[i::256]), 8, 16, 0.0, True, None) for i in range(256))
     decided, _ = applied(scenario_adapters(8, 1.0))
-    assert decided.placement is not None
-    big = dataclasses.replace(decided, placement=dataclasses.replace(decided.placement, servers=(server,)),
-                              slots=decided.slots[:1])
-    (body, _), = planned_servers(GPUS, big, SETTINGS, set(), {})
-    assert len(json.dumps(body["metadata"]["annotations"])) < 256 * 1024 // 2
+    body = placement_record(decided.pool.ref, Placement("tessera", "qwen", servers))
+    assert len(json.dumps(body)) < 1024 * 1024 // 4
