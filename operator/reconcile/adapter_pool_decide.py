@@ -47,6 +47,7 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -296,6 +297,13 @@ def placement_record(ref: PoolRef, placement: Placement) -> Json:
         "data": {PLACEMENT_KEY: json.dumps({"servers": servers}, separators=(",", ":"))}})
 
 
+def list_of(value: Any) -> list[Any]:
+    """The value, where it is a JSON list (the record's shape); else a TypeError, as any other misshape."""
+    if not isinstance(value, list):
+        raise TypeError(f"a list, not {type(value).__name__}")
+    return value
+
+
 def recorded_servers(children: list[Json], ref: PoolRef) -> list[tuple[int, tuple[str, ...], int, int]] | None:
     """(index, adapters, --max-loras, --max-lora-rank) of each server the placement ConfigMap records; None: no
     ConfigMap, or one tessera did not write (unreadable)."""
@@ -303,8 +311,8 @@ def recorded_servers(children: list[Json], ref: PoolRef) -> list[tuple[int, tupl
                    and c["metadata"]["name"] == placement_record_name(ref)), None)
     try:
         servers = json.loads(((record or {}).get("data") or {})[PLACEMENT_KEY])["servers"]
-        found = [(int(s["index"]), tuple(str(a) for a in s["adapters"]), int(s["maxLoras"]), int(s["maxLoraRank"]))
-                 for s in servers]
+        found = [(int(s["index"]), tuple(str(a) for a in list_of(s["adapters"])), int(s["maxLoras"]),
+                  int(s["maxLoraRank"])) for s in list_of(servers)]
     except (KeyError, TypeError, ValueError, AttributeError):
         return None
     return found if len({index for index, *_ in found}) == len(found) else None
