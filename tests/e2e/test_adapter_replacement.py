@@ -4,12 +4,11 @@ The operator runs as a subprocess against the test cluster, the vLLM
 stand-in answering for each fake pod (test_adapter_loading.py's fixtures and
 steps). Which server holds an adapter is what the stand-in says each pod
 registered, before and after the edit, not what tessera records (its
-placement ConfigMap); whether a
-server restarted is what the API server says of its Deployment (its
-generation), its ReplicaSet (the pod-template hash) and its pod (the same
-one). The edit is found by the placement itself: ~10% of the adapters 10%
-hotter, such that a fresh placement of the edited pool (what the operator
-did before re-placement) would move many of them.
+placement ConfigMap); whether a server restarted is what the API server
+says of its Deployment (its generation) and its pod (the same one, of the
+same pod-template hash). The edit is found by the placement itself: ~10%
+of the adapters 10% hotter, such that a fresh placement of the edited pool
+(what the operator did before re-placement) would move many of them.
 """
 
 from __future__ import annotations
@@ -137,7 +136,7 @@ def test_a_10_percent_rate_change_moves_few_adapters_and_restarts_no_server(
     after, status = wait_for(settled, WAIT_S, "every adapter on one server after the edit", interval=0.5)
 
     moved = sorted(a for a in after if before.get(a) != after[a])  # on another server, or on a new pod of its own
-    assert len(moved) <= MOST_MOVED, moved
+    assert 0 < len(moved) <= MOST_MOVED, moved  # a running server took it, without a restart
     assert {a: deployment for a, (deployment, _) in after.items()} == wanted  # the operator's, as computed here
     last = status["plan"].get("lastReplacement") or {"adaptersMoved": 0, "serversRestarted": 0}  # none: nothing moved
     assert (last["adaptersMoved"], last["serversRestarted"]) == (len(moved), 0)
