@@ -112,6 +112,8 @@ def server_states(core, namespace: str) -> dict[str, tuple[int, str, str]]:
 
 def test_a_10_percent_rate_change_moves_few_adapters_and_restarts_no_server(
         run_operator, core, custom, kubectl, vllm):
+    """The operator is killed and started again before the edit: the placement in force is read back from the
+    cluster, not remembered."""
     operator = start_ready_pool(run_operator, vllm, kubectl, custom)
     namespace = operator.namespace
     document = yaml.safe_load(POOL_FILE.read_text())
@@ -122,6 +124,8 @@ def test_a_10_percent_rate_change_moves_few_adapters_and_restarts_no_server(
     edited = a_rate_change_a_fresh_placement_answers_with_many_moves(document)
     expected = operator_placement(edited, first)
     wanted = {a: d for d, names in expected.items() for a in names}
+    operator.kill()
+    operator.start()
     kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(edited))
 
     def settled():
