@@ -87,6 +87,7 @@ NO_PROFILING_INSTANCE = "NoInstanceToProfileOn"
 ALL_ADAPTERS_PLACED = "AllAdaptersPlaced"
 ADAPTER_LOAD_FAILED = "AdapterLoadFailed"
 ROUTE_NAME_TAKEN = "RouteNameTaken"
+ADAPTERS_REPLACED = "AdaptersReplaced"
 """Degraded: adapters failed to load on their servers repeatedly (reconcile/adapter_loading.py); the rest serve."""
 
 # Phases, shown by `kubectl get` (the API's; MIG partitioning is part of deploying).

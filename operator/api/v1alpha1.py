@@ -209,6 +209,24 @@ class RouteNames(Spec):
         description="Up to 16 adapters with no route (Degraded RouteNameTaken names them too).")
 
 
+class ReplacementSummary(Spec):
+    """What the last re-placement (a changed spec placed against the servers' recorded adapters) moved."""
+
+    moved: int = Field(alias="adaptersMoved", ge=0, le=2000,
+                       description="Adapters now on another server, or on a server restarted with other flags.")
+    kept: int = Field(alias="adaptersKept", ge=0, le=2000, description="Adapters that stayed on their server.")
+    restarted: int = Field(alias="serversRestarted", ge=0, le=256,
+                           description="Servers kept with another --max-loras or --max-lora-rank (vLLM restarts).")
+    added: int = Field(alias="adaptersAdded", ge=0, le=2000, description="Adapters placed that no server held before.")
+    dropped: int = Field(alias="adaptersDropped", ge=0, le=2000,
+                         description="Adapters held before that no server holds now (removed, or now unplaced).")
+    afresh: bool = Field(alias="placedAfresh", description=(
+        "The fresh placement was applied instead: the re-placement needed more servers than a fresh placement "
+        "plus 10% (at least one), or left more adapters unplaced."))
+    moved_examples: list[Name] = Field(default_factory=list, alias="movedAdapterExamples", max_length=16,
+                                       description="Up to 16 of the adapters moved.")
+
+
 class AdapterPlacementSummary(Spec):
     """The placement in force for an AdapterPool, in brief; per-adapter detail is in the ConfigMap."""
 
@@ -242,6 +260,9 @@ class AdapterPlacementSummary(Spec):
         max_length=256, json_schema_extra=list_map("name"), description="Per server: adapters and slots.",
     )
     routes: RouteNames | None = Field(default=None, description="Each adapter's route: its Service's name.")
+    last_replacement: ReplacementSummary | None = Field(
+        default=None, alias="lastReplacement",
+        description="What the last re-placement moved; absent until a changed spec re-places the servers.")
     config_map: str | None = Field(
         default=None, alias="placementConfigMapName", max_length=253,
         description="ConfigMap holding every adapter's server, in the pool's namespace.",

@@ -141,8 +141,8 @@ def placed_adapters(decided: list[PoolServers]) -> dict[ServerKey, dict[str, str
             continue
         ref = servers.pool.ref
         sources = {a.name: source_digest(a.weights.uri, a.weights.digest) for a in servers.pool.spec.adapters}
-        for index, server in enumerate(servers.placement.servers):
-            placed[(ref.namespace, deployment_name(ref, index))] = {name: sources[name] for name in server.adapters}
+        for server in servers.placement.servers:
+            placed[(ref.namespace, deployment_name(ref, server.index))] = {name: sources[name] for name in server.adapters}
     return placed
 
 

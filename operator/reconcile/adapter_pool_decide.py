@@ -28,19 +28,34 @@ The rules (docs/operator.md, "AdapterPools"):
   first, then by name.
 - Adapters that failed to load repeatedly (adapter_loading.py) make the pool
   Degraded AdapterLoadFailed, naming them with the engine's error.
+- A changed spec is re-placed against the placement in force (`replace_adapters`:
+  as few adapters moved as possible), read back from the cluster each
+  reconcile (each server's adapters from the pool's placement ConfigMap, its
+  flags from its Deployment), so it holds after a restart or a leader change;
+  without a readable record it is placed afresh. A re-placement that
+  needs more than REPLACEMENT_SLACK servers beyond a fresh placement, or
+  leaves more adapters unplaced, gives way to the fresh placement: few moves,
+  but not an ever-growing fleet (re-placement never consolidates).
+- A server that keeps its --max-loras and --max-lora-rank keeps its
+  Deployment's pod template, --max-cpu-loras included: no restart.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Mapping
+import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
 
 from tessera.operator import naming
 from tessera.operator.api import status as st
 from tessera.operator.api.adapter_pools import PLURAL, AdapterPoolObject, PoolRef
-from tessera.operator.api.v1alpha1 import AdapterPlacementSummary, RouteNames, ServerSummary, child_name
+from tessera.operator.api.v1alpha1 import (AdapterPlacementSummary, ReplacementSummary, RouteNames, ServerSummary,
+                                           child_name)
 from tessera.operator.gpus.discovery import HOSTNAME_LABEL, WHOLE_GPU_RESOURCE, Pool
 from tessera.operator.gpus.node_plans import Placement as NodePlacement
 from tessera.operator.gpus.node_plans import Share, placed_gpus
@@ -53,7 +68,7 @@ from tessera.operator.reconcile.decide import _available as available
 from tessera.operator.reconcile.quotas import WholeGpuQuota
 from tessera.operator.settings import OperatorSettings
 from tessera.planner.adapter_pool import AdapterPoolSpec
-from tessera.planner.placement import Placement, PlacementProblem, ServerPlacement
+from tessera.planner.placement import Placement, PlacementProblem, ServerPlacement, place, replace_adapters
 
 Slot = tuple[str, int]
 """(node, GPU index on the node): one whole GPU."""
@@ -62,7 +77,16 @@ GPU_ANNOTATION = f"{naming.GROUP}/gpu"
 """On a server's Deployment: `node/index` of its GPU, read back so the server keeps it."""
 SERVER_ANNOTATION = f"{naming.GROUP}/adapter-server"
 """On a server's Deployment: the server's index in the placement."""
+PLACEMENT_COMPONENT = "adapter-placement"
+PLACEMENT_KEY = "placement.json"
+"""The placement ConfigMap's one key: each server's index, Deployment, flags and adapters (sorted), as JSON; read back
+for the next re-placement. Not on the Deployments: the API server counts a changed annotation of a Deployment as a
+new generation. 2,000 adapters of 63 characters take 140-170 kB (13 to 256 servers) of a ConfigMap's 1 MiB."""
 RUNTIME_LORA_ENV = "VLLM_ALLOW_RUNTIME_LORA_UPDATING"
+REPLACEMENT_SLACK = 0.1
+"""A re-placement may use this share more servers than a fresh placement (at least one more), else the fresh one
+is applied: re-placement never consolidates, so without a bound the fleet would only grow as rates shift."""
+MOVED_EXAMPLES = 16
 UNPLACED_EXAMPLES = 16
 FAILED_EXAMPLES = 3
 """Failed adapters the Degraded message names with their error (about 300 characters each)."""
@@ -76,6 +100,48 @@ class ServerLoad:
     """Placed adapters every answering pod of the server lists."""
     failed: dict[str, str] = dataclasses.field(default_factory=dict)
     """Failed adapters on any of its pods -> the engine's last error."""
+
+
+@dataclass(frozen=True)
+class Running:
+    """One server as its live Deployment says it runs (what tessera wrote): its index and vLLM's flags."""
+
+    index: int
+    max_loras: int
+    max_lora_rank: int
+    max_cpu_loras: int
+
+    def keeps_flags(self, server: ServerPlacement) -> bool:
+        """The server runs on with the placement's flags: its vLLM process stays."""
+        return (self.max_loras, self.max_lora_rank) == (server.max_loras, server.max_lora_rank)
+
+
+@dataclass(frozen=True)
+class Moves:
+    """What a placement changes of the previous one: adapters on another server or on a restarted one."""
+
+    moved: tuple[str, ...]
+    kept: int
+    restarted: tuple[int, ...]
+    """Servers (indices) kept with other flags: their vLLM restarts, so their adapters count as moved."""
+    added: int
+    """Adapters placed that no server held before (new in the spec, or unplaced before)."""
+    dropped: int
+    """Adapters held before that no server holds now (removed from the spec, or now unplaced)."""
+    afresh: bool
+    """The fresh placement was applied, not the re-placement (REPLACEMENT_SLACK)."""
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.moved or self.restarted or self.added or self.dropped)
+
+
+@dataclass(frozen=True)
+class Chosen:
+    """The placement to apply, and, where there was one before, what it moves."""
+
+    placement: Placement
+    moves: Moves | None = None
 
 
 @dataclass
@@ -93,6 +159,10 @@ class PoolServers:
     """The GPUs that were free for it (the pool's, less those other AdapterPools hold or took)."""
     quota: WholeGpuQuota | None = None
     """What its namespace's quota on whole GPUs left it, where that was less than `free`."""
+    running: dict[int, Running] = dataclasses.field(default_factory=dict)
+    """Its servers as their live Deployments run them, by index."""
+    moves: Moves | None = None
+    """What this placement changed of the one in force (None: none recorded)."""
 
     @property
     def gpus(self) -> set[Slot]:
@@ -159,16 +229,17 @@ def free_gpus(pool: Pool, taken: set[Slot], busy: set[Slot]) -> list[Slot]:
     return [s for s in free if s not in busy] + [s for s in free if s in busy]
 
 
-def choose_slots(pool: Pool, count: int, held: dict[int, Slot], taken: set[Slot], busy: set[Slot]) -> list[Slot]:
-    """A GPU for each of `count` servers: a server keeps the GPU it holds while it is in the pool and free, the
+def choose_slots(pool: Pool, indices: Sequence[int], held: dict[int, Slot], taken: set[Slot],
+                 busy: set[Slot]) -> list[Slot]:
+    """A GPU for each server (by its index): a server keeps the GPU it holds while it is in the pool and free, the
     others take the first free ones (`free_gpus`)."""
     in_pool = {(node.name, index) for node, index in pool.slots()}
-    kept = {i: slot for i, slot in held.items() if i < count and slot in in_pool and slot not in taken}
+    kept = {i: slot for i, slot in held.items() if i in indices and slot in in_pool and slot not in taken}
     if len(set(kept.values())) < len(kept):  # two servers on one GPU (a hand edit): only the first keeps it
         kept = {i: slot for i, slot in sorted(kept.items()) if slot not in
                 {s for j, s in kept.items() if j < i}}
     spare = iter(free_gpus(pool, taken | set(kept.values()), busy))
-    return [kept[i] if i in kept else next(spare) for i in range(count)]
+    return [kept[i] if i in kept else next(spare) for i in indices]
 
 
 def gpus_allowed(free: int, quota: WholeGpuQuota | None) -> tuple[int, WholeGpuQuota | None]:
@@ -186,6 +257,129 @@ def within(problem: PlacementProblem, gpus: int) -> PlacementProblem:
     return dataclasses.replace(problem, limits=limits)
 
 
+# -- re-placement -------------------------------------------------------------------
+
+def last_flag(args: Sequence[str], flag: str) -> int | None:
+    """The value of the last `flag` in vLLM's arguments (argparse keeps the last: tessera's come last)."""
+    found = [args[i + 1] for i in range(len(args) - 1) if args[i] == flag]
+    return int(found[-1]) if found and found[-1].isdigit() else None
+
+
+def running_servers(children: list[Json], ref: PoolRef) -> dict[int, Running]:
+    """Each of the pool's server Deployments as tessera wrote it: its index and vLLM's flags (its container's
+    arguments), by index; a Deployment whose flags are unreadable is left out."""
+    found = {}
+    for child in owned_by(children, ref):
+        annotations = child["metadata"].get("annotations") or {}
+        index = annotations.get(SERVER_ANNOTATION, "")
+        containers = ((child.get("spec") or {}).get("template") or {}).get("spec", {}).get("containers") or [{}]
+        args = [str(a) for a in containers[0].get("args") or []]
+        flags = [last_flag(args, f) for f in ("--max-loras", "--max-lora-rank", "--max-cpu-loras")]
+        if child["kind"] == "Deployment" and index.isdigit() and None not in flags:
+            slots, rank, cpu = (int(f or 0) for f in flags)
+            found[int(index)] = Running(int(index), slots, rank, cpu)
+    return found
+
+
+def placement_record_name(ref: PoolRef) -> str:
+    return child_name(ref.name, "placement")
+
+
+def placement_record(ref: PoolRef, placement: Placement) -> Json:
+    """The pool's placement ConfigMap: each server's index, Deployment, flags and adapters, owned by the pool."""
+    servers = [{"index": s.index, "deployment": deployment_name(ref, s.index), "maxLoras": s.max_loras,
+                "maxLoraRank": s.max_lora_rank, "adapters": sorted(s.adapters)} for s in placement.servers]
+    return with_applied_hash({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": placement_record_name(ref), "namespace": ref.namespace,
+                     "labels": naming.pool_child_labels(ref.name, PLACEMENT_COMPONENT),
+                     "ownerReferences": [ref.owner_reference()]},
+        "data": {PLACEMENT_KEY: json.dumps({"servers": servers}, separators=(",", ":"))}})
+
+
+def list_of(value: Any) -> list[Any]:
+    """The value, where it is a JSON list (the record's shape); else a TypeError, as any other misshape."""
+    if not isinstance(value, list):
+        raise TypeError(f"a list, not {type(value).__name__}")
+    return value
+
+
+def recorded_servers(children: list[Json], ref: PoolRef) -> list[tuple[int, tuple[str, ...], int, int]] | None:
+    """(index, adapters, --max-loras, --max-lora-rank) of each server the placement ConfigMap records; None: no
+    ConfigMap, or one tessera did not write (unreadable)."""
+    record = next((c for c in owned_by(children, ref) if c["kind"] == "ConfigMap"
+                   and c["metadata"]["name"] == placement_record_name(ref)), None)
+    try:
+        servers = json.loads(((record or {}).get("data") or {})[PLACEMENT_KEY])["servers"]
+        found = [(int(s["index"]), tuple(str(a) for a in list_of(s["adapters"])), int(s["maxLoras"]),
+                  int(s["maxLoraRank"])) for s in list_of(servers)]
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return None
+    return found if len({index for index, *_ in found}) == len(found) else None
+
+
+def previous_placement(children: list[Json], ref: PoolRef, running: Mapping[int, Running],
+                       model: str) -> Placement | None:
+    """The placement in force, for `replace_adapters` (which reads each server's index, adapters and two flags):
+    the servers and adapters the placement ConfigMap records, with the flags their Deployments run where they do;
+    None: no readable record."""
+    recorded = recorded_servers(children, ref)
+    if recorded is None:
+        return None
+    seen: set[str] = set()
+    servers = []
+    for index, adapters, slots, rank in sorted(recorded):
+        if index in running:
+            slots, rank = running[index].max_loras, running[index].max_lora_rank
+        kept = tuple(a for a in adapters if a not in seen)  # an adapter recorded twice (an edit): the first only
+        seen.update(kept)
+        servers.append(ServerPlacement(index=index, adapters=kept, max_loras=slots, max_lora_rank=rank, rate_rps=0.0,
+                                       starts=True, predicted=None))
+    return Placement(strategy="in force", model=model, servers=tuple(servers))
+
+
+def cut_to_limit(placement: Placement, most: int | None) -> Placement:
+    """The first `most` servers (a re-placement lists its running servers first); the others' adapters unplaced."""
+    if most is None or len(placement.servers) <= most:
+        return placement
+    cut = placement.servers[most:]
+    return dataclasses.replace(placement, servers=placement.servers[:most],
+                               unplaced=placement.unplaced + tuple(n for s in cut for n in s.adapters))
+
+
+def moves_between(previous: Placement, placement: Placement, afresh: bool) -> Moves:
+    """What `placement` changes of `previous`: an adapter moves when its server's index differs, or its server
+    keeps its index with other flags (a restart)."""
+    before = {name: server for server in previous.servers for name in server.adapters}
+    after = {name: server for server in placement.servers for name in server.adapters}
+    flags = {s.index: (s.max_loras, s.max_lora_rank) for s in previous.servers}
+    restarted = tuple(sorted(s.index for s in placement.servers
+                             if s.index in flags and flags[s.index] != (s.max_loras, s.max_lora_rank)))
+    moved = tuple(sorted(name for name, server in after.items() if name in before and (
+        before[name].index != server.index or server.index in restarted)))
+    both = before.keys() & after.keys()
+    return Moves(moved=moved, kept=len(both) - len(moved), restarted=restarted, added=len(after.keys() - both),
+                 dropped=len(before.keys() - both), afresh=afresh)
+
+
+def replacement_slack(fresh_servers: int) -> int:
+    return max(1, math.ceil(REPLACEMENT_SLACK * fresh_servers))
+
+
+def choose_placement(problem: PlacementProblem, previous: Placement | None) -> Chosen:
+    """The placement to apply: without a previous one, tessera's fresh placement; with one, its re-placement
+    (`replace_adapters`, within the server limit), unless that leaves more adapters unplaced than a fresh
+    placement, or needs more than `replacement_slack` servers beyond it: then the fresh one."""
+    fresh = place(problem, "tessera")
+    if previous is None:
+        return Chosen(fresh)
+    replaced = cut_to_limit(replace_adapters(problem, previous).placement, problem.limits.max_servers)
+    afresh = (len(replaced.unplaced) > len(fresh.unplaced)
+              or len(replaced.servers) > len(fresh.servers) + replacement_slack(len(fresh.servers)))
+    chosen = fresh if afresh else replaced
+    return Chosen(chosen, moves_between(previous, chosen, afresh))
+
+
 # -- the servers ------------------------------------------------------------------
 
 def deployment_name(ref: PoolRef, index: int) -> str:
@@ -193,14 +387,22 @@ def deployment_name(ref: PoolRef, index: int) -> str:
     return child_name(ref.name, "server", str(index))
 
 
-def server_args(spec: AdapterPoolSpec, server: ServerPlacement, port: int) -> list[str]:
+def cpu_loras(server: ServerPlacement, running: Running | None) -> int:
+    """--max-cpu-loras: every adapter of the server in its CPU cache (vLLM wants at least --max-loras there); a
+    running server that keeps its flags keeps its value, since any change of the argument restarts vLLM: adapters
+    a re-placement adds beyond it are evicted from the CPU cache by vLLM when cold, and read from their path again
+    on their next request (docs/adapter-loading.md)."""
+    if running is not None and running.keeps_flags(server):
+        return running.max_cpu_loras
+    return max(len(server.adapters), server.max_loras)
+
+
+def server_args(spec: AdapterPoolSpec, server: ServerPlacement, port: int, max_cpu_loras: int) -> list[str]:
     """vLLM's arguments: the user's, then tessera's, which win where both set a flag (argparse keeps the last)."""
     return [*spec.base_model.args,
             "--model", spec.base_model.name, "--port", str(port),
             "--enable-lora", "--max-loras", str(server.max_loras), "--max-lora-rank", str(server.max_lora_rank),
-            # every adapter of the server stays in its CPU cache: vLLM wants at least --max-loras there
-            "--max-cpu-loras", str(max(len(server.adapters), server.max_loras)),
-            "--max-model-len", str(spec.base_model.max_model_len)]
+            "--max-cpu-loras", str(max_cpu_loras), "--max-model-len", str(spec.base_model.max_model_len)]
 
 
 def server_env(spec: AdapterPoolSpec) -> list[Json]:
@@ -209,16 +411,17 @@ def server_env(spec: AdapterPoolSpec) -> list[Json]:
     return [*env, {"name": RUNTIME_LORA_ENV, "value": "True"}]
 
 
-def server_deployment(ref: PoolRef, spec: AdapterPoolSpec, index: int, server: ServerPlacement, slot: Slot,
-                      hostname: str, settings: OperatorSettings) -> Json:
+def server_deployment(ref: PoolRef, spec: AdapterPoolSpec, server: ServerPlacement, slot: Slot, hostname: str,
+                      settings: OperatorSettings, running: Running | None = None) -> Json:
     """One vLLM server on one whole GPU of its node, owned by the AdapterPool."""
+    index = server.index
     name = deployment_name(ref, index)
     labels = naming.pool_child_labels(ref.name, SERVER_COMPONENT)
     pod_labels = {**labels, "tessera.ai/deployment": name}
     container = {
         "name": SERVER_CONTAINER,
         "image": spec.base_model.image,
-        "args": server_args(spec, server, settings.server_port),
+        "args": server_args(spec, server, settings.server_port, cpu_loras(server, running)),
         "env": server_env(spec),
         "ports": [{"name": "http", "containerPort": settings.server_port}],
         "resources": {"limits": {WHOLE_GPU_RESOURCE: "1"}, "requests": {WHOLE_GPU_RESOURCE: "1"}},
@@ -255,9 +458,9 @@ def planned_servers(pool: Pool, decided: PoolServers, settings: OperatorSettings
     if decided.placement is None or decided.pool.spec is None:
         return []
     planned = []
-    for index, (server, slot) in enumerate(zip(decided.placement.servers, decided.slots)):
-        body = server_deployment(decided.pool.ref, decided.pool.spec, index, server, slot,
-                                 pool.node(slot[0]).hostname, settings)
+    for server, slot in zip(decided.placement.servers, decided.slots):
+        body = server_deployment(decided.pool.ref, decided.pool.spec, server, slot, pool.node(slot[0]).hostname,
+                                 settings, decided.running.get(server.index))
         node_mig = mig.get(slot[0])
         planned.append((body, slot not in compound and (node_mig is None or node_mig.applied)))
     return planned
@@ -288,7 +491,34 @@ def decide_servers(planned: list[tuple[Json, bool]], live: list[Json], valid: bo
     return actions
 
 
+def decide_placement_record(decided: PoolServers, live: list[Json]) -> list[Action]:
+    """Write the placement ConfigMap where it differs from the placement decided (an invalid pool's stays)."""
+    if decided.placement is None or not decided.pool.valid:
+        return []
+    body = placement_record(decided.pool.ref, decided.placement)
+    current = next((c for c in live if c["kind"] == "ConfigMap" and c["metadata"]["name"] == body["metadata"]["name"]),
+                   None)
+    if current is not None and applied_hash(current) == applied_hash(body):
+        return []
+    return [ApplyChild(body, reason="the placement's record " + ("is not there yet" if current is None else "differs"))]
+
+
 # -- status -------------------------------------------------------------------------
+
+def replacement_summary(decided: PoolServers) -> ReplacementSummary | None:
+    """status.plan.lastReplacement: this reconcile's re-placement where it changed the servers' adapters, else the
+    one the status holds (an unchanged placement is no re-placement; the record stays until the next one)."""
+    moves = decided.moves
+    if moves is None or not moves.changed:
+        held = (decided.pool.status.get("plan") or {}).get("lastReplacement")
+        try:
+            return ReplacementSummary.model_validate(held)
+        except ValidationError:  # not what tessera wrote (an edit): no record
+            return None
+    return ReplacementSummary(moved=len(moves.moved), kept=moves.kept, restarted=len(moves.restarted),
+                              added=moves.added, dropped=moves.dropped, afresh=moves.afresh,
+                              moved_examples=list(moves.moved[:MOVED_EXAMPLES]))
+
 
 def placement_summary(decided: PoolServers, planned: list[tuple[Json, bool]], live: list[Json],
                       loads: Mapping[tuple[str, str], ServerLoad], routes: RouteNames | None = None) -> Json:
@@ -315,7 +545,8 @@ def placement_summary(decided: PoolServers, planned: list[tuple[Json, bool]], li
         predicted_min_served_fraction=min(twin) if twin and len(twin) == len(placement.servers) else None,
         rate_placed_rps=round(sum(rates[n] for s in placement.servers for n in s.adapters), 6),
         rate_rps=round(sum(rates.values()), 6), servers_ready=sum(s.ready for s in servers),
-        adapters_failed=sum(s.adapters_failed or 0 for s in servers), servers=servers, routes=routes)
+        adapters_failed=sum(s.adapters_failed or 0 for s in servers), servers=servers, routes=routes,
+        last_replacement=replacement_summary(decided), config_map=placement_record_name(decided.pool.ref))
     return summary.model_dump(by_alias=True, mode="json", exclude_none=True)
 
 
@@ -413,7 +644,22 @@ def decide_pool_status(obj: AdapterPoolObject, new: Json, now: str) -> list[Acti
     if not st.status_changed(obj.status, new):
         return []
     actions: list[Action] = [PatchStatus(obj.ref.namespace, obj.ref.name, new, reason="status changed", plural=PLURAL)]
-    for event in st.events_for(obj.status, new):
+    for event in [*st.events_for(obj.status, new), *replacement_event(obj.status, new)]:
         actions.append(PostEvent(st.event_body(obj.ref, event, now),
                                  reason=f"{event.type} event {event.reason}"))
     return actions
+
+
+def replacement_event(old: Json, new: Json) -> list[st.EventSpec]:
+    """A Normal Event for a new status.plan.lastReplacement that moved adapters (once: the record stays)."""
+    before, after = ((s.get("plan") or {}).get("lastReplacement") for s in (old, new))
+    if not after or after == before or not after["adaptersMoved"]:
+        return []
+    how = ("the fresh placement (the re-placement needed too many servers or left more adapters unplaced)"
+           if after["placedAfresh"] else "a re-placement")
+    named = ", ".join(after.get("movedAdapterExamples") or [])
+    return [st.EventSpec("Normal", st.ADAPTERS_REPLACED, (
+        f"{how} moved {after['adaptersMoved']} adapter(s) to another server ({named}"
+        f"{', ...' if after['adaptersMoved'] > len(after.get('movedAdapterExamples') or []) else ''}), kept "
+        f"{after['adaptersKept']}, restarted {after['serversRestarted']} server(s); {after['adaptersAdded']} added, "
+        f"{after['adaptersDropped']} dropped"))]

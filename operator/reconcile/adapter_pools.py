@@ -2,9 +2,11 @@
 
 The decisions are adapter_pool_decide.py's; this module runs the placement
 (`tessera place`'s, by the predictors: the twin check costs seconds a server
-and is not run in the reconcile yet) and applies what was decided. The
-placement is deterministic, so it is computed again after a restart; it is
-cached for the process while the pool's problem and free GPUs are unchanged.
+and is not run in the reconcile yet; a re-placement against what the servers'
+Deployments record, `choose_placement`) and applies what was decided. The
+placement is deterministic in what the reconcile read, so it is computed again
+after a restart; it is cached for the process while the pool's problem, free
+GPUs and recorded servers are unchanged.
 """
 
 from __future__ import annotations
@@ -25,11 +27,12 @@ from tessera.operator.reconcile.adapter_loading import (LOAD_RETRY_S, Listed, Pl
                                                         decide_readiness, decide_unloads, held_copies, loading_requeue,
                                                         placed_adapters, pod_name, record_failures, server_loads,
                                                         server_of, server_url, serving, unplaced_listed)
-from tessera.operator.reconcile.adapter_pool_decide import (PoolServers, ServerLoad, Slot, choose_slots,
-                                                            compound_gpus, decide_pool_status, decide_servers,
-                                                            gpus_allowed, owned_by, placed_compound_gpus,
-                                                            planned_servers,
-                                                            placing_order, pool_status, server_slots, within)
+from tessera.operator.reconcile.adapter_pool_decide import (Chosen, PoolServers, ServerLoad, Slot, choose_placement,
+                                                            choose_slots, compound_gpus, decide_placement_record,
+                                                            decide_pool_status, decide_servers, gpus_allowed, owned_by,
+                                                            placed_compound_gpus, planned_servers, placing_order,
+                                                            pool_status, previous_placement, running_servers,
+                                                            server_slots, within)
 from tessera.operator.reconcile.adapter_routes import (decide_inference_pools, decide_routes, route_summaries,
                                                        routed_pods)
 from tessera.operator.reconcile.decide import PoolOutcome
@@ -37,7 +40,7 @@ from tessera.operator.reconcile.quotas import WholeGpuQuota
 from tessera.operator.reconcile.snapshot import Snapshot
 from tessera.operator.settings import OperatorSettings
 from tessera.operator.vllm import ServerError
-from tessera.planner.placement import Placement, PlacementProblem, place
+from tessera.planner.placement import Placement, PlacementProblem
 
 SERVERS_AT_ONCE = 16
 """Servers asked, or loaded, at once: a server that does not answer costs a reconcile one timeout, not one per pod."""
@@ -68,8 +71,8 @@ class AdapterPools:
         self.settings = settings
         self.servers = actor.servers
         self.at_once = SERVERS_AT_ONCE
-        self._placements: dict[str, dict[PlacementProblem, Placement]] = {}
-        """GPU pool key -> the placements its AdapterPools' current problems have."""
+        self._placements: dict[str, dict[tuple[PlacementProblem, Placement | None], Chosen]] = {}
+        """GPU pool key -> the placements its AdapterPools' current problems and recorded servers give."""
 
     def plan(self, pool: Pool, objects: list[AdapterPoolObject], children: list[Json],
              state: Mapping[str, str], quotas: dict[str, WholeGpuQuota]) -> list[PoolServers]:
@@ -92,10 +95,14 @@ class AdapterPools:
             else:
                 allowed, quota = gpus_allowed(free, quotas.get(namespace))
                 problem = within(obj.problem, allowed)
-                placement = known.get(problem) or place(problem, "tessera")
-                self._placements[pool.key][problem] = placement
-                slots = choose_slots(pool, len(placement.servers), held[obj.ref.key], blocked, busy)
-                outcome = PoolServers(obj, placement, slots, free=free, quota=quota)
+                running = running_servers(children, obj.ref)
+                key = (problem, previous_placement(children, obj.ref, running, problem.model))
+                chosen = known.get(key) or choose_placement(*key)
+                self._placements[pool.key][key] = chosen
+                slots = choose_slots(pool, [s.index for s in chosen.placement.servers], held[obj.ref.key], blocked,
+                                     busy)
+                outcome = PoolServers(obj, chosen.placement, slots, free=free, quota=quota, running=running,
+                                      moves=chosen.moves)
             taken |= outcome.gpus
             if namespace in quotas:
                 left = quotas[namespace]
@@ -118,7 +125,7 @@ class AdapterPools:
         for servers in decided:
             planned = planned_servers(pool, servers, self.settings, compound, outcome.mig)
             live = owned_by(children, servers.pool.ref)
-            self.actor.apply(decide_servers(planned, live, servers.pool.valid))
+            self.actor.apply(decide_placement_record(servers, live) + decide_servers(planned, live, servers.pool.valid))
             acted.append(Acted(servers, planned, live))
         return acted
 

@@ -25,17 +25,15 @@ import yaml
 from kubernetes import client
 
 from cluster.kube import wait_crd_established, wait_for
-from tessera.operator.api.v1alpha1 import child_name
 from tessera.operator.reconcile.adapter_loading import HOLDS_PREFIX, SOURCES_ANNOTATION, source_digest
-from tessera.operator.reconcile.adapter_pool_decide import within
 from tessera.operator.reconcile.adapter_routes import SERVICE_NAME_LABEL, SLICE_MANAGER, SLICE_MANAGER_LABEL
 from tessera.operator.vllm import VllmClient
 from tessera.planner.placement import place
-from tessera.planner.placement.pool_file import load_problem
 
 from .operator_fixtures import crds, custom, run_operator, vllm  # noqa: F401  (fixtures)
 from .test_adapter_loading import is_ready, placed, server_pods, start_ready_pool
 from .test_adapter_pools import POOL, POOL_FILE, adapter_pool, wait_pool_ready
+from .test_adapter_replacement import operator_placement, problem_of, rate_changes, servers_by_name
 
 WAIT_S = 90
 INFERENCE_MODULE = "sigs.k8s.io/gateway-api-inference-extension@v1.3.0"
@@ -112,31 +110,22 @@ def rolled_out(core, namespace: str, servers: dict[str, list[str]]) -> bool:
     return len(pods) == len(servers)
 
 
-def problem_without(tmp_path: Path, document: dict, removed: str):
-    edited = {**document, "spec": {**document["spec"], "adapters": [
-        a for a in document["spec"]["adapters"] if a["name"] != removed]}}
-    path = tmp_path / f"without-{removed}.yaml"
-    path.write_text(yaml.safe_dump(edited))
-    return edited, {child_name(POOL, "server", str(i)): list(s.adapters)
-                    for i, s in enumerate(place(within(load_problem(path), 8), "tessera").servers)}
-
-
 def server_of(servers: dict[str, list[str]], adapter: str) -> str | None:
     return next((d for d, adapters in servers.items() if adapter in adapters), None)
 
 
-def a_re_placement(tmp_path: Path) -> tuple[dict, dict[str, list[str]], str]:
-    """An edit of the pool (one adapter removed) that moves another adapter to another server: the edited pool,
-    its placement, and the adapter it moves."""
+def a_re_placement() -> tuple[dict, dict[str, list[str]], str]:
+    """An edit of the pool (a tenth of its adapters 10% hotter) that makes the operator move an adapter to another
+    server: the edited pool, its placement (re-placed against the one applied), and the adapter it moves."""
     document = yaml.safe_load(POOL_FILE.read_text())
-    before = placed()
-    for removed in [a["name"] for a in document["spec"]["adapters"]]:
-        edited, after = problem_without(tmp_path, document, removed)
-        moved = [a for a in (n for names in after.values() for n in names)
-                 if server_of(after, a) != server_of(before, a)]
+    first = place(problem_of(document), "tessera")
+    before = servers_by_name(first)
+    for edited in rate_changes(document):
+        after = operator_placement(edited, first)
+        moved = [a for names in after.values() for a in names if server_of(after, a) != server_of(before, a)]
         if moved:
             return edited, after, moved[0]
-    raise AssertionError("no single removal moves an adapter: pick another edit")
+    raise AssertionError("no 10% rate change moves an adapter: pick another edit")
 
 
 def test_each_adapters_service_routes_exactly_to_the_ready_pods_holding_it(run_operator, core, custom, kubectl, vllm):
@@ -164,13 +153,13 @@ def test_each_adapters_service_routes_exactly_to_the_ready_pods_holding_it(run_o
 
 
 def test_a_route_follows_a_re_placement_and_never_lists_a_pod_not_holding_its_adapter(
-        run_operator, core, custom, kubectl, vllm, tmp_path):
+        run_operator, core, custom, kubectl, vllm):
     operator = start_ready_pool(run_operator, vllm, kubectl, custom)
     discovery = client.DiscoveryV1Api(core.api_client)
     before = placed()
     wait_for(lambda: routes_match(discovery, core, operator.namespace, before), WAIT_S, "the routes settled",
              interval=0.5)
-    edited, after, adapter = a_re_placement(tmp_path)
+    edited, after, adapter = a_re_placement()
     old_pods = set(slice_pods(discovery, operator.namespace, adapter) or [])
     deadline = time.monotonic() + WAIT_S
     kubectl("apply", "-n", operator.namespace, "-f", "-", input=yaml.safe_dump(edited))

@@ -59,7 +59,7 @@ def gpu_pool(nodes: int = 2, gpus: int = 2):
 def decided(obj, pool, busy=frozenset(), held=None, taken=frozenset()) -> PoolServers:
     free = len(pool.slots()) - len(taken)
     placement = place(within(obj.problem, free), "tessera")
-    return PoolServers(obj, placement, choose_slots(pool, len(placement.servers), held or {}, set(taken), set(busy)),
+    return PoolServers(obj, placement, choose_slots(pool, [s.index for s in placement.servers], held or {}, set(taken), set(busy)),
                        free=free)
 
 
@@ -94,14 +94,14 @@ def test_a_pool_whose_spec_names_no_product_stays_with_the_gpus_its_running_serv
 
 def test_new_servers_take_whole_gpus_no_compound_plan_holds_from_the_pools_last_gpu_backwards():
     pool = gpu_pool(nodes=2, gpus=2)
-    assert choose_slots(pool, 3, {}, set(), busy={("gpu-b", 1)}) == [("gpu-b", 0), ("gpu-a", 1), ("gpu-a", 0)]
-    assert choose_slots(pool, 4, {}, set(), busy={("gpu-b", 1)})[-1] == ("gpu-b", 1)  # busy ones only when needed
+    assert choose_slots(pool, range(3), {}, set(), busy={("gpu-b", 1)}) == [("gpu-b", 0), ("gpu-a", 1), ("gpu-a", 0)]
+    assert choose_slots(pool, range(4), {}, set(), busy={("gpu-b", 1)})[-1] == ("gpu-b", 1)  # busy ones only when needed
 
 
 def test_a_running_server_keeps_its_gpu_unless_another_adapter_pool_holds_it():
     pool = gpu_pool(nodes=2, gpus=2)
-    assert choose_slots(pool, 2, {1: ("gpu-a", 0)}, set(), set()) == [("gpu-b", 1), ("gpu-a", 0)]
-    assert choose_slots(pool, 2, {1: ("gpu-a", 0)}, {("gpu-a", 0)}, set()) == [("gpu-b", 1), ("gpu-b", 0)]
+    assert choose_slots(pool, range(2), {1: ("gpu-a", 0)}, set(), set()) == [("gpu-b", 1), ("gpu-a", 0)]
+    assert choose_slots(pool, range(2), {1: ("gpu-a", 0)}, {("gpu-a", 0)}, set()) == [("gpu-b", 1), ("gpu-b", 0)]
 
 
 def test_adapter_pools_take_free_gpus_invalid_ones_first_then_by_priority_highest_first_then_by_name():
@@ -369,7 +369,7 @@ def test_the_adapter_pools_of_a_namespace_share_its_quota_on_whole_gpus():
 def test_a_pool_its_quota_holds_below_its_adapters_is_degraded_quota_reached_naming_the_quota():
     obj, pool = named_pool("support"), gpu_pool(nodes=2, gpus=2)
     placement = place(within(obj.problem, 1), "tessera")
-    servers = PoolServers(obj, placement, choose_slots(pool, 1, {}, set(), set()), free=4, quota=QUOTA)
+    servers = PoolServers(obj, placement, choose_slots(pool, [0], {}, set(), set()), free=4, quota=QUOTA)
     planned = planned_servers(pool, servers, SETTINGS, set(), {})
     phase, conditions, _ = pool_status(obj, servers, planned, [live(b) for b, _ in planned])
     degraded = next(c for c in conditions if c.type == st.DEGRADED)

@@ -37,7 +37,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 - apiGroups: [""]
   resources: [services]
   verbs: [list, create, patch, delete]
-# Each system's frontend config (spec.frontend).
+# Each system's frontend config (spec.frontend), each AdapterPool's placement record.
 - apiGroups: [""]
   resources: [configmaps]
   verbs: [list, create, patch, delete]
