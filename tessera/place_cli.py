@@ -101,7 +101,8 @@ def placement_failure(placement: Placement) -> str:
 
 def gate_line(log: GateLog) -> str:
     return (f"twin gate: {log.splits} server(s) split, {log.moves_kept} of {log.moves_tried} merges or emptyings kept, "
-            f"{log.hours} of at most {log.max_hours} simulated hours ({log.wall_s:.1f} s)"
+            f"{log.hours} simulated hours ({log.confirm_hours} confirming, {log.hours - log.confirm_hours} of at most "
+            f"{log.max_hours} on splits and moves; {log.wall_s:.1f} s)"
             + (", its hours spent" if log.hours_ran_out else ""))
 
 

@@ -206,7 +206,8 @@ class GateLog:
     """What the twin gate spent and did (planner/placement/twin_gate.py)."""
 
     hours: int  # simulated hours run
-    max_hours: int  # the gate's bound on them
+    confirm_hours: int  # of them, confirming the placement's servers (GATE_SEEDS - 1 each)
+    max_hours: int  # the gate's bound on the others (splits and moves)
     hours_ran_out: bool  # a check was not run for want of hours: a move not kept, or a split not made
     splits: int  # servers cut in two
     moves_tried: int  # merges and emptyings tried

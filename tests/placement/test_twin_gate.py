@@ -3,7 +3,8 @@
 import numpy as np
 
 from tessera.place_cli import placement_failure
-from tessera.planner.placement import AdapterDemand, Placement, PlacementProblem, ServerModel, ServiceBound, plan_placement
+from tessera.planner.placement import (AdapterDemand, Placement, PlacementProblem, ServerModel, ServiceBound, place,
+                                       plan_placement)
 from tessera.planner.placement.packing import describe
 from tessera.planner.placement.scenarios import Scenario, problem_of
 from tessera.planner.placement.twin_check import check_placement
@@ -64,13 +65,14 @@ def test_a_merge_the_twin_fails_is_not_kept():
 
 def test_the_merge_pass_keeps_one_server_the_twin_passes_where_the_predictors_wanted_two():
     problem = problem_of(Scenario(64, 28.0, "qwen", 0.3))
-    predicted = plan_placement(problem, baselines=(), gate=False).placement
     report = plan_placement(problem, baselines=())
     gated = report.placement
-    assert predicted.servers_used == 2 and predicted.twin_ok
+    assert place(problem).servers_used == 2
     assert gated.servers_used == 1 and gated.twin_ok and not placement_failure(gated)
     assert not gated.servers[0].predicted_ok  # the predictors alone would not have merged it
-    assert report.gate is not None and report.gate.moves_kept == 1 and report.gate.hours == GATE_SEEDS
+    assert report.gate is not None and report.gate.moves_kept == 1
+    assert report.gate.confirm_hours == 2 * (GATE_SEEDS - 1)  # both packed servers held to GATE_SEEDS hours
+    assert report.gate.hours == report.gate.confirm_hours + GATE_SEEDS  # and the merge GATE_SEEDS more
     assert any("predictors' 2 servers to 1" in note for note in report.notes)
 
 
@@ -79,7 +81,7 @@ def test_the_gate_runs_no_more_simulated_hours_than_its_bound_and_keeps_no_move_
     model = ServerModel(problem)
     packed = plan_placement(problem, baselines=(), gate=False).placement
     gated, log = twin_gate(packed, problem, model, max_hours=GATE_SEEDS - 1, hour_s=SHORT_HOUR_S)
-    assert log.hours == GATE_SEEDS - 1 and log.hours_ran_out
+    assert log.hours - log.confirm_hours == GATE_SEEDS - 1 and log.hours_ran_out
     assert gated.servers_used == 2 and gated.twin_ok  # the merge needs GATE_SEEDS passing hours
 
 
@@ -88,3 +90,14 @@ def test_the_gate_decides_the_same_way_every_run():
     first, second = (twin_gate(checked, problem, model, hour_s=SHORT_HOUR_S) for _ in range(2))
     assert [(s.adapters, s.max_loras) for s in first[0].servers] == [(s.adapters, s.max_loras) for s in second[0].servers]
     assert first[1].hours == second[1].hours
+
+
+def test_a_server_whose_first_hour_passes_and_second_fails_is_not_reported_as_passing():
+    """A 256-adapter server at a 0.95 bound: the placement's hour passes it (worst adapter 0.956), the
+    gate's second hour does not; with no hours left to split it, the placement is a failure."""
+    problem = problem_of(Scenario(256, 20.0, "qwen", 1.0), bound=ServiceBound(min_served_fraction=0.95))
+    packed = plan_placement(problem, baselines=(), gate=False).placement
+    assert packed.twin_ok
+    gated, log = twin_gate(packed, problem, ServerModel(problem), max_hours=0)
+    assert log.confirm_hours == GATE_SEEDS - 1 and not gated.twin_ok
+    assert placement_failure(gated).startswith("server 0 (256 adapters")
