@@ -100,9 +100,9 @@ def placement_failure(placement: Placement) -> str:
 
 
 def gate_line(log: GateLog) -> str:
-    return (f"twin gate: {log.splits} server(s) split, {log.moves_kept} of {log.moves_tried} merges or emptyings kept, "
-            f"{log.hours} simulated hours ({log.confirm_hours} confirming, {log.hours - log.confirm_hours} of at most "
-            f"{log.max_hours} on splits and moves; {log.wall_s:.1f} s)"
+    return (f"twin gate: {_count(log.splits, 'server')} split, {log.moves_kept} of {log.moves_tried} merges or "
+            f"emptyings kept, {_count(log.hours, 'simulated hour')} ({log.confirm_hours} confirming, "
+            f"{log.hours - log.confirm_hours} of at most {log.max_hours} on splits and moves; {log.wall_s:.1f} s)"
             + (", its hours spent" if log.hours_ran_out else ""))
 
 
