@@ -71,7 +71,7 @@ def plan_placement(problem: PlacementProblem, twin_check: bool = True, baselines
                 total += k
                 advance("tessera, split and merge")(k)
 
-            placements[0], gate_log = twin_gate(placements[0], problem, model, seed, one_more)
+            placements[0], gate_log = twin_gate(placements[0], problem, model, seed, one_more, workers=workers)
     return PlacementReport(
         problem_name=problem.name, model=model.profile.model, adapters=len(problem.adapters),
         rate_rps=sum(a.rate_rps for a in problem.adapters), placement=placements[0],

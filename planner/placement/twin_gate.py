@@ -42,7 +42,7 @@ from dataclasses import dataclass, replace
 from .model import AdapterDemand, GateLog, Placement, PlacementProblem, ServerPlacement, TwinCheck
 from .packing import describe, lora_rank_of, zigzag_order
 from .server import ServerLoad, ServerModel
-from .twin_check import CHECK_HOUR_S, ServerCase, check_server
+from .twin_check import CHECK_HOUR_S, ServerCase, check_placement, check_server
 
 MAX_SPLIT_DEPTH = 3
 MERGE_PARTNERS = 2
@@ -51,6 +51,7 @@ SLOT_TRIES = 2
 GATE_SEEDS = 2  # hours (request-stream seeds) a server the gate creates must pass
 GATE_HOURS = 64
 SEED_OFFSET = 1000  # the gate's streams differ from the twin check's (seed + server index)
+CONFIRM_SEED = 1_000_003  # and a confirming hour's (seed + this + server index) from both
 
 
 @dataclass
@@ -64,7 +65,6 @@ class _Gate:
     hour_s: float
     progress: Callable[[int], None] | None
     hours: int = 0  # spent on splits and moves, at most max_hours
-    confirm_hours: int = 0  # spent confirming the placement's servers, GATE_SEEDS - 1 each
     seeds: int = 0
     cut: bool = False  # a check was not run: the hours were spent
     splits: int = 0
@@ -103,17 +103,6 @@ class _Gate:
             if not result.passed:
                 break
         return replace(server, twin=worst)
-
-    def confirm(self, server: ServerPlacement) -> ServerPlacement:
-        """A server the placement's one hour passed, held to what the gate asks of its own: GATE_SEEDS
-        hours in all (a 256-adapter server at the edge passed 5 of 8 hours). The first failing hour is
-        its verdict, and the split pass then cuts it."""
-        for _ in range(GATE_SEEDS - 1 if _passing(server) else 0):
-            self.confirm_hours += 1
-            result = self.hour(server)
-            if not result.passed:
-                return replace(server, twin=result)
-        return server
 
     def slot_tries(self, adapters: Sequence[AdapterDemand], rank: int, known: int | None) -> list[int]:
         """Slot counts to try, best first: the predictors' best healthy one, ``known`` (the slots these
@@ -227,14 +216,32 @@ def _weakest_first(servers: Sequence[ServerPlacement]) -> list[ServerPlacement]:
     return sorted(servers, key=lambda s: (s.rate_rps, len(s.adapters), s.index))
 
 
+def _confirmed(placement: Placement, problem: PlacementProblem, model: ServerModel, seed: int, workers: int,
+               progress: Callable[[int], None] | None, hour_s: float) -> tuple[list[ServerPlacement], int]:
+    """The placement's servers, each its one hour passed held to what the gate asks of the servers it
+    makes: GATE_SEEDS hours in all (a 256-adapter server at the edge passed 5 of 8 hours), run in
+    parallel; a server's first failing hour is its verdict. Also the hours run."""
+    servers, hours = list(placement.servers), 0
+    for extra in range(1, GATE_SEEDS):
+        passing = replace(placement, servers=tuple(s for s in servers if _passing(s)))
+        again = check_placement(passing, problem.adapters, model.profile, problem.bound,
+                                seed + CONFIRM_SEED * extra, workers, progress, hour_s)
+        hours += again.servers_used
+        failed = {s.index: s.twin for s in again.servers if not _passing(s)}
+        servers = [replace(s, twin=failed[s.index]) if s.index in failed else s for s in servers]
+    return servers, hours
+
+
 def twin_gate(placement: Placement, problem: PlacementProblem, model: ServerModel, seed: int = 0,
               progress: Callable[[int], None] | None = None, max_hours: int = GATE_HOURS,
-              hour_s: float = CHECK_HOUR_S) -> tuple[Placement, GateLog]:
-    """tessera's twin-checked placement after the split and consolidation passes (servers renumbered,
-    hottest first), and what the gate spent. ``progress(1)`` after each simulated hour."""
+              hour_s: float = CHECK_HOUR_S, workers: int = 1) -> tuple[Placement, GateLog]:
+    """tessera's twin-checked placement after the confirm, split and consolidation passes (servers
+    renumbered, hottest first), and what the gate spent. ``progress(1)`` after each simulated hour;
+    ``workers`` processes run the confirming hours."""
     started = time.perf_counter()
+    confirmed, confirm_hours = _confirmed(placement, problem, model, seed, workers, progress, hour_s)
     gate = _Gate(model, problem, seed, max_hours, hour_s, progress)
-    servers = [piece for s in placement.servers for piece in gate.split(gate.confirm(s))]
+    servers = [piece for s in confirmed for piece in gate.split(s)]
     servers = gate.consolidate(servers)
     limit = problem.limits.max_servers
     unplaced = placement.unplaced
@@ -245,6 +252,6 @@ def twin_gate(placement: Placement, problem: PlacementProblem, model: ServerMode
     wall_s = time.perf_counter() - started
     gated = replace(placement, servers=tuple(replace(s, index=i) for i, s in enumerate(ordered)), unplaced=unplaced,
                     twin_s=(placement.twin_s or 0.0) + wall_s)
-    return gated, GateLog(hours=gate.hours + gate.confirm_hours, confirm_hours=gate.confirm_hours,
+    return gated, GateLog(hours=gate.hours + confirm_hours, confirm_hours=confirm_hours,
                           max_hours=max_hours, hours_ran_out=gate.cut, splits=gate.splits,
                           moves_tried=gate.moves_tried, moves_kept=gate.moves_kept, wall_s=wall_s)
