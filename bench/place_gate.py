@@ -122,7 +122,7 @@ def one(scenario: Scenario, fraction: float, gate_before: ModuleType, hours_befo
     start, hours_before[0] = time.perf_counter(), 0
     before = gate_before.twin_gate(packed.placement, problem, model)
     before_s = time.perf_counter() - start
-    after, log = twin_gate(packed.placement, problem, model)
+    after, log = twin_gate(packed.placement, problem, model, workers=workers)
     row = {"scenario": scenario.name, "bound_served": fraction, "lower_bound": bound,
            "packed": {"servers": packed.placement.servers_used, "twin_pass": packed.placement.twin_ok},
            "before": {"servers": before.servers_used, "twin_pass": before.twin_ok, "hours": hours_before[0],
