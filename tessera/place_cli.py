@@ -92,11 +92,15 @@ def placement_failure(placement: Placement) -> str:
         return (f"{len(placement.unplaced)} adapters beyond the pool's server limit are not placed: "
                 f"{_names(placement.unplaced)}")
     if placement.twin_checked:
-        failing = [s for s in placement.servers if not (s.twin and s.twin.passed)]
-        return "; ".join(twin_failure(s) for s in failing)
-    unhealthy = [s for s in placement.servers if not s.predicted_ok]
-    return "; ".join(f"server {s.index} is predicted unhealthy ({_count(len(s.adapters), 'adapter')}: "
-                     f"{_names(s.adapters)})" for s in unhealthy)
+        return _listed([twin_failure(s) for s in placement.servers if not (s.twin and s.twin.passed)])
+    return _listed([f"server {s.index} is predicted unhealthy ({_count(len(s.adapters), 'adapter')}: "
+                    f"{_names(s.adapters)})" for s in placement.servers if not s.predicted_ok])
+
+
+def _listed(failures: list[str], shown: int = 5) -> str:
+    """The first few servers' failures, and how many more servers fail (a message, not a dump)."""
+    more = f"; and {_count(len(failures) - shown, 'more server')}" if len(failures) > shown else ""
+    return "; ".join(failures[:shown]) + more
 
 
 def gate_line(log: GateLog) -> str:
