@@ -8,6 +8,8 @@ from click.testing import CliRunner
 
 from tessera import exit_codes
 from tessera.cli import main
+from tessera.place_cli import placement_failure
+from tessera.planner.placement import AdapterDemand, PlacementProblem, place
 from tessera.planner.placement.scenarios import Scenario, problem_of
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "adapter-pools" / "support-bots.yaml"
@@ -101,3 +103,9 @@ def test_place_serves_issue_26s_64_adapter_pool_on_one_server_that_the_predictor
     assert report["gate"]["moves_kept"] == 1
     assert json.loads(predictors_only.stdout)["placement"]["servers_used"] == 2
     assert json.loads(predictors_only.stdout)["gate"] is None
+
+
+def test_an_infeasible_placement_names_five_failing_servers_and_counts_the_rest():
+    hot = tuple(AdapterDemand(f"hot-{i}", 16, 70.0) for i in range(7))  # each starves a server alone
+    failure = placement_failure(place(PlacementProblem(hot, "qwen")))
+    assert failure.count("is predicted unhealthy") == 5 and failure.endswith("; and 2 more servers")
