@@ -20,10 +20,9 @@ tessera's placement:
    passes every server it changed, every adapter at its service bound, for
    ``GATE_SEEDS`` hours; repeated until a round keeps no move.
 
-The twin also picks the slots (--max-loras) of a server it judges: the
-predictors' best healthy count when they have one, the slots its adapters had
-before, then the counts the predictors rate highest (starting, unstarved), at
-most ``SLOT_TRIES`` of them, the first the twin passes kept.
+A server the gate makes has the predictors' best healthy slot count
+(--max-loras) when they have one, else the slots its adapters had (a merge
+keeps both servers' slots), else a slot per adapter up to what memory starts.
 
 Bounded: the confirmation costs ``GATE_SEEDS - 1`` simulated hours a server;
 splits and moves at most ``max_hours`` more (``GATE_HOURS`` by default); an
@@ -47,7 +46,6 @@ from .twin_check import CHECK_HOUR_S, ServerCase, check_placement, check_server
 MAX_SPLIT_DEPTH = 3
 MERGE_PARTNERS = 2
 EMPTY_RECEIVERS = 4
-SLOT_TRIES = 2
 GATE_SEEDS = 2  # hours (request-stream seeds) a server the gate creates must pass
 GATE_HOURS = 64
 SEED_OFFSET = 1000  # the gate's streams differ from the twin check's (seed + server index)
@@ -104,47 +102,28 @@ class _Gate:
                 break
         return replace(server, twin=worst)
 
-    def slot_tries(self, adapters: Sequence[AdapterDemand], rank: int, known: int | None) -> list[int]:
-        """Slot counts to try, best first: the predictors' best healthy one, ``known`` (the slots these
-        adapters had), then the startable unstarved counts by predicted throughput."""
-        load = ServerLoad.of(adapters)
-        best = self.model.best_slots(load, rank)
-        cap = min(self.model.limits.max_lora_slots or len(adapters), len(adapters))
-        tries = [best.max_loras] if best else []
+    def slots_for(self, adapters: Sequence[AdapterDemand], rank: int, known: int | None) -> int:
+        """The predictors' best healthy slot count; where they see none, ``known`` (the slots these
+        adapters had on the servers the twin passed), else a slot per adapter up to what memory starts.
+        (Trying the predictors' next best count too changed no outcome on 9 pools at the edge and
+        cost up to 3 more hours each: bench/README.md.)"""
+        best = self.model.best_slots(ServerLoad.of(adapters), rank)
+        if best is not None:
+            return best.max_loras
+        cap = self.model.limits.max_lora_slots or len(adapters)
         if known is not None:
-            tries.append(max(1, min(known, cap)))
-        rated = []
-        for slots in self.model.slot_candidates(load):
-            if slots <= cap and self.model.starts(slots, rank):
-                predicted = self.model.predict(load, slots, rank)
-                if not predicted.starved:
-                    rated.append((-predicted.ratio, slots))
-        tries += [slots for _, slots in sorted(rated)]
-        if not tries:  # nothing starts or everything starves: a slot per adapter up to what memory starts
-            tries.append(max(1, min(cap, self.model.most_startable_slots(rank))))
-        return list(dict.fromkeys(tries))[:SLOT_TRIES]
+            return max(1, min(known, cap, len(adapters)))
+        return max(1, min(len(adapters), cap, self.model.most_startable_slots(rank)))
 
     def judged(self, adapters: Sequence[AdapterDemand], known: int | None = None) -> ServerPlacement | None:
-        """A server of these adapters with the first slot count the twin passes; else the last one the
-        twin failed (for a split to cut further); None when none was checked (or none starts)."""
-        if not adapters:
+        """A server of these adapters, checked by the twin; None when it was not checked (no hours
+        left), cannot start or holds more adapters than the pool allows."""
+        cap = self.model.limits.max_adapters_per_server
+        if not adapters or (cap and len(adapters) > cap):
             return None
         rank = lora_rank_of(adapters)
-        cap = self.model.limits.max_adapters_per_server
-        if cap and len(adapters) > cap:
-            return None
-        failed = None
-        for slots in self.slot_tries(adapters, rank, known):
-            server = describe(self.model, 0, adapters, slots, rank)
-            if not server.starts:
-                continue
-            checked = self.check(server)
-            if checked is None:
-                return failed
-            if _passing(checked):
-                return checked
-            failed = checked
-        return failed
+        server = describe(self.model, 0, adapters, self.slots_for(adapters, rank, known), rank)
+        return self.check(server) if server.starts else None
 
     # ---- the passes ----
     def split(self, server: ServerPlacement, depth: int = 0) -> list[ServerPlacement]:
