@@ -46,7 +46,7 @@ from .twin_check import CHECK_HOUR_S, ServerCase, check_placement, check_server
 MAX_SPLIT_DEPTH = 3
 MERGE_PARTNERS = 2
 EMPTY_RECEIVERS = 4
-GATE_SEEDS = 2  # hours (request-stream seeds) a server the gate creates must pass
+GATE_SEEDS = 2  # hours (request-stream seeds) every server the gate keeps has passed
 GATE_HOURS = 64
 SEED_OFFSET = 1000  # the gate's streams differ from the twin check's (seed + server index)
 CONFIRM_SEED = 1_000_003  # and a confirming hour's (seed + this + server index) from both
