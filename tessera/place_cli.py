@@ -18,7 +18,7 @@ from rich.text import Text
 from tessera import exit_codes
 from tessera.options import SEED, WORKERS
 from tessera.planner.input_files import quote
-from tessera.planner.placement import (BASELINES, Placement, PlacementReport, Replacement, ServerPlacement,
+from tessera.planner.placement import (BASELINES, GateLog, Placement, PlacementReport, Replacement, ServerPlacement,
                                        plan_placement)
 from tessera.planner.placement.pool_file import PoolFileError, load_previous_placement, load_problem
 from tessera.planner.placement.twin_check import TwinCheckTooLarge
@@ -68,6 +68,8 @@ def place(file: Path, output: str, no_twin: bool, workers: int, baselines: str, 
             if disagree:
                 console.print(Text(f"{placement.strategy}: twin and predictors disagree on server(s) "
                                    f"{', '.join(disagree)}", style="yellow"))
+        if report.gate:
+            console.print(gate_line(report.gate))
         if report.replacement:
             console.print(replacement_line(report.replacement, len(problem.adapters)))
         for note in report.notes:
@@ -77,22 +79,63 @@ def place(file: Path, output: str, no_twin: bool, workers: int, baselines: str, 
         click.echo(json.dumps(data, indent=2) if output == "json" else yaml.safe_dump(data, sort_keys=False))
     failure = placement_failure(report.placement)
     if failure:
-        click.echo(f"infeasible: {failure}", err=True)
+        click.echo(f"infeasible: {failure}" + (f" ({gate_line(report.gate)})" if report.gate else ""), err=True)
         sys.exit(exit_codes.INFEASIBLE)
 
 
 def placement_failure(placement: Placement) -> str:
-    """Why the placement is no success ('' when it is one). When the twin checked it, the twin decides:
-    a server it fails is a failure whatever the predictors say, and one it passes is a success even
-    where the predictors call it unhealthy (the split and merge passes keep only such servers)."""
+    """Why the placement is no success ('' when it is one), naming the servers and their adapters. When
+    the twin checked it, the twin decides: a server it fails is a failure whatever the predictors say of
+    it, and one it passes is a success even where the predictors call it unhealthy (the twin gate keeps
+    only such servers)."""
     if placement.unplaced:
-        return f"{len(placement.unplaced)} adapters beyond the pool's server limit are not placed"
+        return (f"{len(placement.unplaced)} adapters beyond the pool's server limit are not placed: "
+                f"{_names(placement.unplaced)}")
     if placement.twin_checked:
-        failing = [str(s.index) for s in placement.servers if not (s.twin and s.twin.passed)]
-        return (f"server(s) {', '.join(failing)} fail the twin check (an adapter under the service bound, "
-                f"a starved server or one that cannot start), even split") if failing else ""
-    unhealthy = [str(s.index) for s in placement.servers if not s.predicted_ok]
-    return f"server(s) {', '.join(unhealthy)} are predicted unhealthy" if unhealthy else ""
+        return _listed([twin_failure(s) for s in placement.servers if not (s.twin and s.twin.passed)])
+    return _listed([f"server {s.index} is predicted unhealthy ({_count(len(s.adapters), 'adapter')}: "
+                    f"{_names(s.adapters)})" for s in placement.servers if not s.predicted_ok])
+
+
+def _listed(failures: list[str], shown: int = 5) -> str:
+    """The first few servers' failures, and how many more servers fail (a message, not a dump)."""
+    more = f"; and {_count(len(failures) - shown, 'more server')}" if len(failures) > shown else ""
+    return "; ".join(failures[:shown]) + more
+
+
+def gate_line(log: GateLog) -> str:
+    return (f"twin gate: {_count(log.splits, 'server')} split, {log.moves_kept} of {log.moves_tried} merges or "
+            f"emptyings kept, {_count(log.hours, 'simulated hour')} ({log.confirm_hours} confirming, "
+            f"{log.hours - log.confirm_hours} of at most {log.max_hours} on splits and moves; {log.wall_s:.1f} s)"
+            + (", its hours spent" if log.hours_ran_out else ""))
+
+
+def twin_failure(server: ServerPlacement) -> str:
+    """What the twin check found wrong with one server, and which adapters."""
+    twin = server.twin
+    head = f"server {server.index} ({_count(len(server.adapters), 'adapter')}, {server.rate_rps:.2f} req/s)"
+    if twin is None:
+        return f"{head} was not twin-checked"
+    if not twin.starts:
+        return f"{head} cannot start with --max-loras {server.max_loras} --max-lora-rank {server.max_lora_rank}"
+    found = []
+    if twin.starved:
+        found.append(f"starved ({twin.ratio:.3f} of offered)")
+    if twin.adapters_under_bound:
+        found.append(f"{_count(len(twin.adapters_under_bound), 'adapter')} under the service bound (worst served "
+                     f"{twin.min_served_fraction:.3f}): {_names(twin.adapters_under_bound)}")
+    if twin.adapters_over_ttft:
+        found.append(f"{_count(len(twin.adapters_over_ttft), 'adapter')} over the p99 time-to-first-token bound: "
+                     f"{_names(twin.adapters_over_ttft)}")
+    return f"{head} fails the twin check: {', '.join(found)}"
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
+def _names(names: tuple[str, ...] | list[str], shown: int = 5) -> str:
+    return ", ".join(names[:shown]) + (f" +{len(names) - shown} more" if len(names) > shown else "")
 
 
 def _adapters_cell(server: ServerPlacement, shown: int = 2) -> str:
@@ -191,6 +234,7 @@ def report_dict(report: PlacementReport) -> dict:
         "pool": report.problem_name, "model": report.model, "adapters": report.adapters,
         "rateRps": report.rate_rps, "lowerBound": dataclasses.asdict(report.lower_bound),
         "placement": _placement_dict(report.placement),
+        "gate": None if report.gate is None else dataclasses.asdict(report.gate),
         "baselines": [_placement_dict(p) for p in report.baselines], "notes": list(report.notes),
         "replacement": None if report.replacement is None else {
             "moves": report.replacement.moves, "moved": list(report.replacement.moved),

@@ -5,7 +5,7 @@ Pure library: plain data in (``PlacementProblem``), plain data out
 """
 
 from .bound import lower_bound
-from .model import (AdapterDemand, LowerBound, Placement, PlacementProblem, PlacementReport, PoolLimits,
+from .model import (AdapterDemand, GateLog, LowerBound, Placement, PlacementProblem, PlacementReport, PoolLimits,
                     Prediction, Replacement, ServerPlacement, ServiceBound, TwinCheck)
 from .packing import STRATEGIES, zigzag_order
 from .placing import BASELINES, place, plan_placement
@@ -13,7 +13,7 @@ from .replace import replace_adapters
 from .server import ServerModel
 from .twin_check import check_placement
 
-__all__ = ["AdapterDemand", "BASELINES", "LowerBound", "Placement", "PlacementProblem", "PlacementReport",
+__all__ = ["AdapterDemand", "BASELINES", "GateLog", "LowerBound", "Placement", "PlacementProblem", "PlacementReport",
            "PoolLimits", "Prediction", "Replacement", "STRATEGIES", "ServerModel", "ServerPlacement",
            "ServiceBound", "TwinCheck", "check_placement", "lower_bound", "place", "plan_placement",
            "replace_adapters", "zigzag_order"]

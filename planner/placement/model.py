@@ -202,6 +202,20 @@ class Replacement:
 
 
 @dataclass(frozen=True)
+class GateLog:
+    """What the twin gate spent and did (planner/placement/twin_gate.py)."""
+
+    hours: int  # simulated hours run
+    confirm_hours: int  # of them, confirming the placement's servers (GATE_SEEDS - 1 each)
+    max_hours: int  # the gate's bound on the others (splits and moves)
+    hours_ran_out: bool  # a check was not run for want of hours: a move not kept, or a split not made
+    splits: int  # servers cut in two
+    moves_tried: int  # merges and emptyings tried
+    moves_kept: int  # each one server fewer
+    wall_s: float
+
+
+@dataclass(frozen=True)
 class PlacementReport:
     """tessera's placement beside the baselines and the lower bound."""
 
@@ -214,3 +228,4 @@ class PlacementReport:
     lower_bound: LowerBound
     notes: tuple[str, ...] = ()
     replacement: Replacement | None = None  # when placed against a previous placement
+    gate: GateLog | None = None  # when the twin gate ran

@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from .bound import lower_bound
-from .model import Placement, PlacementProblem, PlacementReport
+from .model import GateLog, Placement, PlacementProblem, PlacementReport
 from .packing import STRATEGIES, run_strategy
 from .replace import replace_adapters
 from .server import ServerModel
@@ -40,10 +40,11 @@ def plan_placement(problem: PlacementProblem, twin_check: bool = True, baselines
                    progress: Callable[[str, int, int], None] | None = None, gate: bool = True) -> PlacementReport:
     """tessera's placement (a re-placement of ``previous`` when given), each baseline's in the same
     code path, the lower bound, and (unless ``twin_check`` is off) one simulated hour of every server
-    of every placement, then tessera's split and merged by the twin (``twin_gate``).
+    of every placement, then tessera's split and consolidated by the twin (``twin_gate``, unless
+    ``gate`` is off or it re-places; what it spent is the report's ``gate``).
     ``progress(strategy, servers_done, servers_total)`` is called as twin checks finish."""
     model = ServerModel(problem)
-    gate_note = ""
+    gate_log: GateLog | None = None
     replacement = replace_adapters(problem, previous, model) if previous is not None else None
     tessera = replacement.placement if replacement else place(problem, "tessera", model, seed)
     placements = [tessera, *(place(problem, strategy, model, seed) for strategy in baselines)]
@@ -70,18 +71,26 @@ def plan_placement(problem: PlacementProblem, twin_check: bool = True, baselines
                 total += k
                 advance("tessera, split and merge")(k)
 
-            packed = placements[0].servers_used
-            placements[0] = twin_gate(placements[0], problem, model, seed, one_more)
-            if placements[0].servers_used != packed:
-                gate_note = (f"the twin gate changed the predictors' {packed} servers to "
-                             f"{placements[0].servers_used}: every server kept passes the twin, whatever the "
-                             f"predictors say of it")
+            placements[0], gate_log = twin_gate(placements[0], problem, model, seed, one_more, workers=workers)
     return PlacementReport(
         problem_name=problem.name, model=model.profile.model, adapters=len(problem.adapters),
         rate_rps=sum(a.rate_rps for a in problem.adapters), placement=placements[0],
         baselines=tuple(placements[1:]), lower_bound=lower_bound(problem, model),
-        notes=_notes(problem, model) + ((gate_note,) if gate_note else ()),
-        replacement=dataclasses.replace(replacement, placement=placements[0]) if replacement else None)
+        notes=_notes(problem, model) + _gate_notes(tessera, placements[0], gate_log),
+        replacement=dataclasses.replace(replacement, placement=placements[0]) if replacement else None, gate=gate_log)
+
+
+def _gate_notes(packed: Placement, gated: Placement, log: GateLog | None) -> tuple[str, ...]:
+    if log is None:
+        return ()
+    notes = []
+    if gated.servers_used != packed.servers_used:
+        notes.append(f"the twin gate changed the predictors' {packed.servers_used} servers to {gated.servers_used}: "
+                     f"every server kept passes the twin, whatever the predictors say of it")
+    if log.hours_ran_out:
+        notes.append(f"the twin gate spent its {log.max_hours} simulated hours: a move or split it did not check "
+                     f"was not made, so fewer servers may serve the pool")
+    return tuple(notes)
 
 
 def _notes(problem: PlacementProblem, model: ServerModel) -> tuple[str, ...]:

@@ -73,6 +73,7 @@ class ServerCase:
     max_lora_rank: int
     bound: ServiceBound
     seed: int
+    hour_s: float = CHECK_HOUR_S  # simulated time: an hour, unless a test needs less
 
 
 def check_server(case: ServerCase) -> TwinCheck:
@@ -82,13 +83,13 @@ def check_server(case: ServerCase) -> TwinCheck:
     config = ServerConfig(max_loras=case.max_loras, max_rank=case.max_lora_rank, outstanding_cap=OUTSTANDING_REQUEST_CAP)
     if case.profile.refuses_to_start(case.max_loras, case.max_lora_rank):
         return TwinCheck(starts=False, wall_s=time.perf_counter() - started)
-    drawn = Workload(ranks=ranks, rates=rates, duration_s=CHECK_HOUR_S)
+    drawn = Workload(ranks=ranks, rates=rates, duration_s=case.hour_s)
     # lengths as the twin draws them (its calibrated spread); early stops are left to simulate()
     requests = generate_requests(drawn, np.random.default_rng([case.seed, 1]), 0.0, case.profile.lengths.sigma)
-    trace = Workload(ranks=ranks, rates=rates, duration_s=CHECK_HOUR_S, trace=requests.as_trace())
+    trace = Workload(ranks=ranks, rates=rates, duration_s=case.hour_s, trace=requests.as_trace())
     result = simulate(trace, case.profile, config, seed=case.seed, keep_requests=True)
     assert result.state is not None and result.ttft_s is not None  # kept: keep_requests
-    judged = requests.t < CHECK_HOUR_S - SERVED_GRACE_S
+    judged = requests.t < case.hour_s - SERVED_GRACE_S
     served = _served_fractions(result.state, judged, requests.adapter, len(case.adapters))
     ttft_p99_ms = _p99_ttft_ms(result.ttft_s, judged, requests.adapter, len(case.adapters))
     bound = case.bound
@@ -121,12 +122,13 @@ def _p99_ttft_ms(ttft_s: np.ndarray, judged: np.ndarray, adapter_of: np.ndarray,
 
 
 def check_placement(placement: Placement, adapters: Sequence[AdapterDemand], profile: ServerProfile, bound: ServiceBound,
-                    seed: int = 0, workers: int = 1, progress: Callable[[int], None] | None = None) -> Placement:
+                    seed: int = 0, workers: int = 1, progress: Callable[[int], None] | None = None,
+                    hour_s: float = CHECK_HOUR_S) -> Placement:
     """The placement with every server's twin check filled in; ``progress(1)`` after each server."""
     require_checkable(placement, adapters)
     by_name = {a.name: a for a in adapters}
     cases = [ServerCase(profile, tuple(by_name[n] for n in s.adapters), s.max_loras, s.max_lora_rank, bound,
-                        seed + s.index) for s in placement.servers]
+                        seed + s.index, hour_s) for s in placement.servers]
     started = time.perf_counter()
     checks: list[TwinCheck] = []
     pool = ProcessPoolExecutor(workers) if workers > 1 and len(cases) > 1 else None

@@ -53,7 +53,7 @@ def test_tessera_placement_of_a_skewed_200_adapter_pool_passes_the_twin_check_wi
     from tessera.planner.placement import plan_placement
     from tessera.planner.placement.scenarios import Scenario, problem_of
 
-    report = plan_placement(problem_of(Scenario(200, 30.0, "llama", 1.2)), baselines=())
+    report = plan_placement(problem_of(Scenario(200, 30.0, "llama", 1.2)), baselines=(), gate=False)  # the packing itself
     placement = report.placement
     assert placement.twin_ok and not [s.index for s in placement.servers if s.disagrees]
     assert all(s.twin.min_served_fraction >= 0.9 for s in placement.servers)
