@@ -22,8 +22,8 @@ from kubernetes import client
 from cluster.kube import wait_for
 
 from .operator_fixtures import crds, custom, run_operator  # noqa: F401  (fixtures)
-from .operator_harness import (MANAGED, audit_events, audit_lines, condition, new_namespace, operator_writes, server_fingerprints,
-                               system_yaml, systems, wait_ready)
+from .operator_harness import (MANAGED, audit_events, audit_lines, condition, new_namespace, operator_writes,
+                               server_fingerprints, system_yaml, systems, wait_ready)
 from .test_serving_node_change import (Sampler, no_deployment_deleted_while_it_served_before_its_replacements,
                                        no_task_below_its_capacity_in_force)
 
@@ -48,35 +48,73 @@ def planned_and_reported(custom, namespace: str, names: list[str]):
         "generation"] and condition(found[n], "Planned") and (found[n]["status"].get("plan") or {}) for n in names)
 
 
+@pytest.fixture
+def tenant(core):
+    """The second namespace, the hostile tenant's."""
+    name = new_namespace(core, "tenant")
+    yield name
+    core.delete_namespace(name)
+
+
+def serving_then_tenants_applied(operator, tenant: str, kubectl, custom, api_client, tenant_rps: int, during):
+    """`steady` Ready in the operator's namespace, then the tenant's ten systems applied, their joint re-plan
+    stored and reported, their servers available and two more reconciles. `during(phase)` is called at "serving"
+    (before the tenant's systems are applied) and "settled" (at the end), and its answers are returned."""
+    operator.extra_args = ["--namespace", tenant]
+    operator.start()
+    kubectl("apply", "-n", operator.namespace, "-f", "-", input=system_yaml("steady"))
+    wait_ready(custom, operator.namespace, ["steady"], READY_TIMEOUT_S, operator)
+    plans, seen = operator.metric(PLANS), [during("serving")]
+    names = [f"grab-{i}" for i in range(TENANTS)]
+    kubectl("apply", "-n", tenant, "-f", "-",
+            input="---\n".join(system_yaml(n, demandRequestsPerSecond=tenant_rps) for n in names))
+    wait_for(lambda: operator.metric(PLANS) > plans and planned_and_reported(custom, tenant, names),
+             READY_TIMEOUT_S, "the joint re-plan stored and reported", interval=1.0)
+    wait_for(lambda: servers_available(api_client, tenant), READY_TIMEOUT_S, "the tenant's servers available")
+    reconciles = operator.metric("tessera_reconciles_total")
+    wait_for(lambda: operator.metric("tessera_reconciles_total") >= reconciles + 2, 60, "two reconciles after it")
+    return [*seen, during("settled")]
+
+
 def test_ten_systems_of_a_second_namespace_neither_delete_nor_roll_a_deployment_of_the_first(
-        run_operator, cluster, core, custom, api_client, kubectl):
+        run_operator, tenant, cluster, custom, api_client, kubectl):
     operator = run_operator(nodes=2, resync_s=3.0)
-    tenant = new_namespace(core, "tenant")
+    first = operator.namespace
+    (before, start), (after, _) = serving_then_tenants_applied(
+        operator, tenant, kubectl, custom, api_client, TENANT_RPS,
+        lambda _: (server_fingerprints(api_client, first), audit_lines(cluster.audit_log)))
+
+    assert deployment_deletes(cluster.audit_log, start, first) == []
+    writes = [(w["verb"], w["objectRef"].get("name")) for w in operator_writes(cluster.audit_log, start)
+              if w["objectRef"].get("resource") == "deployments" and w["objectRef"].get("namespace") == first]
+    assert after == before, f"the operator's writes to them: {writes}"
+    assert condition(systems(custom, first)["steady"], "Ready")["status"] == "True"
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
+    "issue 28 item 6, open: on a one-node pool the tenant's systems need the node's MIG config changed, so the "
+    "joint re-plan re-partitions the node `steady` serves on: with no other node (--without-replacement change, "
+    "the default) tessera cordons it and scales steady's server to zero until the new layout is applied. No "
+    "Deployment is deleted or rolled (its uid and template stay), but the first namespace serves nothing for a "
+    "while: a re-plan caused by one namespace lowers another's served demand. Needs a rule that holds such a "
+    "change (or the planner keeping the serving node's layout for a second namespace)."))
+def test_ten_systems_of_a_second_namespace_never_leave_the_first_below_its_capacity_on_a_one_node_pool(
+        run_operator, tenant, custom, api_client, kubectl):
+    """Sampled every 0.3 s from before the tenant's systems are applied until they serve."""
+    operator = run_operator(nodes=1, resync_s=3.0)
+    sampler = Sampler(api_client, operator.namespace, operator.pool.nodes)
+
+    def sampling(phase: str) -> None:
+        if phase == "serving":
+            sampler.start()
+        else:
+            sampler.done.set()
+            sampler.join(timeout=5)
     try:
-        operator.extra_args = ["--namespace", tenant]
-        operator.start()
-        first = operator.namespace
-        kubectl("apply", "-n", first, "-f", "-", input=system_yaml("steady"))
-        wait_ready(custom, first, ["steady"], READY_TIMEOUT_S, operator)
-        before, plans = server_fingerprints(api_client, first), operator.metric(PLANS)
-        start = audit_lines(cluster.audit_log)
-
-        names = [f"grab-{i}" for i in range(TENANTS)]
-        kubectl("apply", "-n", tenant, "-f", "-",
-                input="---\n".join(system_yaml(n, demandRequestsPerSecond=TENANT_RPS) for n in names))
-        wait_for(lambda: operator.metric(PLANS) > plans and planned_and_reported(custom, tenant, names),
-                 READY_TIMEOUT_S, "the joint re-plan stored and reported", interval=1.0)
-        wait_for(lambda: servers_available(api_client, tenant), READY_TIMEOUT_S, "the tenant's servers available")
-        reconciles = operator.metric("tessera_reconciles_total")
-        wait_for(lambda: operator.metric("tessera_reconciles_total") >= reconciles + 2, 60, "two reconciles after it")
-
-        assert deployment_deletes(cluster.audit_log, start, first) == []
-        writes = [(w["verb"], w["objectRef"].get("name")) for w in operator_writes(cluster.audit_log, start)
-                  if w["objectRef"].get("resource") == "deployments" and w["objectRef"].get("namespace") == first]
-        assert server_fingerprints(api_client, first) == before, f"the operator's writes to them: {writes}"
-        assert condition(systems(custom, first)["steady"], "Ready")["status"] == "True"
+        serving_then_tenants_applied(operator, tenant, kubectl, custom, api_client, 2000, sampling)
     finally:
-        core.delete_namespace(tenant)
+        sampler.done.set()
+    assert no_task_below_its_capacity_in_force(sampler.samples)
 
 
 def servers_available(api_client, namespace: str) -> bool:
@@ -85,7 +123,7 @@ def servers_available(api_client, namespace: str) -> bool:
     return bool(servers) and all((d.status.available_replicas or 0) == d.spec.replicas for d in servers)
 
 
-@pytest.mark.xfail(strict=True, reason=(
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
     "issue 28 item 6, open: on one node the plan for 500 moves the system's only replica to another configuration "
     "(resnet152 -> resnet101 x2 MPS) on the same 1g.20gb instance, the one its GPU's layout has; a layout change "
     "would re-partition the serving node, which the change price avoids. The replacement needs the old server's "
