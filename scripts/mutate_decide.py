@@ -41,8 +41,10 @@ MUTATIONS = [
      "test_mig_manager_failed_reads_mig_layout_failed_and_the_system_is_not_ready"),
     ("stale server deleted before its replacement", "        if key in awaited:\n            continue  # make before break", "        if False:\n            continue  # make before break",
      "test_a_serving_deployment_is_not_deleted_before_its_replacement_is_applied"),
-    ("replacement behind the old one awaited", "if m.blocked_by or (m.applied and m.hostname in stale_hosts)}", "if False}",
+    ("replacement behind the old one awaited", "if m.blocked_by or (\n        m.applied and m.hostname in stale_hosts and not room_beside_the_old(m, servers))}", "if False}",
      "test_a_replacement_on_an_applied_node_where_the_old_deployment_runs_is_not_awaited"),
+    ("replacement with room beside the old one not awaited", " and not room_beside_the_old(m, servers))}", ")}",
+     "test_a_replacement_on_an_applied_node_with_instances_beside_the_old_deployment_is_awaited"),
     ("failed re-plan reads PlanFound", "    if outcome.solve_error:\n        return st.Condition(st.PLANNED, True, st.LAST_GOOD_PLAN,", "    if False:\n        return st.Condition(st.PLANNED, True, st.LAST_GOOD_PLAN,",
      "test_a_failed_re_plan_keeps_the_last_plan_and_reads_last_good_plan_kept"),
 ]

@@ -20,7 +20,7 @@ import yaml
 from tessera.operator import naming
 from tessera.operator.api import status as st
 from tessera.operator.api.systems import SystemObject
-from tessera.operator.gpus.discovery import Pool, node_profile_name
+from tessera.operator.gpus.discovery import MIG_RESOURCE_PREFIX, WHOLE_GPU_RESOURCE, Pool, node_profile_name
 from tessera.operator.gpus.node_plans import NodePlan, Placement, PlacedGpu, ServerKey, Share
 from tessera.operator.profiling.jobs import PlannedNode, in_transition
 from tessera.operator.reconcile import builders, frontend_children, mig_failures
@@ -260,17 +260,20 @@ def replacements_awaited(planned: dict[ChildKey, tuple[Json, bool]], live: dict[
 
     Awaited are only the replacements that can come while it serves. Not those on
     a node whose layout is applied and where a Deployment no plan wants still
-    runs: they may need the very MIG instances it holds (a renamed Deployment,
-    replicas moved between configurations of one node). Nor those on a node
-    whose new layout waits for the pods on its GPUs to go: they come after the
-    node changes. The system's own deletion needs no rule: garbage collection
-    removes its children.
+    runs, unless the layout has instances for the plan's Deployments there beside
+    the old ones: otherwise they may need the very MIG instances the old ones
+    hold (a renamed Deployment, replicas moved between configurations of one
+    node). Nor those on a node whose new layout waits for the pods on its GPUs
+    to go: they come after the node changes. The system's own deletion needs no
+    rule: garbage collection removes its children.
     """
     stale = {key: child for key, child in live.items() if key not in planned and is_model_server(child)}
     if not stale:
         return {}
     stale_hosts = {builders.pinned_hostname(child) for child in stale.values()}
-    behind = {m.hostname for m in outcome.mig.values() if m.blocked_by or (m.applied and m.hostname in stale_hosts)}
+    servers = [body for body, _ in planned.values() if is_model_server(body)] + list(stale.values())
+    behind = {m.hostname for m in outcome.mig.values() if m.blocked_by or (
+        m.applied and m.hostname in stale_hosts and not room_beside_the_old(m, servers))}
     by_task: dict[tuple[str, str, str], list[tuple[ChildKey, Json]]] = {}
     for key, (body, _) in planned.items():
         if is_model_server(body):
@@ -283,6 +286,23 @@ def replacements_awaited(planned: dict[ChildKey, tuple[Json, bool]], live: dict[
         if waiting:
             awaited[key] = waiting
     return awaited
+
+
+def room_beside_the_old(mig: NodeMig, servers: list[Json]) -> bool:
+    """Whether the node's applied layout has an instance for every replica of `servers` pinned to it (the plan's
+    Deployments and the old ones, together): then the plan's can start while the old ones serve."""
+    wanted: dict[str, int] = {}
+    for body in servers:
+        if builders.pinned_hostname(body) != mig.hostname:
+            continue
+        for container in body["spec"]["template"]["spec"]["containers"]:
+            for resource in (container.get("resources") or {}).get("limits") or {}:
+                if resource.startswith(MIG_RESOURCE_PREFIX):
+                    profile = resource.removeprefix(MIG_RESOURCE_PREFIX)
+                    wanted[profile] = wanted.get(profile, 0) + int(body["spec"].get("replicas") or 0)
+                elif resource == WHOLE_GPU_RESOURCE:
+                    return False  # whole GPUs are not in the layout's counts
+    return all(count <= mig.expected.get(profile, 0) for profile, count in wanted.items())
 
 
 def is_model_server(child: Json) -> bool:

@@ -7,6 +7,7 @@ not see each other's pools, plans or children.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
@@ -15,6 +16,7 @@ import sys
 import time
 import urllib.request
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -200,6 +202,16 @@ def children(api_client: client.ApiClient, namespace: str) -> tuple[list, list]:
             core.list_namespaced_service(namespace, label_selector=MANAGED).items)
 
 
+def server_fingerprints(api_client: client.ApiClient, namespace: str,
+                        system: str | None = None) -> dict[str, tuple[str, int, str]]:
+    """Deployment name -> (uid, generation, digest of its pod template), of one system or all: a Deployment
+    deleted and made again changes its uid, any change of its spec its generation, a roll its template."""
+    deployments, _ = children(api_client, namespace)
+    return {d.metadata.name: (d.metadata.uid, d.metadata.generation, hashlib.sha256(json.dumps(
+        api_client.sanitize_for_serialization(d.spec.template), sort_keys=True).encode()).hexdigest())
+        for d in deployments if system is None or d.metadata.labels["tessera.ai/system"] == system}
+
+
 def pinned_node(deployment) -> str:
     terms = deployment.spec.template.spec.affinity.node_affinity \
         .required_during_scheduling_ignored_during_execution.node_selector_terms
@@ -234,16 +246,17 @@ def operator_writes(audit_log: Path, since_line: int) -> list[dict]:
 
     Its Lease renewals (leader election, every few seconds) are not counted: they change no cluster state.
     """
-    writes = []
+    return [event for event in audit_events(audit_log, since_line)
+            if (event.get("verb") in WRITE_VERBS and event.get("userAgent", "").startswith(OPERATOR_AGENTS)
+                and event["objectRef"].get("resource") != "leases")]  # leader election's heartbeat
+
+
+def audit_events(audit_log: Path, since_line: int) -> Iterator[dict]:
+    """The API server's audit events after a line, whoever made the request."""
     with open(audit_log) as log:
         for number, line in enumerate(log):
-            if number < since_line:
-                continue
-            event = json.loads(line)
-            if (event.get("verb") in WRITE_VERBS and event.get("userAgent", "").startswith(OPERATOR_AGENTS)
-                    and event["objectRef"].get("resource") != "leases"):  # leader election's heartbeat
-                writes.append(event)
-    return writes
+            if number >= since_line:
+                yield json.loads(line)
 
 
 def audit_lines(audit_log: Path) -> int:

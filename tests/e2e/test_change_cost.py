@@ -7,10 +7,14 @@ system wait for, and then run on, a node that serves nothing.
 
 from __future__ import annotations
 
+import json
+
 from cluster.gpu_nodes import create_gpu_nodes, gpu_states
 from cluster.kube import wait_node_ready
 
 from .operator_fixtures import crds, custom, run_operator  # noqa: F401  (fixtures)
+from tessera.planner.change_cost import ChangeSummary
+
 from .operator_harness import H100, POOL_LABEL, system_yaml, wait_ready
 
 READY_TIMEOUT_S = 120
@@ -42,5 +46,11 @@ def test_a_second_system_is_served_on_free_capacity_without_touching_the_first_s
         summary = found[name]["status"]["plan"]
         assert summary["servedRequestsPerSecond"] == summary["demandRequestsPerSecond"], name
     assert gpu_states(core.read_node(first_node)) == before
+    # The plan says why: the stored plan's change summary keeps the node, a change declined for its price.
+    (state,) = [c for c in core.list_namespaced_config_map(operator.state_namespace).items
+                if c.metadata.name.startswith("tessera-pool-")]
+    changes = ChangeSummary.model_validate(json.loads(state.data["plan"])["changes"])
+    assert first_node in changes.nodes_kept and changes.nodes_changed == []
+    assert "less than their price" in changes.summary, changes.summary
     # Not checked: which of `first`'s replicas stay on their instances. The cost stage may move them (the
     # price counts layouts, not replica moves): docs/planner.md, "What a change costs".

@@ -22,6 +22,7 @@ from tessera.operator import naming
 
 from .operator_fixtures import crds, custom, run_operator  # noqa: F401  (fixtures)
 from .operator_harness import OperatorProcess, children, condition, is_true, pinned_node, systems, system_yaml, wait_ready
+from .test_serving_node_change import Sampler, no_task_below_its_capacity_in_force
 
 READY_TIMEOUT_S = 120
 PROPAGATION = ["--mig-config-propagation", "4"]
@@ -153,3 +154,53 @@ def test_a_persisting_failed_moves_the_nodes_work_to_a_healthy_node_after_the_ba
     mig_manager.heal(faulty)
     wait_for(lambda: _failure_record(core, faulty) is None, 60, "the failure record removed")
     wait_for(lambda: "on 2 GPUs" in operator.log.read_text()[seen:], 60, "a solve on both nodes' GPUs")
+
+
+def test_mig_failed_mid_change_of_a_serving_node_lifts_tessera_s_cordon_and_the_moved_replicas_keep_serving(
+        run_operator, mig_manager, core, custom, api_client, kubectl):
+    """test_serving_node_change.py's demand rise, with the serving node's mig-manager failing: tessera has moved
+    its replicas to the free node, cordoned it, scaled it to zero and relabelled it when `failed` comes. The node
+    keeps its old layout, the system reads Degraded naming it with a Warning Event, the replicas on the free node
+    keep serving (no task ever below its capacity in force, sampled every 0.3 s) and tessera's cordon is lifted
+    (no tessera cordon survives convergence); once the stand-in succeeds again the node serves its new layout."""
+    operator = run_operator(nodes=2, gpus_per_node=1)
+    operator.extra_args = ["--without-replacement", "wait", "--mig-failure-backoff", "600"]
+    operator.start()
+    namespace = operator.namespace
+    kubectl("apply", "-n", namespace, "-f", "-", input=system_yaml("riser", demandRequestsPerSecond=200))
+    wait_ready(custom, namespace, ["riser"], READY_TIMEOUT_S, operator)
+    (serving,) = {pinned_node(d) for d in children(api_client, namespace)[0]}
+    (free,) = set(operator.pool.nodes) - {serving}
+    before = gpu_states(core.read_node(serving))
+    mig_manager.refuse(serving)
+
+    sampler = Sampler(api_client, namespace, operator.pool.nodes)
+    sampler.start()
+    try:
+        kubectl("patch", "compoundinferencesystem", "riser", "-n", namespace, "--type", "merge",
+                "-p", '{"spec": {"demandRequestsPerSecond": 12000}}')
+        degraded = _degraded_by_mig(custom, operator, "riser")
+        wait_for(lambda: sampler.samples[-1][2][serving][:2] == (False, None), 60, "tessera's cordon lifted")
+        cordoned = sampler.first(lambda _, nodes: nodes[serving][1] is not None)
+        config_at_failure = sampler.samples[-1][2][serving][2]
+    finally:
+        sampler.done.set()
+        sampler.join(timeout=5)
+
+    assert cordoned is not None, "the failure came before tessera's change began: the check would be vacuous"
+    assert f"node {serving}" in degraded["message"]
+    assert any(serving in message for message in _warnings(kubectl, namespace, "MigLayoutFailed"))
+    node = core.read_node(serving)
+    assert node.metadata.labels[MIG_STATE] == "failed" and gpu_states(node) == before
+    assert config_at_failure != sampler.samples[0][2][serving][2], "relabelled before mig-manager failed"
+    on_free = [d for d in children(api_client, namespace)[0] if pinned_node(d) == free]
+    assert on_free and all((d.status.available_replicas or 0) == d.spec.replicas > 0 for d in on_free)
+    assert no_task_below_its_capacity_in_force(sampler.samples)
+
+    mig_manager.heal(serving)
+    found = wait_ready(custom, namespace, ["riser"], READY_TIMEOUT_S, operator)["riser"]
+    assert found["status"]["plan"]["servedRequestsPerSecond"] == 12000
+    assert condition(found, "Degraded")["status"] == "False"
+    wait_for(lambda: {pinned_node(d) for d in children(api_client, namespace)[0]
+                      if (d.status.available_replicas or 0) > 0} == {serving, free}, 60, "both nodes serving")
+    _no_node_cordoned(core, operator)

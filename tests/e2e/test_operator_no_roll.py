@@ -8,25 +8,16 @@ status write of the Deployment controller and proves nothing.
 
 from __future__ import annotations
 
-import hashlib
 import json
 
 from cluster.gpu_nodes import create_gpu_nodes
 from cluster.kube import wait_for, wait_node_ready
 
 from .operator_fixtures import crds, custom, run_operator  # noqa: F401  (fixtures)
-from .operator_harness import (H100, POOL_LABEL, OperatorProcess, children, condition, systems, system_yaml,
-                               wait_ready)
+from .operator_harness import (H100, POOL_LABEL, OperatorProcess, condition, server_fingerprints, systems,
+                               system_yaml, wait_ready)
 
 READY_TIMEOUT_S = 240
-
-
-def _servers(api_client, namespace: str, system: str | None = None) -> dict[str, tuple[str, int, str]]:
-    """Deployment name -> (uid, generation, digest of its pod template), of one system or all."""
-    deployments, _ = children(api_client, namespace)
-    return {d.metadata.name: (d.metadata.uid, d.metadata.generation, hashlib.sha256(json.dumps(
-        api_client.sanitize_for_serialization(d.spec.template), sort_keys=True).encode()).hexdigest())
-        for d in deployments if system is None or d.metadata.labels["tessera.ai/system"] == system}
 
 
 def _stored_plan(core, operator: OperatorProcess) -> dict[str, str]:
@@ -48,7 +39,7 @@ def test_editing_one_system_changes_no_pod_template_of_another(run_operator, cor
     kubectl("apply", "-n", ns, "-f", "-", input=system_yaml("a"))
     kubectl("apply", "-n", ns, "-f", "-", input=system_yaml("b"))
     wait_ready(custom, ns, ["a", "b"], READY_TIMEOUT_S, operator)
-    before, budgets = _servers(api_client, ns, "b"), _budgets(core, operator, "b")
+    before, budgets = server_fingerprints(api_client, ns, "b"), _budgets(core, operator, "b")
     assert before
 
     kubectl("apply", "-n", ns, "-f", "-", input=system_yaml("a", demandRequestsPerSecond=400))
@@ -56,7 +47,7 @@ def test_editing_one_system_changes_no_pod_template_of_another(run_operator, cor
              and a["plan"]["demandRequestsPerSecond"] == 400, 120, "a re-planned for 400 requests/s")
     wait_ready(custom, ns, ["a", "b"], READY_TIMEOUT_S, operator)
     assert _budgets(core, operator, "b") != budgets, "the re-plan kept b's budgets: the check would be vacuous"
-    assert _servers(api_client, ns, "b") == before
+    assert server_fingerprints(api_client, ns, "b") == before
 
 
 def test_adding_a_node_restarts_no_server(run_operator, core, custom, api_client, kubectl):
@@ -64,7 +55,7 @@ def test_adding_a_node_restarts_no_server(run_operator, core, custom, api_client
     ns = operator.namespace
     kubectl("apply", "-n", ns, "-f", "-", input=system_yaml("steady"))
     wait_ready(custom, ns, ["steady"], READY_TIMEOUT_S, operator)
-    before, pool_hash = _servers(api_client, ns), _stored_plan(core, operator)["pool"]
+    before, pool_hash = server_fingerprints(api_client, ns), _stored_plan(core, operator)["pool"]
 
     (added,) = create_gpu_nodes(core, 1, H100, gpus_per_node=8, name_prefix=f"h100-{operator.pool.id}-added")
     operator.pool.nodes.append(added)  # removed with the pool
@@ -75,5 +66,5 @@ def test_adding_a_node_restarts_no_server(run_operator, core, custom, api_client
     resyncs = operator.log.read_text().count("reconciled (resync")
     wait_for(lambda: operator.log.read_text().count("reconciled (resync") >= resyncs + 2, 30, "two resyncs after it")
     # ... and every server kept its Deployment, generation and template.
-    assert _servers(api_client, ns) == before
+    assert server_fingerprints(api_client, ns) == before
     assert condition(systems(custom, ns)["steady"], "Ready")["status"] == "True"

@@ -131,17 +131,24 @@ def stale_deployment(plan, pool, systems) -> dict:
     return live({**body, "metadata": {**body["metadata"], "name": "traffic-made-by-an-older-tessera"}})
 
 
+def serving_plan(plan, pool, systems) -> list[dict]:
+    """The plan's children live, its Deployments available: a child no plan wants is then free to go."""
+    planned, _ = children_decision(plan, pool, systems, [])
+    return [available(body) if body["kind"] == "Deployment" else live(body) for body, _ in planned.values()]
+
+
 def test_an_owned_child_no_plan_wants_is_deleted(plan):
     pool, systems = applied_pool(plan), [system()]
     stale = stale_deployment(plan, pool, systems)
-    _, actions = children_decision(plan, pool, systems, [stale])
+    _, actions = children_decision(plan, pool, systems, [stale, *serving_plan(plan, pool, systems)])
     assert [a.child["metadata"]["name"] for a in actions if isinstance(a, DeleteChild)] == [stale["metadata"]["name"]]
 
 
 def test_a_failed_solve_never_deletes_a_running_server(plan):
     pool, systems = applied_pool(plan), [system()]
     stale = stale_deployment(plan, pool, systems)
-    _, actions = children_decision(plan, pool, systems, [stale], solve_error="the solver process died")
+    _, actions = children_decision(plan, pool, systems, [stale, *serving_plan(plan, pool, systems)],
+                                   solve_error="the solver process died")
     assert not [a for a in actions if isinstance(a, DeleteChild)]
 
 
@@ -211,9 +218,25 @@ def test_a_deployment_no_plan_wants_is_deleted_once_its_replacements_are_availab
 
 
 def test_a_replacement_on_an_applied_node_where_the_old_deployment_runs_is_not_awaited(plan):
-    """It may need the very MIG instances the old one holds (a renamed Deployment): waiting would never end."""
+    """It may need the very MIG instances the old one holds (a renamed Deployment): waiting would never end.
+    Here gpu-b's layout has the one 1g.10gb instance the plan uses there, and the old Deployment holds it."""
     pool = applied_pool(plan)
-    old, actions = replacement_decision(plan, pool, outcome_for(plan, pool, applied={"gpu-a", "gpu-b"}))
+    outcome = outcome_for(plan, pool, applied={"gpu-a", "gpu-b"})
+    outcome.mig["gpu-b"].expected = {"1g.10gb": 1}
+    old, actions = replacement_decision(plan, pool, outcome)
+    assert deleted(actions) == [old["metadata"]["name"]]
+
+
+def test_a_replacement_on_an_applied_node_with_instances_beside_the_old_deployment_is_awaited(plan):
+    """gpu-b's layout has seven 1g.10gb instances, the plan uses one, the old Deployment holds one: the replacement
+    can start while the old one serves, so it goes only once the replacement is available (a demand change from
+    50 to 500 that moved a system to another configuration on the same node deleted its server first: e2e
+    tests/e2e/test_hostile_tenant.py)."""
+    pool = applied_pool(plan)
+    outcome = outcome_for(plan, pool, applied={"gpu-a", "gpu-b"})
+    _, waiting = replacement_decision(plan, pool, outcome, [("car-classification", live)])
+    assert deleted(waiting) == [], "its replacement has no available replica yet"
+    old, actions = replacement_decision(plan, pool, outcome, [("car-classification", available)])
     assert deleted(actions) == [old["metadata"]["name"]]
 
 

@@ -24,8 +24,8 @@ from tessera.operator.reconcile.pause import (held_mig_configs, held_nodes, paus
 from tessera.operator.settings import OperatorSettings
 
 from .conftest import gpu_node, pool_of
-from .test_decide import (NOW, SETTINGS, SYSTEM, applied_pool, children_decision, live, outcome_for, pool_with,
-                          stale_deployment, system)
+from .test_decide import (NOW, SETTINGS, SYSTEM, applied_pool, available, children_decision, live, outcome_for,
+                          pool_with, stale_deployment, system)
 
 KEY = "shop/traffic"
 POOL_CONFIGMAP = "tessera-system/tessera-pool-h100-80gb"
@@ -64,8 +64,9 @@ def test_a_paused_systems_children_are_neither_applied_changed_nor_deleted(plan)
     pool, systems = applied_pool(plan), [system()]
     stale = stale_deployment(plan, pool, systems)
     planned, _ = children_decision(plan, pool, systems, [])
+    # its Services differ from the plan; its Deployments serve (so the one no plan wants may go)
     changed = [live({**b, "metadata": {**b["metadata"], "annotations": {naming.APPLIED_HASH: "old"}}})
-               for b, _ in planned.values()]
+               if b["kind"] == "Service" else available(b) for b, _ in planned.values()]
     _, actions = children_decision(plan, pool, systems, [*changed, stale])
     assert {type(a) for a in actions} == {ApplyChild, DeleteChild}, "unpaused, the same cluster gets both writes"
     assert without_paused(actions, {KEY: "paused"}) == []

@@ -33,13 +33,16 @@ def node(name: str, labels: dict | None = None, cordoned_for: str | None = None)
     return body
 
 
-def scenario(plan, gpu_a_cordoned: bool = False, gpu_a_applied: bool = False, gpu_b_serving: bool = False):
+def scenario(plan, gpu_a_cordoned: bool = False, gpu_a_applied: bool = False, gpu_b_serving: bool = False,
+             gpu_a_failed: bool = False):
     """gpu-a serves detection on an older layout; gpu-b has its planned layout (or, `gpu_b_serving`, must change
-    too while a server holds its GPUs); gpu-c is a third node of the pool."""
+    too while a server holds its GPUs); gpu-c is a third node of the pool. `gpu_a_failed`: gpu-a was relabelled
+    for its planned layout and mig-manager answered `failed`, leaving the older one."""
     bare = pool_of(node("gpu-a"), node("gpu-b"), node("gpu-c"))
     placement = place(placed_gpus(plan), plan.tasks, {"gpu-a": 8, "gpu-b": 8, "gpu-c": 8})
     mig = desired_mig(bare, placement)
     a_labels = (mig_labels(mig["gpu-a"].config, "success", mig["gpu-a"].expected) if gpu_a_applied
+                else mig_labels(mig["gpu-a"].config, "failed", {"3g.40gb": 2}) if gpu_a_failed
                 else mig_labels("tessera-v1-older", "success", {"3g.40gb": 2}))
     b_labels = (mig_labels("tessera-v1-older", "success", {"1g.10gb": 7}) if gpu_b_serving
                 else mig_labels(mig["gpu-b"].config, "success", mig["gpu-b"].expected))
@@ -180,6 +183,18 @@ def test_tessera_lifts_its_cordon_once_the_new_layout_is_applied_and_only_its_ow
     assert actions[0].ops == builders.uncordon_ops(outcome.mig["gpu-a"].config)
     _, untouched, _ = decide(plan, gpu_a_applied=True)
     assert untouched == [], "no uncordon of a node tessera did not cordon"
+
+
+def test_tessera_lifts_its_cordon_when_mig_manager_failed_and_the_node_keeps_its_layout(plan):
+    """No tessera cordon survives convergence (issue 28 item 3): a `failed` ends the change where it stands, the
+    node uncordoned (its Deployments stay at zero: nothing goes onto a layout that is not applied) and never
+    cordoned again for the same config (its failure backs off: mig_failures.py)."""
+    states, actions, outcome = decide(plan, gpu_a_cordoned=True, gpu_a_failed=True)
+    assert [(type(a), a.node) for a in actions] == [(UncordonNode, "gpu-a")]
+    assert actions[0].ops == builders.uncordon_ops(outcome.mig["gpu-a"].config)
+    assert "mig-manager failed" in actions[0].reason and states["gpu-a"].serving_change is None
+    _, again, _ = decide(plan, gpu_a_failed=True)
+    assert again == [], "the failed node, uncordoned, is not cordoned again"
 
 
 def test_a_node_tessera_cordoned_stays_in_its_pool_and_one_an_admin_cordoned_leaves_it():
