@@ -15,7 +15,11 @@ from tessera.operator.api.adapter_pools import read_adapter_pool
 from tessera.operator.demand import hysteresis as hy
 from tessera.operator.demand.prometheus import Reason, unknown
 from tessera.operator.demand.promql import selectors
-from tessera.operator.reconcile.adapter_pool_decide import choose_placement, moves_between, with_rates, within
+from tessera.operator.api import status as st
+from tessera.operator.reconcile.actions import PostEvent
+from tessera.operator.reconcile.adapter_pool_decide import (choose_placement, decide_placement_record,
+                                                            decide_pool_status, decide_servers, moves_between,
+                                                            pool_status, with_rates, within)
 from tessera.operator.reconcile.adapter_pool_demand import (AdapterReadings, PoolWindows, adapter_readings,
                                                             decide_rates, demand_query, demand_status,
                                                             metrics_condition, recorded_rates, rates_record,
@@ -23,7 +27,7 @@ from tessera.operator.reconcile.adapter_pool_demand import (AdapterReadings, Poo
 from tessera.planner.adapter_pool import AdapterDemandQuery
 from tessera.planner.placement import place
 
-from .test_adapter_pool_replacement import pool_document, scenario_adapters
+from .test_adapter_pool_replacement import NOW, pool_document, reconcile, scenario_adapters
 
 T0 = datetime(2026, 12, 4, 12, 0, tzinfo=timezone.utc)
 RULES = hy.Windows(stabilization_s=300, repartition_s=600, step=0.25)
@@ -149,3 +153,30 @@ def test_status_gives_counts_and_totals_and_the_windows_resume_from_it():
 def test_the_rates_record_reads_back_as_written_and_a_broken_one_as_none():
     assert recorded_rates(rates_record(PLACED)) == PLACED
     assert recorded_rates('{"a": "x"}') is None and recorded_rates("[1]") is None and recorded_rates(None) is None
+
+
+def test_a_pool_whose_query_fails_keeps_its_placement_writes_no_child_and_posts_an_event():
+    """The operator has no Prometheus here (a failure of the table in docs/demand.md, like an unreachable one): the
+    pool is placed for its priors, recorded in its placement ConfigMap; the next reconcile writes no child, and the
+    turn of MetricsAvailable to False is an Event."""
+    document = pool_document(scenario_adapters(60))
+    document["spec"]["demandSource"] = {"query": "sum by (adapter) (rate(requests_total[1m]))"}
+    _, _, live = reconcile(document, [])
+    (record,) = [c for c in live if c["kind"] == "ConfigMap"]
+    assert recorded_rates(record["data"]["rates.json"]) == {a["name"]: a["expectedRequestsPerSecond"]
+                                                            for a in document["spec"]["adapters"]}
+    read_before = {"conditions": [{"type": "MetricsAvailable", "status": "True", "reason": "DemandRead",
+                                   "message": "60 adapter(s) measured", "lastTransitionTime": NOW}]}
+    again, planned, _ = reconcile(pool_document(document["spec"]["adapters"], status=read_before) | {
+        "spec": document["spec"]}, live)
+    assert again.moves is not None and not again.moves.changed
+    assert decide_placement_record(again, live) == [] and decide_servers(planned, live, True) == []
+    assert again.demand is not None
+    condition = metrics_condition(again.demand)
+    assert (condition.status, condition.reason) == (False, Reason.NOT_CONFIGURED)
+    phase, conditions, summary = pool_status(again.pool, again, planned, live)
+    status = st.build_status(1, phase, [*conditions, condition], summary, again.pool.status, NOW,
+                             demand_status(again.demand, again.pool.status, T0, RULES))
+    events = [a.body for a in decide_pool_status(again.pool, status, NOW) if isinstance(a, PostEvent)]
+    assert [e["reason"] for e in events if e["message"].startswith("MetricsAvailable")] == [Reason.NOT_CONFIGURED]
+    assert status["demand"]["adaptersUnknown"] == 60 and "observedRequestsPerSecond" not in status["demand"]
