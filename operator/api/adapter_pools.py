@@ -40,6 +40,15 @@ class AdapterPoolObject:
         return self.problem is not None
 
 
+def with_prior_placeholders(spec: AdapterPoolSpec) -> AdapterPoolSpec:
+    """A pool with a demandSource needs no expectedRequestsPerSecond: the rates it is placed for are decided from
+    its readings (reconcile/adapter_pool_demand.py), so an adapter without a prior gets 0 here, replaced there."""
+    if spec.demand_source is None:
+        return spec
+    adapters = [a if a.rate_rps is not None else a.model_copy(update={"rate_rps": 0.0}) for a in spec.adapters]
+    return spec.model_copy(update={"adapters": adapters})
+
+
 def read_adapter_pool(obj: dict) -> AdapterPoolObject:
     """The object's spec and placement problem, or the reason (with the field) the placement refuses it."""
     metadata = obj["metadata"]
@@ -51,7 +60,7 @@ def read_adapter_pool(obj: dict) -> AdapterPoolObject:
     except PoolFileError as error:
         return AdapterPoolObject(ref, None, None, str(error).removeprefix(prefix), status)
     try:
-        problem = problem_from_spec(spec)
+        problem = problem_from_spec(with_prior_placeholders(spec))
     except PoolFileError as error:
         return AdapterPoolObject(ref, spec, None, str(error).removeprefix(prefix), status)
     return AdapterPoolObject(ref, spec, problem, None, status)

@@ -227,6 +227,39 @@ class ReplacementSummary(Spec):
                                        description="Up to 16 of the adapters moved.")
 
 
+class AdapterDemandStatus(Spec):
+    """The per-adapter rates an AdapterPool with a demandSource is placed for, in brief (counts and totals: the
+    rates themselves are in the placement ConfigMap), and the hysteresis windows it keeps."""
+
+    adapters_measured: int = Field(alias="adaptersMeasured", ge=0, le=2000,
+                                   description="Adapters whose series the last reading had (a finite number >= 0).")
+    adapters_unknown: int = Field(
+        alias="adaptersUnknown", ge=0, le=2000,
+        description="Adapters the last reading had no number for: each keeps the rate it was placed for (its "
+                    "expectedRequestsPerSecond before a first measurement); Unknown is not zero.")
+    series_ignored: int = Field(
+        default=0, alias="seriesIgnored", ge=0, le=1_000_000,
+        description="Series of the last reading naming no adapter of the pool, or NaN, infinite or negative.")
+    observed_rps: float | None = Field(
+        default=None, alias="observedRequestsPerSecond", ge=0, le=1e10,
+        description="Sum of the measured adapters' last readings; absent while the query fails.")
+    observed_time: datetime | None = Field(default=None, alias="observedTime", description="When it was measured.")
+    placed_rps: float = Field(alias="placedForRequestsPerSecond", ge=0, le=1e10,
+                              description="Sum of the rates the placement in force is made for.")
+    decision: str | None = Field(default=None, max_length=256, description="The last decision and why, in words.")
+    below_since: datetime | None = Field(
+        default=None, alias="belowPlanSince",
+        description="Since when some adapter read below its placed rate (the pool's one stabilization window).")
+    window_peak_ratio: float | None = Field(
+        default=None, alias="windowPeakRatio", ge=0, le=1e7,
+        description="Highest reading/placed rate of the adapters below their rate since belowPlanSince: no adapter "
+                    "is placed lower than this share of its rate at the window's end.")
+    last_scale_up_time: datetime | None = Field(default=None, alias="lastScaleUpTime",
+                                                description="Last re-placement for a rate that rose.")
+    last_scale_down_time: datetime | None = Field(default=None, alias="lastScaleDownTime",
+                                                  description="Last re-placement for rates that fell.")
+
+
 class AdapterPlacementSummary(Spec):
     """The placement in force for an AdapterPool, in brief; per-adapter detail is in the ConfigMap."""
 
@@ -327,7 +360,6 @@ class _Status(Spec):
         default_factory=list, max_length=16, json_schema_extra=list_map("type"),
         description="Ready, Planned, Progressing, Degraded and the other condition types, one entry each.",
     )
-    demand: DemandStatus | None = Field(default=None, description="The demand last read and the re-plan windows.")
 
 
 class FrontendStatus(Spec):
@@ -338,6 +370,7 @@ class FrontendStatus(Spec):
 class SystemStatus(_Status):
     """Status of a CompoundInferenceSystem."""
 
+    demand: DemandStatus | None = Field(default=None, description="The demand last read and the re-plan windows.")
     plan: SystemPlanSummary | None = Field(default=None, description="The plan in force (the last good one).")
     frontend: FrontendStatus | None = Field(default=None, description="The system's one endpoint (spec.frontend).")
 
@@ -345,4 +378,6 @@ class SystemStatus(_Status):
 class AdapterPoolStatus(_Status):
     """Status of an AdapterPool."""
 
+    demand: AdapterDemandStatus | None = Field(
+        default=None, description="The measured per-adapter rates (spec.demandSource) the placement is made for.")
     plan: AdapterPlacementSummary | None = Field(default=None, description="The placement in force (the last good one).")

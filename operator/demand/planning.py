@@ -28,7 +28,7 @@ from tessera.operator.api.v1alpha1 import ConditionType, DemandStatus
 from tessera.operator.demand.settings import DemandSettings
 from tessera.operator.demand.shown import ShownReading, shown_reading
 from tessera.operator.demand.templates import FRONTEND_TEMPLATE, render
-from tessera.operator.demand.prometheus import PrometheusClient, Reading, Reason, unknown
+from tessera.operator.demand.prometheus import Reading, Reason, client_of, unknown
 from tessera.operator.demand.promql import QueryRejected, confine
 from tessera.operator.api.systems import SystemObject
 from tessera.planner.nodes import NodePool
@@ -63,8 +63,7 @@ class DemandPlanner:
                  clock: Callable[[], datetime] = lambda: datetime.now(timezone.utc)) -> None:
         self.settings = settings
         self.clock = clock
-        self.client = (PrometheusClient(str(settings.prometheus_url), settings.timeout_s, settings.token_file,
-                                        settings.ca_file) if settings.prometheus_url else None)
+        self.client = client_of(settings)
         self.windows = hy.Windows(settings.stabilization_s, settings.repartition_window_s, settings.scale_down_step)
         self.verdicts: dict[str, Verdict] = {}
         self.violations: dict[str, Reading] = {}

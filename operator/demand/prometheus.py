@@ -20,6 +20,10 @@ import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tessera.operator.demand.settings import DemandSettings
 
 MAX_ANSWER_BYTES = 1 << 20
 MESSAGE_CHARS = 300
@@ -64,6 +68,12 @@ class PrometheusClient:
 
     def instant(self, query: str) -> Reading:
         """The query's one number now, or Unknown with why."""
+        body = self.answer(query)
+        return body if isinstance(body, Reading) else one_number(body)
+
+    def answer(self, query: str) -> dict | Reading:
+        """The instant query's JSON answer, or Unknown with why no answer came (an error answer is returned:
+        its reading is the caller's, as `one_number`'s)."""
         request = urllib.request.Request(
             self.url.rstrip("/") + "/api/v1/query",
             data=urllib.parse.urlencode({"query": query, "timeout": f"{self.timeout_s:g}s"}).encode(),
@@ -83,7 +93,7 @@ class PrometheusClient:
             return unknown(Reason.UNREACHABLE, f"cannot reach Prometheus at {self.url}: {error.reason}")
         except (OSError, ValueError) as error:
             return unknown(Reason.UNREACHABLE, f"cannot read Prometheus' answer: {type(error).__name__}")
-        return one_number(body)
+        return body if isinstance(body, dict) else unknown(Reason.QUERY_FAILED, "the answer is not a JSON object")
 
     def _authorization(self) -> dict[str, str]:
         if not self.token_file:
@@ -95,6 +105,13 @@ class PrometheusClient:
         if not self.url.startswith("https:"):
             return None
         return ssl.create_default_context(cafile=self.ca_file)
+
+
+def client_of(settings: "DemandSettings") -> PrometheusClient | None:
+    """The operator's Prometheus client (None: no --prometheus-url), for systems and AdapterPools alike."""
+    if not settings.prometheus_url:
+        return None
+    return PrometheusClient(str(settings.prometheus_url), settings.timeout_s, settings.token_file, settings.ca_file)
 
 
 def one_number(body: dict) -> Reading:

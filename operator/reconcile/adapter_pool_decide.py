@@ -38,6 +38,10 @@ The rules (docs/operator.md, "AdapterPools"):
   but not an ever-growing fleet (re-placement never consolidates).
 - A server that keeps its --max-loras and --max-lora-rank keeps its
   Deployment's pod template, --max-cpu-loras included: no restart.
+- A pool with a demandSource is placed for the rates adapter_pool_demand.py
+  decides from its readings (hysteresis, Unknown kept), recorded beside the
+  adapters in its placement ConfigMap; rates within the hysteresis leave the
+  problem, so the placement, as they were: no move, no write.
 """
 
 from __future__ import annotations
@@ -61,6 +65,7 @@ from tessera.operator.gpus.node_plans import Placement as NodePlacement
 from tessera.operator.gpus.node_plans import Share, placed_gpus
 from tessera.operator.pod_security import RESTRICTED_CONTAINER_SECURITY, RESTRICTED_POD_SECURITY
 from tessera.operator.reconcile.actions import Action, ApplyChild, DeleteChild, Json, PatchStatus, PostEvent
+from tessera.operator.reconcile.adapter_pool_demand import RatesDecision, rates_record, recorded_rates
 from tessera.operator.reconcile.builders import SERVER_CONTAINER, applied_hash, with_applied_hash
 # the one rule for an available server Deployment, the compound systems' servers' too
 from tessera.operator.reconcile.decide import NodeMig, stored_pool_plan
@@ -69,6 +74,7 @@ from tessera.operator.reconcile.quotas import WholeGpuQuota
 from tessera.operator.settings import OperatorSettings
 from tessera.planner.adapter_pool import AdapterPoolSpec
 from tessera.planner.placement import Placement, PlacementProblem, ServerPlacement, place, replace_adapters
+from tessera.planner.placement.model import AdapterDemand
 
 Slot = tuple[str, int]
 """(node, GPU index on the node): one whole GPU."""
@@ -82,6 +88,9 @@ PLACEMENT_KEY = "placement.json"
 """The placement ConfigMap's one key: each server's index, Deployment, flags and adapters (sorted), as JSON; read back
 for the next re-placement. Not on the Deployments: the API server counts a changed annotation of a Deployment as a
 new generation. 2,000 adapters of 63 characters take 140-170 kB (13 to 256 servers) of a ConfigMap's 1 MiB."""
+RATES_KEY = "rates.json"
+"""A pool with a demandSource: the rate each adapter was placed for (adapter -> requests/s), read back as the
+hysteresis' reference (about 100 kB more for 2,000 adapters of 63 characters)."""
 RUNTIME_LORA_ENV = "VLLM_ALLOW_RUNTIME_LORA_UPDATING"
 REPLACEMENT_SLACK = 0.1
 """A re-placement may use this share more servers than a fresh placement (at least one more), else the fresh one
@@ -163,6 +172,8 @@ class PoolServers:
     """Its servers as their live Deployments run them, by index."""
     moves: Moves | None = None
     """What this placement changed of the one in force (None: none recorded)."""
+    demand: RatesDecision | None = None
+    """A pool with a demandSource: the rates placed for and why (None: the spec's rates)."""
 
     @property
     def gpus(self) -> set[Slot]:
@@ -285,8 +296,9 @@ def placement_record_name(ref: PoolRef) -> str:
     return child_name(ref.name, "placement")
 
 
-def placement_record(ref: PoolRef, placement: Placement) -> Json:
-    """The pool's placement ConfigMap: each server's index, Deployment, flags and adapters, owned by the pool."""
+def placement_record(ref: PoolRef, placement: Placement, rates: Mapping[str, float] | None = None) -> Json:
+    """The pool's placement ConfigMap: each server's index, Deployment, flags and adapters, owned by the pool; and
+    the rates placed for, for a pool with a demandSource."""
     servers = [{"index": s.index, "deployment": deployment_name(ref, s.index), "maxLoras": s.max_loras,
                 "maxLoraRank": s.max_lora_rank, "adapters": sorted(s.adapters)} for s in placement.servers]
     return with_applied_hash({
@@ -294,7 +306,8 @@ def placement_record(ref: PoolRef, placement: Placement) -> Json:
         "metadata": {"name": placement_record_name(ref), "namespace": ref.namespace,
                      "labels": naming.pool_child_labels(ref.name, PLACEMENT_COMPONENT),
                      "ownerReferences": [ref.owner_reference()]},
-        "data": {PLACEMENT_KEY: json.dumps({"servers": servers}, separators=(",", ":"))}})
+        "data": {PLACEMENT_KEY: json.dumps({"servers": servers}, separators=(",", ":")),
+                 **({RATES_KEY: rates_record(rates)} if rates is not None else {})}})
 
 
 def list_of(value: Any) -> list[Any]:
@@ -304,11 +317,26 @@ def list_of(value: Any) -> list[Any]:
     return value
 
 
+def placement_configmap(children: list[Json], ref: PoolRef) -> Json | None:
+    return next((c for c in owned_by(children, ref) if c["kind"] == "ConfigMap"
+                 and c["metadata"]["name"] == placement_record_name(ref)), None)
+
+
+def placed_rates(children: list[Json], ref: PoolRef) -> dict[str, float] | None:
+    """The rates the placement in force was made for, as its ConfigMap records them; None: not recorded."""
+    return recorded_rates(((placement_configmap(children, ref) or {}).get("data") or {}).get(RATES_KEY))
+
+
+def with_rates(problem: PlacementProblem, rates: Mapping[str, float]) -> PlacementProblem:
+    """The problem with each adapter at its decided rate."""
+    return dataclasses.replace(problem, adapters=tuple(AdapterDemand(a.name, a.rank, rates.get(a.name, a.rate_rps))
+                                                       for a in problem.adapters))
+
+
 def recorded_servers(children: list[Json], ref: PoolRef) -> list[tuple[int, tuple[str, ...], int, int]] | None:
     """(index, adapters, --max-loras, --max-lora-rank) of each server the placement ConfigMap records; None: no
     ConfigMap, or one tessera did not write (unreadable)."""
-    record = next((c for c in owned_by(children, ref) if c["kind"] == "ConfigMap"
-                   and c["metadata"]["name"] == placement_record_name(ref)), None)
+    record = placement_configmap(children, ref)
     try:
         servers = json.loads(((record or {}).get("data") or {})[PLACEMENT_KEY])["servers"]
         found = [(int(s["index"]), tuple(str(a) for a in list_of(s["adapters"])), int(s["maxLoras"]),
@@ -495,7 +523,7 @@ def decide_placement_record(decided: PoolServers, live: list[Json]) -> list[Acti
     """Write the placement ConfigMap where it differs from the placement decided (an invalid pool's stays)."""
     if decided.placement is None or not decided.pool.valid:
         return []
-    body = placement_record(decided.pool.ref, decided.placement)
+    body = placement_record(decided.pool.ref, decided.placement, decided.demand.rates if decided.demand else None)
     current = next((c for c in live if c["kind"] == "ConfigMap" and c["metadata"]["name"] == body["metadata"]["name"]),
                    None)
     if current is not None and applied_hash(current) == applied_hash(body):
@@ -527,7 +555,7 @@ def placement_summary(decided: PoolServers, planned: list[tuple[Json, bool]], li
     placement, problem = decided.placement, decided.pool.problem
     assert placement is not None and problem is not None and decided.pool.spec is not None
     by_name = {c["metadata"]["name"]: c for c in live if c["kind"] == "Deployment"}
-    rates = {a.name: a.rate_rps for a in problem.adapters}
+    rates = decided.demand.rates if decided.demand else {a.name: a.rate_rps for a in problem.adapters}
     namespace = decided.pool.ref.namespace
     servers = []
     for (body, _), server, slot in zip(planned, placement.servers, decided.slots):

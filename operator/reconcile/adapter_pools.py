@@ -12,14 +12,18 @@ GPUs and recorded servers are unchanged.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import time
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from datetime import datetime, timezone
 
 from tessera.operator.api import status as st
 from tessera.operator.api.adapter_pools import AdapterPoolObject
 from tessera.operator.api.v1alpha1 import RouteNames
+from tessera.operator.demand import hysteresis as hy
+from tessera.operator.demand.prometheus import Reading, Reason, client_of, unknown
 from tessera.operator.gpus.discovery import Pool
 from tessera.operator.reconcile.act import Actor
 from tessera.operator.reconcile.actions import Json, LoadAdapter
@@ -30,9 +34,12 @@ from tessera.operator.reconcile.adapter_loading import (LOAD_RETRY_S, Listed, Pl
 from tessera.operator.reconcile.adapter_pool_decide import (Chosen, PoolServers, ServerLoad, Slot, choose_placement,
                                                             choose_slots, compound_gpus, decide_placement_record,
                                                             decide_pool_status, decide_servers, gpus_allowed, owned_by,
-                                                            placed_compound_gpus, planned_servers, placing_order,
-                                                            pool_status, previous_placement, running_servers,
-                                                            server_slots, within)
+                                                            placed_compound_gpus, placed_rates, planned_servers,
+                                                            placing_order, pool_status, previous_placement,
+                                                            running_servers, server_slots, with_rates, within)
+from tessera.operator.reconcile.adapter_pool_demand import (AdapterReadings, PoolWindows, RatesDecision,
+                                                            adapter_readings, decide_rates, demand_query, demand_status,
+                                                            metrics_condition, windows_from_status)
 from tessera.operator.reconcile.adapter_routes import (decide_inference_pools, decide_routes, route_summaries,
                                                        routed_pods)
 from tessera.operator.reconcile.decide import PoolOutcome
@@ -41,6 +48,8 @@ from tessera.operator.reconcile.snapshot import Snapshot
 from tessera.operator.settings import OperatorSettings
 from tessera.operator.vllm import ServerError
 from tessera.planner.placement import Placement, PlacementProblem
+
+log = logging.getLogger("tessera.operator")
 
 SERVERS_AT_ONCE = 16
 """Servers asked, or loaded, at once: a server that does not answer costs a reconcile one timeout, not one per pod."""
@@ -73,6 +82,13 @@ class AdapterPools:
         self.at_once = SERVERS_AT_ONCE
         self._placements: dict[str, dict[tuple[PlacementProblem, Placement | None], Chosen]] = {}
         """GPU pool key -> the placements its AdapterPools' current problems and recorded servers give."""
+        self.prometheus = client_of(settings.demand)
+        demand = settings.demand
+        self.windows = hy.Windows(demand.stabilization_s, demand.repartition_window_s, demand.scale_down_step)
+        self.demand_windows: dict[str, PoolWindows] = {}
+        """Pool key -> the last decision's windows (status shows a reading only once it moved: demand/shown.py)."""
+        self.watching: dict[str, bool] = {}
+        """GPU pool key -> some AdapterPool of it has a demandSource: the reconcile comes back every --demand-poll."""
 
     def plan(self, pool: Pool, objects: list[AdapterPoolObject], children: list[Json],
              state: Mapping[str, str], quotas: dict[str, WholeGpuQuota]) -> list[PoolServers]:
@@ -85,6 +101,7 @@ class AdapterPools:
         taken: set[Slot] = set()
         decided = []
         known, self._placements[pool.key] = self._placements.get(pool.key, {}), {}
+        self.watching[pool.key] = any(o.spec is not None and o.spec.demand_source is not None for o in objects)
         for obj in placing_order(objects):
             others = {slot for key, slots in held.items() if key != obj.ref.key for slot in slots.values()}
             blocked = taken | others
@@ -94,7 +111,8 @@ class AdapterPools:
                 outcome = PoolServers(obj, held=sorted(set(held[obj.ref.key].values()) & in_pool - taken), free=free)
             else:
                 allowed, quota = gpus_allowed(free, quotas.get(namespace))
-                problem = within(obj.problem, allowed)
+                demand = self.rates(obj, children)
+                problem = within(obj.problem if demand is None else with_rates(obj.problem, demand.rates), allowed)
                 running = running_servers(children, obj.ref)
                 key = (problem, previous_placement(children, obj.ref, running, problem.model))
                 chosen = known.get(key) or choose_placement(*key)
@@ -102,13 +120,41 @@ class AdapterPools:
                 slots = choose_slots(pool, [s.index for s in chosen.placement.servers], held[obj.ref.key], blocked,
                                      busy)
                 outcome = PoolServers(obj, chosen.placement, slots, free=free, quota=quota, running=running,
-                                      moves=chosen.moves)
+                                      moves=chosen.moves, demand=demand)
             taken |= outcome.gpus
             if namespace in quotas:
                 left = quotas[namespace]
                 quotas[namespace] = dataclasses.replace(left, limit=max(0, left.limit - len(outcome.gpus)))
             decided.append(outcome)
         return decided
+
+    def rates(self, obj: AdapterPoolObject, children: list[Json]) -> RatesDecision | None:
+        """A pool with a demandSource: the rates to place for after reading it (adapter_pool_demand.py); None: the
+        spec's rates."""
+        spec = obj.spec
+        if spec is None or spec.demand_source is None:
+            return None
+        now = datetime.now(timezone.utc)
+        key = obj.ref.key
+        windows = self.demand_windows.get(key) or windows_from_status(obj.status)
+        decision = decide_rates(placed_rates(children, obj.ref), {a.name: a.rate_rps for a in spec.adapters},
+                                self.read(obj), windows, now, self.windows)
+        if decision.move in (hy.Move.UP, hy.Move.DOWN):
+            log.info("adapter pool %s: %s", key, decision.message)
+        self.demand_windows[key] = decision.windows
+        return decision
+
+    def read(self, obj: AdapterPoolObject) -> AdapterReadings:
+        """Observe: the pool's demandSource, confined to its namespace, as per-adapter rates."""
+        assert obj.spec is not None and obj.spec.demand_source is not None
+        if self.prometheus is None:
+            return AdapterReadings({}, unknown(Reason.NOT_CONFIGURED, "the operator has no Prometheus address "
+                                                                      "(--prometheus-url)"))
+        query = demand_query(obj.spec.demand_source, obj.ref.name, obj.ref.namespace, self.settings.demand.templates)
+        if isinstance(query, Reading):
+            return AdapterReadings({}, query)
+        return adapter_readings(self.prometheus.answer(query), obj.spec.demand_source.adapter_label,
+                                {a.name for a in obj.spec.adapters})
 
     @staticmethod
     def reserved(decided: list[PoolServers], children: list[Json]) -> set[Slot]:
@@ -135,9 +181,15 @@ class AdapterPools:
         routes' names."""
         for pool in acted:
             ref = pool.servers.pool.ref
-            self.write_status(pool.servers.pool, *pool_status(pool.servers.pool, pool.servers, pool.planned,
-                                                              pool.live, loading.servers,
-                                                              routes.get((ref.namespace, ref.name))))
+            phase, conditions, summary = pool_status(pool.servers.pool, pool.servers, pool.planned, pool.live,
+                                                     loading.servers, routes.get((ref.namespace, ref.name)))
+            decision = pool.servers.demand
+            if decision is None:
+                self.write_status(pool.servers.pool, phase, conditions, summary)
+                continue
+            self.write_status(pool.servers.pool, phase, [*conditions, metrics_condition(decision)], summary,
+                              demand_status(decision, pool.servers.pool.status, datetime.now(timezone.utc),
+                                            self.windows))
 
     def keep_loaded(self, decided: list[PoolServers], pods: list[Json], slices: list[Json]) -> Loading:
         """Unload what the pods' servers list but is no longer placed on them (once its route, `slices` as read, no
@@ -155,6 +207,8 @@ class AdapterPools:
         self.actor.apply(decide_readiness(pods, placed, listed, st.now_rfc3339(), records, retry, held))
         requeue = [w for w in (loading_requeue(pods, placed, listed, records, retry),
                                LOAD_RETRY_S if unloads_left else None) if w is not None]
+        if any(self.watching.values()):
+            requeue.append(self.settings.demand.poll_s)  # the next reading of the pools' demandSource
         return Loading(min(requeue, default=None), server_loads(pods, placed, listed, records, retry), held)
 
     def unload_unplaced(self, pods: list[Json], placed: Placed, listed: Mapping[str, Listed],
@@ -215,7 +269,7 @@ class AdapterPools:
             self.write_status(obj, *pool_status(obj, None, [], owned_by(children, obj.ref)))
 
     def write_status(self, obj: AdapterPoolObject, phase: str, conditions: list[st.Condition],
-                     summary: Json | None) -> None:
+                     summary: Json | None, demand: Json | None = None) -> None:
         now = st.now_rfc3339()
-        new = st.build_status(obj.ref.generation, phase, conditions, summary, obj.status, now)
+        new = st.build_status(obj.ref.generation, phase, conditions, summary, obj.status, now, demand)
         self.actor.apply(decide_pool_status(obj, new, now))
