@@ -292,8 +292,6 @@ class Reconciler:
         candidates = [s for s in systems if s.valid and s.ref.key not in invalid and s.ref.key not in paused]
         keep_last_good(kept, {s.ref.key for s in systems} - {s.ref.key for s in candidates}, stored_plan)
         inputs = self.inputs_hash(pool, candidates, spec_hash, kept, adapter_gpus, quotas, measured)
-        job = PoolJob(pool, systems, candidates, configs, kept, invalid, spec_hash, stored_plan, adapter_gpus, quotas,
-                      dict(state), dict(paused), inputs, self.profiling.store(pool.key), measured)
         plan = stored_plan
         if pool_paused:
             pass  # nothing is solved, stored or deleted: the plan that runs is the one shown
@@ -303,13 +301,11 @@ class Reconciler:
             if state:
                 self.actor.apply([DeletePlan(pool.key, reason="no system plans on the pool any more")])
         elif state.get("inputs") != inputs:
-            # replicas-only re-sizing knows no quotas: with any, a demand move re-plans in full
-            resized = None if quotas else self.demand.replicas_only(
-                stored_plan, candidates, planner_pool(pool, configs, reserved=reserved_gpus(kept) | adapter_gpus),
-                self.settings.planner, job.measured)
-            if stored_plan_stands(state, self.pool_hash(pool, adapter_gpus, quotas, measured), candidates, spec_hash,
-                                  {s.ref.key for s in systems}) or resized is not None:
-                plan = resized or stored_plan  # re-sized, or only systems that turned invalid left it
+            job = PoolJob(pool, systems, candidates, configs, kept, invalid, spec_hash, stored_plan, adapter_gpus,
+                          quotas, dict(state), dict(paused), inputs, self.profiling.store(pool.key), measured)
+            solved, new_plan = self.plan_without_solve(job)
+            if solved:
+                plan = new_plan
                 checkpoint("after-solve")
                 self.actor.apply([StorePlan(pool.key, reason="the pool's inputs changed", data=self.plan_data(job, plan))])
             else:
@@ -330,6 +326,24 @@ class Reconciler:
         for gpu in gpus:
             for system in {i.system for i in gpu.instances if i.system}:
                 outcome.gpus_of.setdefault(system, []).append(gpu)
+
+    def plan_without_solve(self, job: PoolJob) -> tuple[bool, Plan | None]:
+        """(True, the plan) where the changed inputs need no solve: no system left to plan (only the kept shares of
+        those left out), a stored plan that still stands (only systems that turned invalid left it), or the running
+        plan re-sized for a demand-only change; else (False, None)."""
+        if not job.candidates:
+            return True, None
+        present = {s.ref.key for s in job.systems}
+        if stored_plan_stands(job.state, self.pool_hash(job.pool, job.adapter_gpus, job.quotas, job.measured_digest),
+                              job.candidates, job.spec_hash, present):
+            return True, job.stored_plan
+        if job.quotas:
+            return False, None  # replicas-only re-sizing knows no quotas: with any, a demand move re-plans in full
+        resized = self.demand.replicas_only(
+            job.stored_plan, job.candidates,
+            planner_pool(job.pool, job.configs, reserved=reserved_gpus(job.kept) | job.adapter_gpus),
+            self.settings.planner, job.measured)
+        return resized is not None, resized
 
     def schedule_solve(self, job: PoolJob, outcome: PoolOutcome) -> None:
         """Starts the pool's solve unless one runs that may (solve_decide.next_solve); a solve that failed for these

@@ -7,7 +7,7 @@ size and the size measured to fit under the same cap, with a Warning Event, and 
 without it and Ready. An ordinary system applied to pool B once pool A's solve runs is Ready before pool A's
 solve ends (the large one marked): the two pools were solved at the same time. With `--solve-workers 1` (one
 pool after another, as before) the same test fails at that step: pool B's solve waits for pool A's. A restart
-solves nothing again: the record is in the pool's stored plan.
+solves nothing again: the record is in the pool's stored plan; a smaller spec under the same name is planned.
 """
 
 from __future__ import annotations
@@ -93,3 +93,8 @@ def test_a_system_too_large_to_plan_is_left_out_and_another_pool_is_planned_whil
     wait_for(lambda: reconciles(operator) >= 2, 60, "two reconciles after the restart")
     assert operator.metric("tessera_solve_seconds_count") == 0, "the stored plan, with its record, stands"
     assert condition(systems(custom, namespace)[LARGE], "Invalid")["reason"] == "TooLargeToPlan"
+
+    fixed = wide_spec(8, 2)
+    fixed["metadata"]["name"] = LARGE
+    kubectl("apply", "-n", namespace, "-f", "-", input=in_pool(fixed, H100))
+    wait_ready(custom, namespace, [LARGE], TIMEOUT_S, operator)  # a smaller spec is planned again
