@@ -175,7 +175,7 @@ def test_a_namespace_scoped_install_grants_workload_rights_only_in_its_namespace
     (["--set", "profiling.jobsPerPool=0"], "jobsPerPool"),
     (["--set", "profiling.repartition=yes"], "repartition"),
     (["--set", "reconcile.maintenanceWindow=2-4"], "maintenanceWindow"),
-], ids=["no-replica", "gpu-operators-own-configmap", "short-lease", "bad-namespace", "tiny-solver", "unknown-key",
+], ids=["no-replica", "gpu-operators-own-configmap", "short-lease", "bad-namespace", "tiny-solver", "no-solver-worker", "unknown-key",
         "tier-below-exact", "spread-below-one", "queueing-not-a-boolean", "unknown-routing", "batch-zero", "url-without-scheme", "bad-secret-name", "no-scale-down-step",
         "bad-template-name", "no-profiler-job", "repartition-not-a-boolean",
         "window-not-a-range"])
