@@ -52,7 +52,8 @@ from tessera.operator.reconcile.decide import (STATE_FORMAT, PoolOutcome, about,
 from tessera.operator.reconcile.node_changes import NodeHold
 from tessera.operator.reconcile.pool_access import denied
 from tessera.operator.reconcile.pool_solves import PoolSolves
-from tessera.operator.reconcile.solve_decide import (RunningSolve, Size, Step, cut_to, exceeds_caps, fits_caps,
+from tessera.operator.reconcile.solve_decide import (RunningSolve, Size, Step, awaits_measurement, cut_to,
+                                                     exceeds_caps, fits_caps,
                                                      next_probe, next_solve, size_of, still_invalid, too_large,
                                                      too_large_message)
 from tessera.operator.reconcile.quotas import instance_quotas, whole_gpu_quotas
@@ -300,7 +301,15 @@ class Reconciler:
             self.solves.cancel(pool.key)
             if state:
                 self.actor.apply([DeletePlan(pool.key, reason="no system plans on the pool any more")])
-        elif state.get("inputs") != inputs:
+        elif state.get("inputs") == inputs:
+            unmeasured = [s for s in systems if awaits_measurement(*invalid.get(s.ref.key, ("", "")))]
+            if unmeasured and self.solves.running(pool.key) is None:
+                job = PoolJob(pool, systems, candidates, configs, kept, invalid, spec_hash, stored_plan, adapter_gpus,
+                              quotas, dict(state), dict(paused), inputs, self.profiling.store(pool.key), measured)
+                # a change of the pool's inputs replaces it: measuring never holds a plan back
+                self.solves.start(pool.key, RunningSolve(inputs, follows_cancel=False),
+                                  lambda cancel: self.measure_pool(job, unmeasured, cancel))
+        else:
             job = PoolJob(pool, systems, candidates, configs, kept, invalid, spec_hash, stored_plan, adapter_gpus,
                           quotas, dict(state), dict(paused), inputs, self.profiling.store(pool.key), measured)
             solved, new_plan = self.plan_without_solve(job)
@@ -362,7 +371,9 @@ class Reconciler:
 
     def solve_pool(self, job: PoolJob, cancel: threading.Event) -> PoolSolve:
         """The pool's solve (in a thread of `self.solves`): the systems the planner cannot use, or that exceed its
-        caps on every try, are left out with their last good share, and the rest solved again without them."""
+        caps on every try, are left out with their last good share, and the rest solved again without them. The
+        size that fits of a system too large to plan is measured afterwards (measure_pool), so the pool's other
+        systems do not wait for it."""
         candidates, kept, invalid = list(job.candidates), dict(job.kept), dict(job.invalid)
         present = {s.ref.key for s in job.systems}
         plan, error = job.stored_plan, None
@@ -382,6 +393,13 @@ class Reconciler:
             return PoolSolve(job.inputs, None, error, time.time())
         done = replace(job, candidates=candidates, kept=kept, invalid=invalid)
         return PoolSolve(job.inputs, self.plan_data(done, plan if candidates else None), None, time.time())
+
+    def measure_pool(self, job: PoolJob, systems: list[SystemObject], cancel: threading.Event) -> PoolSolve:
+        """The pool's stored plan again, the TooLargeToPlan messages of `systems` with the size measured to fit."""
+        whole = planner_pool(job.pool, job.configs, reserved=job.adapter_gpus)
+        invalid = {**job.invalid, **{s.ref.key: (st.TOO_LARGE_TO_PLAN, self.measure_fit(job, s, whole, cancel))
+                                     for s in systems}}
+        return PoolSolve(job.inputs, self.plan_data(replace(job, invalid=invalid), job.stored_plan), None, time.time())
 
     def plan_data(self, job: PoolJob, plan: Plan | None) -> dict[str, str]:
         """The pool's ConfigMap data for `plan`, made for `job.candidates` (stored_pool_plan reads it back)."""
@@ -501,19 +519,22 @@ class Reconciler:
     def find_too_large(self, job: PoolJob, systems: list[SystemObject], node_pool: NodePool, pool_result: Outcome,
                        cancel: threading.Event) -> dict[str, tuple[str, str]]:
         """The pool's solve exceeded the solver's caps: each system alone; those that exceed them alone too, with
-        their size and the size measured to fit alone under the same caps (solve_decide.next_probe)."""
+        their size (the size that fits is measured once the others are planned: measure_fit)."""
         alone = {s.ref.key: self.run_solver(job, [s], node_pool, None, cancel) for s in systems}
-        found = {}
-        for system in systems:
-            if system.ref.key not in too_large(pool_result, alone) or system.spec is None:
-                continue
-            size, tried = size_of(system.spec), dict[Size, bool]()
-            while (probe := next_probe(size, tried)) is not None:
-                smaller = replace(system, spec=cut_to(system.spec, probe))
-                tried[probe] = fits_caps(self.run_solver(job, [smaller], node_pool, None, cancel))
-            found[system.ref.key] = (st.TOO_LARGE_TO_PLAN, too_large_message(size, tried, self.caps()))
-            log.warning("pool %s: %s: %s", job.pool.key, system.ref.key, found[system.ref.key][1])
-        return found
+        return {s.ref.key: (st.TOO_LARGE_TO_PLAN, too_large_message(size_of(s.spec), None, self.caps()))
+                for s in systems if s.spec is not None and s.ref.key in too_large(pool_result, alone)}
+
+    def measure_fit(self, job: PoolJob, system: SystemObject, node_pool: NodePool, cancel: threading.Event) -> str:
+        """The TooLargeToPlan message with the size measured to fit: smaller cuts of the system, each solved alone
+        under the same caps (solve_decide.next_probe)."""
+        assert system.spec is not None
+        size, tried = size_of(system.spec), dict[Size, bool]()
+        while (probe := next_probe(size, tried)) is not None:
+            smaller = replace(system, spec=cut_to(system.spec, probe))
+            tried[probe] = fits_caps(self.run_solver(job, [smaller], node_pool, None, cancel))
+        message = too_large_message(size, tried, self.caps())
+        log.warning("pool %s: %s: %s", job.pool.key, system.ref.key, message)
+        return message
 
     # -- MIG -------------------------------------------------------------------
     def relabel_nodes(self, pool: Pool, systems: list[SystemObject], children: list[Json], outcome: PoolOutcome,

@@ -8,9 +8,9 @@ stream of edits faster than a solve cannot keep a pool from ever being planned.
 
 A system exceeds the solver's caps (its memory cap, or its time limit without a plan) on every try when the pool's
 solve exceeded them and the system alone did too: it is then left out of the pool's plan (`TooLargeToPlan`) with
-its size, tasks x variants, and the size measured to fit under the same caps, so the other systems of its pool
-are served. The record is kept with the pool's stored plan, by spec hash and caps: a changed spec, or other caps,
-is planned again.
+its size, tasks x variants, so the other systems of its pool are served, and then the size measured to fit under
+the same caps (a solve of its own after the pool's plan is stored). The record is kept with the pool's stored
+plan, by spec hash and caps: a changed spec, or other caps, is planned again.
 """
 
 from __future__ import annotations
@@ -138,11 +138,25 @@ def cut_to(spec: SystemSpec, size: Size) -> SystemSpec:
     return spec.model_copy(update={"tasks": tasks, "edges": edges, "profiles": profiles})
 
 
-def too_large_message(size: Size, tried: dict[Size, bool], caps: str) -> str:
-    """What to change: the system's size and the size measured to fit, alone, under the same caps."""
-    fits = fitting(tried)
-    told = (f"{fits} ({fits.tasks * fits.variants} task variants) plans alone under them: split the system or "
-            "drop variants to about that size" if fits is not None
-            else f"not even {min(tried, default=Size(1, 1))} plans alone under them: raise the solver's memory cap")
+MEASURING = "measuring the size that fits under them"
+
+
+def awaits_measurement(reason: str, message: str) -> bool:
+    """A system left out as too large whose fitting size is not measured yet: the pool's plan is stored without it
+    first, and a solve of its own measures the size afterwards (also after a restart: the message is stored)."""
+    return reason == st.TOO_LARGE_TO_PLAN and MEASURING in message
+
+
+def too_large_message(size: Size, tried: dict[Size, bool] | None, caps: str) -> str:
+    """What to change: the system's size and the size measured to fit, alone, under the same caps (`tried` None:
+    not measured yet)."""
+    fits = fitting(tried or {})
+    if tried is None:
+        told = MEASURING
+    elif fits is not None:
+        told = (f"{fits} ({fits.tasks * fits.variants} task variants) plans alone under them: split the system or "
+                "drop variants to about that size")
+    else:
+        told = f"not even {min(tried, default=Size(1, 1))} plans alone under them: raise the solver's memory cap"
     return (f"{size} ({size.tasks * size.variants} task variants) exceeds the solver's caps ({caps}) on every try, "
             f"so the pool is planned without it; {told}")

@@ -78,6 +78,10 @@ def test_a_system_too_large_to_plan_is_left_out_and_another_pool_is_planned_whil
     found = wait_for(large_left_out, TIMEOUT_S, "the large system left out")
     assert since(probe, "Ready") < since(found[LARGE], "Invalid"), \
         "pool B's system was Ready before pool A's solve ended: solved beside it"
+    # the ordinary ones are planned before the size that fits is measured, then the message names it
+    wait_ready(custom, namespace, ["small-a", "small-b"], TIMEOUT_S, operator)
+    found = wait_for(lambda: (s := systems(custom, namespace)) and "variants) plans alone under them" in condition(
+        s[LARGE], "Invalid")["message"] and s, TIMEOUT_S, "the size that fits measured")
     invalid = condition(found[LARGE], "Invalid")
     assert invalid["reason"] == "TooLargeToPlan", invalid
     assert "64 tasks x 16 variants" in invalid["message"] and f"memory cap {CAP_MB} MiB" in invalid["message"]
@@ -86,7 +90,6 @@ def test_a_system_too_large_to_plan_is_left_out_and_another_pool_is_planned_whil
     events = json.loads(kubectl("get", "events", "-n", namespace, "-o", "json").stdout)["items"]
     assert any(e["type"] == "Warning" and e["reason"] == "TooLargeToPlan" and e["involvedObject"]["name"] == LARGE
                for e in events)
-    wait_ready(custom, namespace, ["small-a", "small-b"], TIMEOUT_S, operator)
 
     operator.stop()
     operator.start()

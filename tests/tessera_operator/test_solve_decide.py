@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tessera.operator.api import status as st
-from tessera.operator.reconcile.solve_decide import (RunningSolve, Size, Step, cut_to, exceeds_caps, fits_caps, fitting,
+from tessera.operator.reconcile.solve_decide import (RunningSolve, Size, Step, awaits_measurement, cut_to, exceeds_caps, fits_caps, fitting,
                                                      next_probe, next_solve, size_of, still_invalid, too_large,
                                                      too_large_message)
 from tessera.planner.contract import Planned, PlannerFailed, TimeLimit
@@ -96,6 +96,13 @@ def test_the_message_names_the_size_and_the_size_that_fits_and_never_the_time_li
     message = too_large_message(size_of(spec(64, 16)), {Size(64, 1): True, Size(64, 2): False}, CAPS)
     assert "64 tasks x 16 variants" in message and "64 tasks x 1 variants" in message and CAPS in message
     assert "raise the time limit" not in message
+
+
+def test_before_the_size_that_fits_is_measured_the_message_names_the_size_and_the_record_awaits_a_measurement():
+    message = too_large_message(Size(64, 16), None, CAPS)
+    assert "64 tasks x 16 variants" in message and awaits_measurement(st.TOO_LARGE_TO_PLAN, message)
+    measured = too_large_message(Size(64, 16), {Size(64, 1): True, Size(64, 2): False}, CAPS)
+    assert not awaits_measurement(st.TOO_LARGE_TO_PLAN, measured)
 
 
 def test_where_nothing_fits_the_message_says_to_raise_the_memory_cap():
