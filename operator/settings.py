@@ -64,8 +64,8 @@ class OperatorSettings(BaseModel):
     mig_failure_backoff_s: float = Field(
         default=300.0, ge=0, le=86400,
         description="Seconds a node whose mig-manager reported `failed` stays in its pool, keeping its layout and "
-                    "getting no server, before it is left out of the pool (until its state changes) and the pool "
-                    "plans again on the healthy nodes.")
+                    "getting no server, before it is left out of the pool (until mig-manager reports success or "
+                    "another config) and the pool plans again on the healthy nodes.")
     planner: PlannerOptions = Field(
         default_factory=PlannerOptions,
         description="The planner's options for every pool plan: the solver's time limit, grids, and each "

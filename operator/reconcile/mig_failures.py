@@ -14,9 +14,12 @@ Pure, like decide.py: node facts and the time in, actions and conditions out.
   cordon: tessera plans without it and touches nothing on it), so the pool's
   slots change and it plans again on the healthy nodes, instead of waiting
   for someone to remove a label.
-- Any change of the node's state or config ends the record (mig-manager
-  succeeded on a retry, an admin relabelled it): the node is back in its
-  pool, which plans again with it.
+- `success` or another config ends the record (mig-manager succeeded on a
+  retry, an admin relabelled it): the node is back in its pool, which plans
+  again with it. A retry of the same config (`pending`, `rebooting`) keeps
+  the record: a node back in its pool while `pending` would be planned
+  without its GPUs (Unknown), and its `success` then changes no slot of the
+  pool, so nothing would plan on it again.
 - `rebooting` is mig-manager at work (a host reboot on the way to
   `success`): no record, no Degraded; discovery.py keeps the node in its
   pool while the reboot makes it NotReady.
@@ -35,6 +38,8 @@ from tessera.operator.gpus.discovery import MigFailure, NodeFacts
 from tessera.operator.reconcile.actions import RecordMigFailure
 
 STATE_FAILED = "failed"
+RETRYING = ("pending", "rebooting")
+"""mig-manager's states on the way to `success` or `failed` again."""
 
 
 @dataclass(frozen=True)
@@ -50,15 +55,17 @@ class NodeFailure:
 def current_failure(node: NodeFacts, now: float) -> MigFailure | None:
     """The failure a node shows now: its record while the record still holds, else one that starts now.
 
-    None unless mig-manager reports `failed`. A record for another config is
-    over (the node was relabelled since); whole seconds keep the status
-    message the same on every reconcile.
+    None unless mig-manager reports `failed`, or retries (RETRYING) the
+    config of a record. A record for another config is over (the node was
+    relabelled since); whole seconds keep the status message the same on
+    every reconcile.
     """
-    if node.mig_state != STATE_FAILED or node.mig_config is None:
+    if node.mig_config is None:
         return None
-    if node.mig_failure is not None and node.mig_failure.config == node.mig_config:
-        return node.mig_failure
-    return MigFailure(node.mig_config, float(math.floor(now)))
+    recorded = node.mig_failure if node.mig_failure is not None and node.mig_failure.config == node.mig_config else None
+    if node.mig_state == STATE_FAILED:
+        return recorded or MigFailure(node.mig_config, float(math.floor(now)))
+    return recorded if node.mig_state in RETRYING else None
 
 
 def decide_failure_records(nodes: Iterable[NodeFacts], now: float) -> list[RecordMigFailure]:
@@ -78,7 +85,7 @@ def decide_failure_records(nodes: Iterable[NodeFacts], now: float) -> list[Recor
 
 
 def left_out(node: NodeFacts, now: float, backoff_s: float) -> bool:
-    """A node whose `failed` has outlasted the back-off: its pool plans without it until its state changes."""
+    """A node whose `failed` has outlasted the back-off: its pool plans without it until `success` or another config."""
     failure = current_failure(node, now)
     return failure is not None and now >= failure.since + backoff_s
 

@@ -45,11 +45,20 @@ def test_a_recorded_failure_is_not_written_again_and_keeps_its_first_time():
     assert in_backoff([recorded], NOW, BACKOFF_S)["gpu-a"].since == NOW - 200
 
 
-def test_the_record_goes_once_mig_manager_reports_anything_but_failed():
+def test_the_record_goes_once_mig_manager_reports_success_or_no_state():
     record = {"config": "tessera-v1-abc", "since": NOW - 200}
-    for state in ("success", "pending", "rebooting", None):
+    for state in ("success", None):
         (action,) = decide_failure_records([facts(state, record=record)], NOW)
         assert action.record is None, state
+
+
+def test_the_record_stays_while_mig_manager_retries_its_config_so_the_node_rejoins_its_pool_at_success():
+    record = {"config": "tessera-v1-abc", "since": NOW - 10 * BACKOFF_S}
+    for state in ("pending", "rebooting"):
+        retrying = facts(state, record=record)
+        assert decide_failure_records([retrying], NOW) == [], state
+        assert left_out(retrying, NOW, BACKOFF_S), state
+    assert not left_out(facts("success", record=record), NOW, BACKOFF_S)
 
 
 def test_a_failed_for_another_config_than_the_recorded_one_starts_a_new_record():
