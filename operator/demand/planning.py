@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import Any, overload
@@ -129,19 +129,11 @@ class DemandPlanner:
         if self.client is None:
             return unknown(Reason.NOT_CONFIGURED, "the operator has no Prometheus address (--prometheus-url); "
                                                   "planning for spec.demandRequestsPerSecond")
-        if source.template is not None:
-            template = self.settings.templates.get(source.template)
-            if template is None:
-                return unknown(Reason.UNKNOWN_TEMPLATE, f"spec.demandSource.template: no template named "
-                                                        f"{source.template!r} (known: {', '.join(sorted(self.settings.templates))})")
-            query = render(template, system.ref.name, system.spec.sources[0])
-        else:
-            assert source.query is not None
-            query = source.query
-        try:
-            confined = confine(query, system.ref.namespace)
-        except QueryRejected as error:
-            return unknown(Reason.QUERY_REJECTED, f"spec.demandSource: {error}")
+        assert source.template is not None or source.query is not None
+        confined = source_query(source.query, source.template, self.settings.templates, system.ref.name,
+                                system.spec.sources[0], system.ref.namespace)
+        if isinstance(confined, Reading):
+            return confined
         reading = self.client.instant(confined)
         if not reading.known:
             metrics.DEMAND_UNKNOWN_READINGS.labels(system.ref.key, reading.reason).inc()
@@ -258,6 +250,23 @@ class DemandPlanner:
             last_repartition_time=state.last_repartition, violation_pct=self.violations_shown(system))
         return status.model_dump(by_alias=True, mode="json", exclude_none=True)
 
+
+
+def source_query(query: str | None, template: str | None, templates: Mapping[str, str], name: str, entry: str,
+                 namespace: str) -> str | Reading:
+    """The demand query sent, for systems and AdapterPools alike: the spec's own, or the administrator's template
+    with `$system` as `name` and `$entry` as `entry`, confined to `namespace` (promql.py); or why none can be sent
+    (Unknown)."""
+    if template is not None:
+        found = templates.get(template)
+        if found is None:
+            return unknown(Reason.UNKNOWN_TEMPLATE, f"spec.demandSource.template: no template named "
+                                                    f"{template!r} (known: {', '.join(sorted(templates))})")
+        query = render(found, name, entry)
+    try:
+        return confine(query or "", namespace)
+    except QueryRejected as error:
+        return unknown(Reason.QUERY_REJECTED, f"spec.demandSource: {error}")
 
 def _source(system: SystemObject) -> SystemDemandSource | None:
     return system.spec.demand_source if system.spec is not None else None

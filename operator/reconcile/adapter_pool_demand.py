@@ -36,9 +36,8 @@ from tessera.operator.api import status as st
 from tessera.operator.api.v1alpha1 import AdapterDemandStatus
 from tessera.operator.demand import hysteresis as hy
 from tessera.operator.demand.prometheus import Reading, Reason, unknown
-from tessera.operator.demand.promql import QueryRejected, confine
+from tessera.operator.demand.planning import source_query
 from tessera.operator.demand.shown import ShownReading, shown_reading
-from tessera.operator.demand.templates import render
 from tessera.planner.adapter_pool import AdapterDemandQuery
 
 FLOOR_SHARE = 0.01
@@ -83,19 +82,8 @@ class RatesDecision:
 def demand_query(source: AdapterDemandQuery, pool: str, namespace: str,
                  templates: Mapping[str, str]) -> str | Reading:
     """The query sent: the pool's own, or the administrator's template with `$system` and `$entry` as the pool's
-    name, confined to the pool's namespace as the compound systems' queries are (operator/demand/promql.py); or
-    why none can be sent (Unknown)."""
-    text = source.query
-    if source.template is not None:
-        template = templates.get(source.template)
-        if template is None:
-            return unknown(Reason.UNKNOWN_TEMPLATE, f"spec.demandSource.template: no template named "
-                                                    f"{source.template!r} (known: {', '.join(sorted(templates))})")
-        text = render(template, pool, pool)
-    try:
-        return confine(text or "", namespace)
-    except QueryRejected as error:
-        return unknown(Reason.QUERY_REJECTED, f"spec.demandSource: {error}")
+    name, confined to the pool's namespace as the compound systems' queries are; or why none can be sent."""
+    return source_query(source.query, source.template, templates, pool, pool, namespace)
 
 
 def adapter_readings(answer: dict[str, Any] | Reading, label: str, adapters: set[str]) -> AdapterReadings:
