@@ -47,7 +47,8 @@ from tessera.operator.reconcile.decide import (STATE_FORMAT, PoolOutcome, about,
                                                decide_children, decide_mig_configs, decide_relabels, decide_status,
                                                desired_mig, free_slots, live_children, no_pool_status,
                                                nodes_to_relabel, planned_children, planned_nodes, profiling_mig,
-                                               replacements_awaited, reserved_gpus, stored_plan_stands, stored_pool_plan,
+                                               nodes_left_by_system, replacements_awaited, reserved_gpus,
+                                               stored_plan_stands, stored_pool_plan,
                                                system_status, frontend_status, spec_digest)
 from tessera.operator.reconcile.node_changes import NodeHold
 from tessera.operator.reconcile.pool_access import denied
@@ -320,11 +321,14 @@ class Reconciler:
             else:
                 self.schedule_solve(job, outcome)
         outcome.plan, outcome.invalid, outcome.quotas = plan, invalid, quotas
+        outcome.first_plan_solving = plan is None and self.solves.running(pool.key) is not None
         outcome.priorities = {s.ref.key: s.spec.pool_priority for s in candidates if s.spec is not None}
         outcome.pool_gpus = len(pool.slots())
         node_names = {n.name for n in pool.nodes}
         planned_for = {s.ref.key for s in candidates}
-        gpus = [g for g in (placed_gpus(plan) if plan else []) if g.node in node_names]
+        placed = placed_gpus(plan) if plan else []
+        gpus = [g for g in placed if g.node in node_names]
+        outcome.left_nodes = nodes_left_by_system(placed, node_names, planned_for)
         # Kept shares hold the instances of systems the plan was also made for (a plan that still stands).
         gpus = [g.model_copy(update={"instances": [i if i.system in planned_for else InstancePlan(mig_profile=i.mig_profile)
                                                    for i in g.instances]}) for g in gpus]
