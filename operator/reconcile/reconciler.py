@@ -43,7 +43,7 @@ from tessera.operator.reconcile.actions import DeletePlan, Json, StorePlan
 from tessera.operator.reconcile.adapter_pool_decide import assign_adapter_pools
 from tessera.operator.reconcile.adapter_pools import AdapterPools
 from tessera.operator.reconcile.snapshot import observe
-from tessera.operator.reconcile.decide import (STATE_FORMAT, PoolOutcome, about, serves_nothing, assign_to_pools,
+from tessera.operator.reconcile.decide import (STATE_FORMAT, PoolOutcome, serves_nothing, assign_to_pools,
                                                decide_children, decide_mig_configs, decide_relabels, decide_status,
                                                desired_mig, free_slots, live_children, no_pool_status,
                                                nodes_to_relabel, planned_children, planned_nodes, profiling_mig,
@@ -53,9 +53,9 @@ from tessera.operator.reconcile.decide import (STATE_FORMAT, PoolOutcome, about,
 from tessera.operator.reconcile.node_changes import NodeHold
 from tessera.operator.reconcile.pool_access import denied
 from tessera.operator.reconcile.pool_solves import PoolSolves
-from tessera.operator.reconcile.solve_decide import (RunningSolve, Size, Step, awaits_measurement, cut_to,
-                                                     exceeds_caps, fits_caps,
-                                                     next_probe, next_solve, size_of, still_invalid, too_large,
+from tessera.operator.reconcile.solve_decide import (RunningSolve, Size, Step, alone_verdict, awaits_measurement,
+                                                     cut_to, exceeds_caps, fits_caps, next_probe, next_solve,
+                                                     settling, settling_message, size_of, still_invalid, too_large,
                                                      too_large_message)
 from tessera.operator.reconcile.quotas import instance_quotas, whole_gpu_quotas
 from tessera.planner.quota import InstanceQuota
@@ -462,19 +462,24 @@ class Reconciler:
         it nothing holds it back, it does not make its spec unplannable.
         """
         result = self.run_solver(job, candidates, node_pool, job.stored_plan, cancel, job.quotas)
+        nodes_settling = settling(job.pool.nodes)
         if isinstance(result, (Planned, TimeLimit, Infeasible)) and result.plan is not None:
             starved = [s for s in candidates if serves_nothing(result.plan, s.ref.key)]
+            if starved and nodes_settling:
+                return None, {}, settling_message(nodes_settling)  # short of GPUs that are being re-partitioned
             culprits = self.find_unplannable(job, starved, node_pool, cancel) if starved else {}
             return (None, culprits, None) if culprits else (result.plan, {}, None)
+        if isinstance(result, Infeasible) and nodes_settling:
+            return None, {}, settling_message(nodes_settling)
         if isinstance(result, InvalidInput):
             # The system the planner names is checked alone first: in a joint solve one spec's bad profile
             # can surface under another system's name, and no good system may be held back by a bad one.
             named = [s for s in candidates if s.ref.key == result.system]
-            culprits = self.find_unplannable(job, named, node_pool, cancel) if named else {}
+            culprits = self.find_unplannable(job, named, node_pool, cancel, nodes_settling) if named else {}
             if culprits:
                 return None, culprits, None
         if isinstance(result, (Infeasible, InvalidInput)):
-            culprits = self.find_unplannable(job, candidates, node_pool, cancel)
+            culprits = self.find_unplannable(job, candidates, node_pool, cancel, nodes_settling)
             if culprits:
                 return None, culprits, None
         if exceeds_caps(result):
@@ -504,20 +509,15 @@ class Reconciler:
         return result
 
     def find_unplannable(self, job: PoolJob, systems: list[SystemObject], node_pool: NodePool,
-                         cancel: threading.Event) -> dict[str, tuple[str, str]]:
-        """Each system alone on the pool: those the planner refuses or that serve nothing, with the planner's why."""
+                         cancel: threading.Event, nodes_settling: list[str] | None = None) -> dict[str, tuple[str, str]]:
+        """Each system alone on the pool: those the planner refuses or that serve nothing, with the planner's why
+        (solve_decide.alone_verdict; none serves nothing while `nodes_settling`)."""
         found = {}
         for system in systems:
-            key = system.ref.key
-            result = self.run_solver(job, [system], node_pool, None, cancel)
-            if isinstance(result, InvalidInput):
-                found[key] = (st.INVALID_SPEC, result.reason)
-            elif isinstance(result, Infeasible) and result.plan is None:
-                found[key] = (st.SLO_UNREACHABLE, "; ".join([result.reason, *about(result.diagnosis, key)]))
-            elif isinstance(result, (Planned, TimeLimit, Infeasible)) and result.plan is not None \
-                    and serves_nothing(result.plan, key):
-                found[key] = (st.SLO_UNREACHABLE, "; ".join(about(result.plan.diagnosis, key))
-                              or "no choice meets the SLOs")
+            verdict = alone_verdict(self.run_solver(job, [system], node_pool, None, cancel), system.ref.key,
+                                    nodes_settling or [])
+            if verdict is not None:
+                found[system.ref.key] = verdict
         return found
 
     def find_too_large(self, job: PoolJob, systems: list[SystemObject], node_pool: NodePool, pool_result: Outcome,

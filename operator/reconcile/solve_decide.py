@@ -15,10 +15,14 @@ plan, by spec hash and caps: a changed spec, or other caps, is planned again.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import Enum
 
 from tessera.operator.api import status as st
+from tessera.operator.gpus.discovery import NodeFacts
+from tessera.operator.profiling.jobs import in_transition
+from tessera.operator.reconcile.decide import about, serves_nothing
 from tessera.planner.contract import Infeasible, InvalidInput, Planned, PlannerFailed, TimeLimit
 from tessera.planner.model import SystemSpec
 
@@ -51,6 +55,37 @@ def next_solve(running: RunningSolve | None, inputs: str) -> Step:
     if running.inputs == inputs or running.follows_cancel:
         return Step.WAIT
     return Step.REPLACE
+
+
+# -- a system the planner cannot use -----------------------------------------------
+
+def settling(nodes: Iterable[NodeFacts]) -> list[str]:
+    """The pool's nodes tessera asked mig-manager for a layout that it has not answered yet: a solve sees their
+    GPUs as Unknown (planner/nodes.py trusts a layout only on `success`) for that while."""
+    return sorted(node.name for node in nodes if in_transition(node))
+
+
+def settling_message(nodes: list[str]) -> str:
+    """Why a solve that found the pool short while `nodes` settle judged no system: a failed solve, tried again."""
+    return (f"the GPUs of {', '.join(nodes)} are being re-partitioned (their layouts unknown to the solve): no "
+            "system is judged on the capacity left meanwhile; solved again after --resync")
+
+
+def alone_verdict(outcome: Outcome, key: str, settling: list[str]) -> tuple[str, str] | None:
+    """A system solved alone on the pool: (reason, why) where the planner refuses its spec, or where it serves
+    nothing (SloUnreachable); else None. Never SloUnreachable while nodes of the pool settle (`settling`): alone
+    on the capacity left meanwhile says nothing of the pool's, and the verdict, stored by spec hash, would outlast
+    it (the inputs hash covers the pool's GPUs, not their layouts: nothing would plan the system again)."""
+    if isinstance(outcome, InvalidInput):
+        return st.INVALID_SPEC, outcome.reason
+    if settling:
+        return None
+    if isinstance(outcome, Infeasible) and outcome.plan is None:
+        return st.SLO_UNREACHABLE, "; ".join([outcome.reason, *about(outcome.diagnosis, key)])
+    if isinstance(outcome, (Planned, TimeLimit, Infeasible)) and outcome.plan is not None \
+            and serves_nothing(outcome.plan, key):
+        return st.SLO_UNREACHABLE, "; ".join(about(outcome.plan.diagnosis, key)) or "no choice meets the SLOs"
+    return None
 
 
 # -- a system too large to plan ---------------------------------------------------

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from tessera.operator.api import status as st
-from tessera.operator.reconcile.solve_decide import (RunningSolve, Size, Step, awaits_measurement, cut_to, exceeds_caps, fits_caps, fitting,
-                                                     next_probe, next_solve, size_of, still_invalid, too_large,
-                                                     too_large_message)
-from tessera.planner.contract import Planned, PlannerFailed, TimeLimit
+from tessera.operator.gpus.discovery import node_facts
+from tessera.operator.reconcile.solve_decide import (RunningSolve, Size, Step, alone_verdict, awaits_measurement, cut_to,
+                                                     exceeds_caps, fits_caps, fitting, next_probe, next_solve,
+                                                     settling, size_of, still_invalid, too_large, too_large_message)
+from tessera.planner.contract import Infeasible, InvalidInput, Planned, PlannerFailed, TimeLimit
 from tessera.planner.model import SystemSpec
 
 from hostile.corpus import wide_spec
+
+from .conftest import gpu_node
 
 OUT_OF_MEMORY = PlannerFailed(reason="the plan worker ended with exit code 1 without an answer (memory cap 500 MiB)")
 HIGHS_MEMORY = TimeLimit(reason="no plan found within the time limit of 20 s (HiGHS: Memory limit reached)")
@@ -120,3 +123,32 @@ def test_a_too_large_record_holds_while_the_spec_and_the_caps_are_unchanged():
 def test_an_invalid_spec_record_holds_while_its_spec_is_unchanged_and_pool_access_is_decided_afresh():
     assert still_invalid({"hash": "h1", "reason": st.INVALID_SPEC, "message": "..."}, "h1", CAPS)
     assert not still_invalid({"hash": "h1", "reason": st.POOL_NOT_ALLOWED, "message": "..."}, "h1", CAPS)
+
+
+# -- a system the planner cannot use -----------------------------------------------
+
+REQUESTED = "tessera.ai/mig-config-requested"
+
+
+def node(name: str, config: str, state: str, requested: str | None):
+    body = gpu_node(name, extra_labels={"nvidia.com/mig.config": config, "nvidia.com/mig.config.state": state})
+    body["metadata"]["annotations"] = {REQUESTED: requested} if requested else {}
+    return node_facts(body, REQUESTED)
+
+
+def test_the_nodes_that_settle_are_those_mig_manager_has_not_answered_the_layout_tessera_asked_for():
+    nodes = [node("gpu-a", "tessera-v1-1", "pending", "tessera-v1-1"), node("gpu-b", "tessera-v1-1", "success",
+                                                                           "tessera-v1-1"),
+             node("gpu-c", "admins-own", "pending", None), node("gpu-d", "tessera-v1-2", "failed", "tessera-v1-2")]
+    assert settling(nodes) == ["gpu-a"]
+
+
+def test_a_system_that_serves_nothing_alone_is_slo_unreachable_but_not_while_nodes_of_the_pool_settle():
+    """A solve on a pool whose node is being re-partitioned sees its GPUs Unknown (a pool of 0 GPUs, with one node):
+    serving nothing there is no verdict on the spec, which would be stored by its hash and outlast the change."""
+    short = Infeasible(reason="the pool cannot serve all demand of shop/a", diagnosis=["shop/a: 0 of 50 requests/s"])
+    reason, why = alone_verdict(short, "shop/a", settling=[])
+    assert reason == st.SLO_UNREACHABLE and "0 of 50 requests/s" in why
+    assert alone_verdict(short, "shop/a", settling=["gpu-a"]) is None
+    refused = InvalidInput(reason="tasks[0].variants[0].profiles: no profile for 1g.10gb", system="shop/a")
+    assert alone_verdict(refused, "shop/a", settling=["gpu-a"]) == (st.INVALID_SPEC, refused.reason)
