@@ -70,7 +70,11 @@ class OperatorSettings(BaseModel):
         default_factory=PlannerOptions,
         description="The planner's options for every pool plan: the solver's time limit, grids, and each "
                     "approximation's switch back to exact.")
-    solve_memory_mb: int = Field(default=2048, ge=256, description="Address-space cap of the solver process.")
+    solve_memory_mb: int = Field(default=2048, ge=256, description="Address-space cap of each solver process.")
+    solve_workers: int = Field(
+        default=2, ge=1, le=64,
+        description="Pools solved at the same time, each in its own solver process capped at solve_memory_mb: "
+                    "the operator's memory stays below its own use plus solve_workers x solve_memory_mb.")
     default_image: str = Field(
         default="registry.invalid/tessera/model-server:unset",
         description="Image of variants that name none (the planner still plans them).")

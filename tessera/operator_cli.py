@@ -81,7 +81,11 @@ def _selector(_ctx, _param, values: tuple[str, ...]) -> dict[str, str]:
                    "its pool (until its state changes) and the pool plans again without it.")
 @planner_options("--solve-time-limit")
 @click.option("--solve-memory", "solve_memory_mb", type=field_range(OperatorSettings, "solve_memory_mb"), default=DEFAULTS.solve_memory_mb,
-              show_default=True, help="Memory cap of the solver process, MB.")
+              show_default=True, help="Memory cap of each solver process, MB.")
+@click.option("--solve-workers", type=field_range(OperatorSettings, "solve_workers"), default=DEFAULTS.solve_workers,
+              show_default=True,
+              help="Pools solved at the same time, each in a solver process of its own (at most this many times "
+                   "--solve-memory in all).")
 @click.option("--default-image", default=DEFAULTS.default_image, show_default=True,
               help="Model-server image for variants that name none.")
 @click.option("--adapter-server-url", default=DEFAULTS.adapter_server_url, show_default=True,

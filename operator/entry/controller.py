@@ -2,15 +2,13 @@
 
 kopf's handlers only call `trigger`. Triggers within `debounce_s` of each
 other become one reconcile; a periodic resync runs one when nothing
-happened. The reconcile itself (API reads and writes, the wait for the
-solver process) runs in a thread, so the event loop keeps serving watches
-and probes; a trigger that changes the planner's inputs (a system's spec, a
-node's labels) cancels a running solve, but never two in a row: the solve
-after a cancelled one runs to its end and its plan is applied (the plan of
-the inputs it read, stored under their hash), and the newer change is
-planned by the reconcile right after it. So a steady stream of edits to one
-system cannot keep a pool from ever being planned. The loop's own stalls
-are measured.
+happened. The reconcile itself (API reads and writes) runs in a thread, so
+the event loop keeps serving watches and probes; it never waits for a
+solve: the pools' solves run at the same time in worker processes
+(operator/reconcile/pool_solves.py), and a finished one triggers the
+reconcile that stores its plan. A change of a pool's inputs replaces its
+running solve, never two in a row (operator/reconcile/solve_decide.py).
+The loop's own stalls are measured.
 """
 
 from __future__ import annotations
@@ -23,7 +21,6 @@ from tessera.operator import metrics
 from tessera.operator.reconcile.reconciler import Reconciler
 from tessera.operator.settings import OperatorSettings
 from tessera.operator.entry.stall_watch import StallWatch
-from tessera.planner.worker import SolveCancelled
 
 log = logging.getLogger("tessera.operator")
 LAG_PROBE_S = 0.05
@@ -39,9 +36,6 @@ class Controller:
         self.kinds: set[str] = set()
         self.last_trigger = 0.0
         self.fingerprints: dict[str, object] = {}
-        self.reconciling = False
-        self.cancelled_last = False
-        """The last reconcile's solve was cancelled: the running one is not (progress under a stream of edits)."""
         self.ready = False
         self.last_success = time.monotonic()
         self.lag_max_s = 0.0
@@ -49,35 +43,34 @@ class Controller:
         self._retry: asyncio.TimerHandle | None = None
         self._stall_watch: StallWatch | None = None
 
-    def trigger(self, kind: str, key: str | None = None, fingerprint: object = None, inputs: bool = True) -> None:
-        """Asks for a reconcile; an unchanged fingerprint of `key` asks for nothing.
-
-        `inputs`: the event may change the planner's inputs, so a solve in
-        progress is cancelled (it would plan a world that no longer is).
-        """
+    def trigger(self, kind: str, key: str | None = None, fingerprint: object = None) -> None:
+        """Asks for a reconcile; an unchanged fingerprint of `key` asks for nothing."""
         if key is not None:
             if self.fingerprints.get(key) == fingerprint:
                 return
             self.fingerprints[key] = fingerprint
         self.kinds.add(kind)
         self.last_trigger = time.monotonic()
-        if inputs and self.reconciling and not self.cancelled_last:
-            self.reconciler.cancel.set()
         self.wake.set()
 
     def start(self) -> None:
+        loop = asyncio.get_running_loop()
+
+        def solved() -> None:  # from a solve's thread: the trigger runs on the loop
+            loop.call_soon_threadsafe(self.trigger, "solved")
+        self.reconciler.solves.on_done = solved
         self._stall_watch = StallWatch(LAG_PROBE_S + STALL_REPORT_S)
         self._stall_watch.start()
         self._tasks = [asyncio.create_task(self._run(), name="tessera-reconcile"),
                        asyncio.create_task(self._measure_lag(), name="tessera-loop-lag")]
 
     async def stop(self) -> None:
-        self.reconciler.cancel.set()
         if self._stall_watch is not None:
             self._stall_watch.stop()
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.to_thread(self.reconciler.stop)
 
     async def _run(self) -> None:
         failures = 0
@@ -92,16 +85,9 @@ class Controller:
             kinds, self.kinds = self.kinds or {"requeue"}, set()
             kind = "+".join(sorted(kinds))
             metrics.RECONCILES.labels(kind).inc()
-            self.reconciling = True
             started = time.perf_counter()
             try:
                 result = await asyncio.to_thread(self.reconciler.reconcile)
-            except SolveCancelled:
-                log.info("solve cancelled: inputs changed; planning again, and that solve runs to its end")
-                metrics.SOLVES_CANCELLED.inc()
-                self.cancelled_last = True
-                self.wake.set()
-                continue
             except Exception:
                 failures += 1
                 metrics.RECONCILE_ERRORS.labels(kind).inc()
@@ -110,10 +96,8 @@ class Controller:
                 self._schedule(delay)
                 continue
             finally:
-                self.reconciling = False
                 metrics.RECONCILE_SECONDS.observe(time.perf_counter() - started)
             failures = 0
-            self.cancelled_last = False
             self.ready = True
             self.last_success = time.monotonic()
             metrics.WRITES.inc(result.writes)

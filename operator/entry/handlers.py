@@ -56,15 +56,15 @@ async def node_changed(memo: kopf.Memo, body, type, **_) -> None:
 
 @kopf.on.event("apps", "v1", "deployments", labels={naming.MANAGED_BY: naming.MANAGED_BY_VALUE}, registry=REGISTRY)
 async def server_changed(memo: kopf.Memo, body, type, **_) -> None:
-    memo.controller.trigger("deployment", *deployment_fingerprint(body, type), inputs=False)
+    memo.controller.trigger("deployment", *deployment_fingerprint(body, type))
 
 
 @kopf.on.event("batch", "v1", "jobs", labels={naming.MANAGED_BY: naming.MANAGED_BY_VALUE}, registry=REGISTRY)
 async def profiler_job_changed(memo: kopf.Memo, body, type, **_) -> None:
-    memo.controller.trigger("job", *job_fingerprint(body, type), inputs=False)
+    memo.controller.trigger("job", *job_fingerprint(body, type))
 
 
 @kopf.on.event("", "v1", "pods", registry=REGISTRY,
                labels={naming.MANAGED_BY: naming.MANAGED_BY_VALUE, naming.CHILD_KIND_LABEL: SERVER_COMPONENT})
 async def adapter_server_pod_changed(memo: kopf.Memo, body, type, **_) -> None:
-    memo.controller.trigger("pod", *adapter_server_pod_fingerprint(body, type), inputs=False)
+    memo.controller.trigger("pod", *adapter_server_pod_fingerprint(body, type))

@@ -253,7 +253,7 @@ class Profiling:
         images = self.image_keys({v.name: v.image or "" for t in system.spec.tasks for v in t.variants})
         mine = {identity: entry for identity, entry in self.entries.items()
                 if identity[2] == pool.gpu.name and images.get(identity[0]) == identity[1]}
-        measured = sum(1 for entry in mine.values() if entry.result is not None and entry.result.points)
+        measured = sum(1 for entry in mine.values() if _measured(entry))
         wanted = state.wanted.get(system.ref.key, [])
         # A failure matters while the plan still runs on the estimate it was to replace.
         failed = sorted((identity, self.entries[identity]) for identity in set(wanted)
@@ -263,6 +263,13 @@ class Profiling:
             return [st.Condition(st.PROFILING_COMPLETE, False, st.PROFILING_FAILED,
                                  f"{len(failed)} profiler Job(s) failed; {variant} on {mig} x{mps}: {entry.why()}. "
                                  f"Not retried: a new image digest measures again. {measured} segment type(s) measured")]
+        # Measured, yet the plan in force still runs on their estimates: its re-plan on them runs (off the
+        # reconcile, pool_solves.py), and profiling is complete only once that plan is the one in force.
+        taken_later = [i for i in wanted if i in self.entries and _measured(self.entries[i])]
+        if taken_later:
+            return [st.Condition(st.PROFILING_COMPLETE, False, st.PROFILING,
+                                 f"re-planning on {len(taken_later)} segment type(s) measured since the plan in "
+                                 f"force was made on their estimates; {measured} measured")]
         pending = [i for i in wanted if i not in self.entries]
         if not pending:
             return [st.Condition(st.PROFILING_COMPLETE, True, st.PROFILES_MEASURED,
@@ -282,3 +289,6 @@ class Profiling:
         return [st.Condition(st.PROFILING_COMPLETE, False, st.PROFILING,
                              f"measuring {len(pending)} segment type(s) in profiler Jobs; {measured} measured")]
 
+
+def _measured(entry: pf.StoredResult) -> bool:
+    return entry.result is not None and bool(entry.result.points)

@@ -14,8 +14,9 @@ The rules (docs/operator.md, "AdapterPools"):
   from the pool's last GPU backwards, so adapter servers fill nodes from one
   end and leave whole nodes to the compound systems' MIG layouts.
 - A server whose GPU the compound plan in force still holds (its re-plan
-  failed or has not run), or whose node is being re-partitioned, waits:
-  at no time do both kinds claim one GPU.
+  failed or has not run), or whose node is being re-partitioned, or whose
+  pool's first compound plan is being solved, waits: at no time do both
+  kinds claim one GPU.
 - Adapters beyond the GPUs free for them are unplaced: Degraded says how
   much of the pool's rate the placed ones carry.
 - A namespace's ResourceQuota on `requests.nvidia.com/gpu` caps its
@@ -480,9 +481,12 @@ def server_deployment(ref: PoolRef, spec: AdapterPoolSpec, server: ServerPlaceme
 
 
 def planned_servers(pool: Pool, decided: PoolServers, settings: OperatorSettings,
-                    compound: set[Slot], mig: Mapping[str, NodeMig]) -> list[tuple[Json, bool]]:
+                    compound: set[Slot], mig: Mapping[str, NodeMig], first_plan_solving: bool = False
+                    ) -> list[tuple[Json, bool]]:
     """Each placed server's Deployment, and whether to apply it now: not while the compound plan in force holds
-    its GPU, nor while its node waits for a MIG layout (mig-manager re-partitions only nodes no GPU pod uses)."""
+    its GPU, nor while its node waits for a MIG layout (mig-manager re-partitions only nodes no GPU pod uses),
+    nor while the pool's first compound plan is being solved (`first_plan_solving`): that plan's layouts are not
+    known yet, and a server started meanwhile would hold a node its first layout must partition."""
     if decided.placement is None or decided.pool.spec is None:
         return []
     planned = []
@@ -490,7 +494,8 @@ def planned_servers(pool: Pool, decided: PoolServers, settings: OperatorSettings
         body = server_deployment(decided.pool.ref, decided.pool.spec, server, slot, pool.node(slot[0]).hostname,
                                  settings, decided.running.get(server.index))
         node_mig = mig.get(slot[0])
-        planned.append((body, slot not in compound and (node_mig is None or node_mig.applied)))
+        planned.append((body, not first_plan_solving and slot not in compound
+                        and (node_mig is None or node_mig.applied)))
     return planned
 
 
@@ -656,7 +661,8 @@ def pool_status(obj: AdapterPoolObject, decided: PoolServers | None, planned: li
     ready, total = summary["serversReady"], len(summary["servers"])
     waiting = sum(1 for _, now in planned if not now)
     servers = f"{ready} of {total} server Deployments available" + (
-        f"; {waiting} wait for their GPU (held by a compound plan in force, or its node's MIG layout)"
+        f"; {waiting} wait for their GPU (held by a compound plan in force, its node's MIG layout, or the pool's "
+        "first compound plan)"
         if waiting else "")
     if ready == total:
         conditions.append(st.Condition(st.READY, True, st.SERVERS_READY, servers))

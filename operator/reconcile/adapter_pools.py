@@ -169,7 +169,7 @@ class AdapterPools:
         compound = placed_compound_gpus(outcome.placement)
         acted = []
         for servers in decided:
-            planned = planned_servers(pool, servers, self.settings, compound, outcome.mig)
+            planned = planned_servers(pool, servers, self.settings, compound, outcome.mig, outcome.first_plan_solving)
             live = owned_by(children, servers.pool.ref)
             self.actor.apply(decide_placement_record(servers, live) + decide_servers(planned, live, servers.pool.valid))
             acted.append(Acted(servers, planned, live))

@@ -87,6 +87,11 @@ class PoolOutcome:
     """system key -> its spec.poolPriority, for the systems planned on the pool."""
     pool_gpus: int = 0
     """GPUs of the whole pool (its systems' shares are of these)."""
+    first_plan_solving: bool = False
+    """The pool has no plan in force and its first solve runs: AdapterPool servers wait for its layouts."""
+    left_nodes: dict[str, list[str]] = field(default_factory=dict)
+    """system key -> the nodes the plan in force puts its instances on that are no longer in the pool (they left,
+    or a mig-manager failure's back-off ended): the plan shown while the pool's re-plan runs, not one it serves."""
 
 
 # -- MIG ------------------------------------------------------------------------
@@ -390,6 +395,17 @@ def stored_pool_plan(state: Mapping[str, str]) -> Plan | None:
     return Plan.model_validate_json(state["plan"])
 
 
+def nodes_left_by_system(placed: list[PlacedGpu], node_names: set[str], systems: set[str]) -> dict[str, list[str]]:
+    """Each of `systems` -> the nodes of `placed` (a plan's GPUs) no longer in the pool that it has instances on."""
+    left: dict[str, set[str]] = {}
+    for gpu in placed:
+        if gpu.node not in node_names:
+            for instance in gpu.instances:
+                if instance.system in systems:
+                    left.setdefault(instance.system, set()).add(gpu.node)
+    return {system: sorted(nodes) for system, nodes in left.items()}
+
+
 def reserved_gpus(kept: dict[str, Share]) -> set[tuple[str, int]]:
     """(node, GPU) held by the last good plans of invalid systems: left out of the solve."""
     return {(g.node, g.gpu) for share in kept.values() for g in share.gpus}
@@ -477,6 +493,10 @@ def system_status(system: SystemObject, outcome: PoolOutcome) -> Verdict:
     mig = _mig_condition(outcome, key)
     servers = _servers_condition(system, outcome)
     conditions.append(mig)
+    left = outcome.left_nodes.get(key)
+    if left:
+        servers = st.Condition(st.READY, False, st.PLANNING, f"re-planning: the plan in force puts servers on "
+                               f"{', '.join(left)}, no longer in the pool")
     ready = mig.status and servers.status
     if ready:
         conditions.append(st.Condition(st.READY, True, st.SERVERS_READY, servers.message))

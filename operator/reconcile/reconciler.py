@@ -26,7 +26,7 @@ import logging
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from tessera.operator import metrics, naming, preflight
 from tessera.operator.api import status as st
@@ -43,14 +43,20 @@ from tessera.operator.reconcile.actions import DeletePlan, Json, StorePlan
 from tessera.operator.reconcile.adapter_pool_decide import assign_adapter_pools
 from tessera.operator.reconcile.adapter_pools import AdapterPools
 from tessera.operator.reconcile.snapshot import observe
-from tessera.operator.reconcile.decide import (STATE_FORMAT, PoolOutcome, about, serves_nothing, assign_to_pools,
+from tessera.operator.reconcile.decide import (STATE_FORMAT, PoolOutcome, serves_nothing, assign_to_pools,
                                                decide_children, decide_mig_configs, decide_relabels, decide_status,
                                                desired_mig, free_slots, live_children, no_pool_status,
                                                nodes_to_relabel, planned_children, planned_nodes, profiling_mig,
-                                               replacements_awaited, reserved_gpus, stored_plan_stands, stored_pool_plan,
+                                               nodes_left_by_system, replacements_awaited, reserved_gpus,
+                                               stored_plan_stands, stored_pool_plan,
                                                system_status, frontend_status, spec_digest)
 from tessera.operator.reconcile.node_changes import NodeHold
 from tessera.operator.reconcile.pool_access import denied
+from tessera.operator.reconcile.pool_solves import PoolSolves
+from tessera.operator.reconcile.solve_decide import (RunningSolve, Size, Step, alone_verdict, awaits_measurement,
+                                                     cut_to, exceeds_caps, fits_caps, next_probe, next_solve,
+                                                     settling, settling_message, size_of, still_invalid, too_large,
+                                                     too_large_message)
 from tessera.operator.reconcile.quotas import instance_quotas, whole_gpu_quotas
 from tessera.planner.quota import InstanceQuota
 from tessera.operator.reconcile.serving_nodes import Rules, decide_serving_nodes
@@ -65,6 +71,7 @@ from tessera.planner.contract import (
 )
 from tessera.planner.nodes import NodePool
 from tessera.planner.plan import InstancePlan, Plan
+from tessera.planner.profiles import ProfileStore
 from tessera.planner.worker import SolveCancelled, SolveHandle, start_solve
 
 log = logging.getLogger("tessera.operator")
@@ -76,6 +83,60 @@ Outcome = Planned | TimeLimit | Infeasible | InvalidInput | PlannerFailed
 class ReconcileResult:
     requeue_after: float | None
     writes: int
+
+
+@dataclass(frozen=True)
+class PoolJob:
+    """What one pool's solve plans from, read by the reconcile that starts it (the solve's thread reads no more)."""
+    pool: Pool
+    systems: list[SystemObject]
+    candidates: list[SystemObject]
+    configs: MigConfigs
+    kept: dict[str, Share]
+    invalid: dict[str, tuple[str, str]]
+    spec_hash: dict[str, str]
+    stored_plan: Plan | None
+    adapter_gpus: set[tuple[str, int]]
+    quotas: list[InstanceQuota]
+    state: dict[str, str]
+    paused: dict[str, str]
+    inputs: str
+    """The hash of the inputs, as the reconcile that started the solve computed it."""
+    measured: ProfileStore | None
+    measured_digest: str
+
+
+@dataclass(frozen=True)
+class PoolSolve:
+    """A finished solve of a pool: the ConfigMap data to store, or (data None) why it failed."""
+    inputs: str
+    data: dict[str, str] | None
+    error: str | None
+    at: float
+
+
+def keep_last_good(kept: dict[str, Share], keys: set[str], stored_plan: Plan | None) -> None:
+    """Systems left out (`keys`) keep their last good share; systems fixed or deleted give theirs back."""
+    previous_gpus = placed_gpus(stored_plan) if stored_plan else []
+    for key in keys - kept.keys():
+        if stored_plan and any(t.system == key for t in stored_plan.tasks):
+            kept[key] = share_of(key, stored_plan.tasks, previous_gpus)
+    for key in set(kept) - keys:
+        del kept[key]
+
+
+def wait_for_outcome(handle: SolveHandle, cancel: threading.Event) -> Outcome:
+    """The worker's outcome; `cancel` set stops the worker and raises SolveCancelled."""
+    while True:
+        if cancel.is_set():
+            handle.cancel()
+            raise SolveCancelled("inputs changed during the solve")
+        checkpoint("mid-solve")
+        try:
+            outcome: Outcome = handle.result(timeout=SOLVE_POLL_S)
+        except TimeoutError:
+            continue
+        return outcome
 
 
 def quota_list(quotas: list[InstanceQuota]) -> list[tuple[list[str], str, int]]:
@@ -93,17 +154,22 @@ class Reconciler:
     def __init__(self, cluster: Cluster, settings: OperatorSettings) -> None:
         self.cluster = cluster
         self.settings = settings
-        self.cancel = threading.Event()
+        self.solves: PoolSolves[PoolSolve] = PoolSolves(settings.solve_workers)
+        self.failed: dict[str, PoolSolve] = {}
+        """The last failed solve of each pool (tried again after a resync, or at once for other inputs)."""
         self.actor = Actor(cluster, VllmClient(settings.adapter_server_timeout_s))
         self.profiling = Profiling(cluster, settings)
         self.demand = DemandPlanner(settings.demand)
         self.adapter_pools = AdapterPools(self.actor, settings)
         self.preflight = preflight.Reporter()
 
+    def stop(self) -> None:
+        """Cancel the running solves (their worker processes end)."""
+        self.solves.stop()
+
     # -- the whole cluster -----------------------------------------------------
     def reconcile(self) -> ReconcileResult:
         writes_before = self.cluster.writes
-        self.cancel.clear()  # a trigger from here on means this reconcile read a world that no longer is
         seen = observe(self.cluster, self.settings, self.demand)
         found = preflight.findings(seen.prerequisites, self.settings, preflight.expected_crds())
         self.preflight.report(found)
@@ -167,7 +233,8 @@ class Reconciler:
             adapter_pools_acted += self.adapter_pools.act(pool, adapter_servers[pool.key], children, outcome)
             state = seen.pool_states[pool.key]
             pool_changed = (pool_paused[pool.key] is not None
-                            and state.get("pool") != self.pool_hash(pool, adapter_gpus[pool.key], outcome.quotas))
+                            and state.get("pool") != self.pool_hash(pool, adapter_gpus[pool.key], outcome.quotas,
+                                                                 self.profiling.digest(pool.key)))
             for system in members.get(pool.key, []):
                 why = paused[pool.key].get(system.ref.key)
                 phase, conditions, summary = (
@@ -202,73 +269,66 @@ class Reconciler:
                   state: Mapping[str, str], paused: Mapping[str, str], pool_paused: bool,
                   adapter_gpus: set[tuple[str, int]], not_allowed: Mapping[str, tuple[str, str]],
                   quotas: list[InstanceQuota]) -> None:
-        """The pool's plan: the stored one while its inputs are unchanged or the pool is paused, else a new solve.
+        """The pool's plan: the stored one while its inputs are unchanged or the pool is paused, else a new solve,
+        started here and taken by a later reconcile (pool_solves.py): the stored plan is shown meanwhile.
         Paused systems keep their last plan's share (pause.py); `adapter_gpus`, the AdapterPools' servers' GPUs,
         are left out of it; `not_allowed` systems (pool_access.py) are invalid here, whatever their spec; the plan
         keeps within the namespaces' `quotas` (quotas.py)."""
+        finished = self.solves.take(pool.key)
+        if finished is not None and not pool_paused:
+            if finished.data is None:
+                self.failed[pool.key] = finished
+            else:
+                self.failed.pop(pool.key, None)
+                checkpoint("after-solve")
+                self.actor.apply([StorePlan(pool.key, reason="the pool's solve finished", data=finished.data)])
+                state = finished.data  # what the ConfigMap holds now
         stored_plan = stored_pool_plan(state)
         kept = {k: Share.model_validate(v) for k, v in json.loads(state.get("kept", "{}")).items()}
-        known_invalid = json.loads(state.get("invalid", "{}"))
-        previous_gpus = placed_gpus(stored_plan) if stored_plan else []
+        measured = self.profiling.digest(pool.key)
 
         spec_hash = {s.ref.key: spec_digest(s) for s in systems if s.spec is not None}
-        invalid = {key: (entry["reason"], entry["message"]) for key, entry in known_invalid.items()
-                   if spec_hash.get(key) == entry["hash"] and entry["reason"] != st.POOL_NOT_ALLOWED}
+        invalid = {key: (entry["reason"], entry["message"]) for key, entry in json.loads(state.get("invalid", "{}")).items()
+                   if still_invalid(entry, spec_hash.get(key), self.caps())}
         invalid.update(not_allowed)
         candidates = [s for s in systems if s.valid and s.ref.key not in invalid and s.ref.key not in paused]
-
-        def keep_last_good(keys: set[str]) -> None:
-            """Systems left out keep their last good share; systems fixed or deleted give theirs back."""
-            for key in keys - kept.keys():
-                if stored_plan and any(t.system == key for t in stored_plan.tasks):
-                    kept[key] = share_of(key, stored_plan.tasks, previous_gpus)
-            for key in set(kept) - keys:
-                del kept[key]
-
-        keep_last_good({s.ref.key for s in systems} - {s.ref.key for s in candidates})
+        keep_last_good(kept, {s.ref.key for s in systems} - {s.ref.key for s in candidates}, stored_plan)
+        inputs = self.inputs_hash(pool, candidates, spec_hash, kept, adapter_gpus, quotas, measured)
         plan = stored_plan
         if pool_paused:
             pass  # nothing is solved, stored or deleted: the plan that runs is the one shown
         elif not candidates and not kept:
             plan = None
+            self.solves.cancel(pool.key)
             if state:
                 self.actor.apply([DeletePlan(pool.key, reason="no system plans on the pool any more")])
-        elif state.get("inputs") != self.inputs_hash(pool, candidates, spec_hash, kept, adapter_gpus, quotas):
-            while candidates:
-                if stored_plan_stands(state, self.pool_hash(pool, adapter_gpus, quotas), candidates, spec_hash,
-                                      {s.ref.key for s in systems}):
-                    plan = stored_plan  # only systems that turned invalid left it
-                    break
-                node_pool = planner_pool(pool, configs, reserved=reserved_gpus(kept) | adapter_gpus)
-                plan, found = self.solve(pool.key, candidates, node_pool, stored_plan, outcome, quotas)
-                if not found:
-                    break
-                invalid.update(found)  # left out, with their last good share: solve again without them
-                candidates = [s for s in candidates if s.ref.key not in found]
-                keep_last_good({s.ref.key for s in systems} - {s.ref.key for s in candidates})
-            if outcome.solve_error is not None:
-                plan = stored_plan  # a failed solve keeps what runs
-            else:
-                if not candidates:
-                    plan = None
+        elif state.get("inputs") == inputs:
+            unmeasured = [s for s in systems if awaits_measurement(*invalid.get(s.ref.key, ("", "")))]
+            if unmeasured and self.solves.running(pool.key) is None:
+                job = PoolJob(pool, systems, candidates, configs, kept, invalid, spec_hash, stored_plan, adapter_gpus,
+                              quotas, dict(state), dict(paused), inputs, self.profiling.store(pool.key), measured)
+                # a change of the pool's inputs replaces it: measuring never holds a plan back
+                self.solves.start(pool.key, RunningSolve(inputs, follows_cancel=False),
+                                  lambda cancel: self.measure_pool(job, unmeasured, cancel))
+        else:
+            job = PoolJob(pool, systems, candidates, configs, kept, invalid, spec_hash, stored_plan, adapter_gpus,
+                          quotas, dict(state), dict(paused), inputs, self.profiling.store(pool.key), measured)
+            solved, new_plan = self.plan_without_solve(job)
+            if solved:
+                plan = new_plan
                 checkpoint("after-solve")
-                self.actor.apply([StorePlan(pool.key, reason="the pool's inputs changed", data={
-                    "inputs": self.inputs_hash(pool, candidates, spec_hash, kept, adapter_gpus, quotas),
-                    "pool": self.pool_hash(pool, adapter_gpus, quotas),
-                    "systems": dumps({s.ref.key: spec_hash[s.ref.key] for s in candidates}),
-                    "plan": plan.model_dump_json() if plan else "",
-                    "format": str(STATE_FORMAT),
-                    "kept": dumps({k: v.model_dump(mode="json") for k, v in kept.items()}),
-                    "paused": dumps({k: h for k, h in planned_hashes(state).items() if k in paused}),
-                    "invalid": dumps({key: {"hash": spec_hash[key], "reason": reason, "message": message}
-                                      for key, (reason, message) in invalid.items() if key in spec_hash}),
-                })])
+                self.actor.apply([StorePlan(pool.key, reason="the pool's inputs changed", data=self.plan_data(job, plan))])
+            else:
+                self.schedule_solve(job, outcome)
         outcome.plan, outcome.invalid, outcome.quotas = plan, invalid, quotas
+        outcome.first_plan_solving = plan is None and self.solves.running(pool.key) is not None
         outcome.priorities = {s.ref.key: s.spec.pool_priority for s in candidates if s.spec is not None}
         outcome.pool_gpus = len(pool.slots())
         node_names = {n.name for n in pool.nodes}
         planned_for = {s.ref.key for s in candidates}
-        gpus = [g for g in (placed_gpus(plan) if plan else []) if g.node in node_names]
+        placed = placed_gpus(plan) if plan else []
+        gpus = [g for g in placed if g.node in node_names]
+        outcome.left_nodes = nodes_left_by_system(placed, node_names, planned_for)
         # Kept shares hold the instances of systems the plan was also made for (a plan that still stands).
         gpus = [g.model_copy(update={"instances": [i if i.system in planned_for else InstancePlan(mig_profile=i.mig_profile)
                                                    for i in g.instances]}) for g in gpus]
@@ -280,108 +340,205 @@ class Reconciler:
             for system in {i.system for i in gpu.instances if i.system}:
                 outcome.gpus_of.setdefault(system, []).append(gpu)
 
-    def pool_hash(self, pool: Pool, adapter_gpus: set[tuple[str, int]], quotas: list[InstanceQuota]) -> str:
+    def plan_without_solve(self, job: PoolJob) -> tuple[bool, Plan | None]:
+        """(True, the plan) where the changed inputs need no solve: no system left to plan (only the kept shares of
+        those left out), a stored plan that still stands (only systems that turned invalid left it), or the running
+        plan re-sized for a demand-only change; else (False, None)."""
+        if not job.candidates:
+            return True, None
+        present = {s.ref.key for s in job.systems}
+        if stored_plan_stands(job.state, self.pool_hash(job.pool, job.adapter_gpus, job.quotas, job.measured_digest),
+                              job.candidates, job.spec_hash, present):
+            return True, job.stored_plan
+        if job.quotas:
+            return False, None  # replicas-only re-sizing knows no quotas: with any, a demand move re-plans in full
+        resized = self.demand.replicas_only(
+            job.stored_plan, job.candidates,
+            planner_pool(job.pool, job.configs, reserved=reserved_gpus(job.kept) | job.adapter_gpus),
+            self.settings.planner, job.measured)
+        return resized is not None, resized
+
+    def schedule_solve(self, job: PoolJob, outcome: PoolOutcome) -> None:
+        """Starts the pool's solve unless one runs that may (solve_decide.next_solve); a solve that failed for these
+        very inputs is tried again after a resync's time, and its error shows until then and while it runs."""
+        failed = self.failed.get(job.pool.key)
+        if failed is not None and failed.inputs == job.inputs:
+            outcome.solve_error = failed.error
+            retry_in = failed.at + self.settings.resync_s - time.time()
+            if retry_in > 0:
+                outcome.requeue_after = retry_in
+                return
+        step = next_solve(self.solves.running(job.pool.key), job.inputs)
+        if step is not Step.WAIT:
+            self.solves.start(job.pool.key, RunningSolve(job.inputs, follows_cancel=step is Step.REPLACE),
+                              lambda cancel: self.solve_pool(job, cancel))
+
+    def solve_pool(self, job: PoolJob, cancel: threading.Event) -> PoolSolve:
+        """The pool's solve (in a thread of `self.solves`): the systems the planner cannot use, or that exceed its
+        caps on every try, are left out with their last good share, and the rest solved again without them. The
+        size that fits of a system too large to plan is measured afterwards (measure_pool), so the pool's other
+        systems do not wait for it."""
+        candidates, kept, invalid = list(job.candidates), dict(job.kept), dict(job.invalid)
+        present = {s.ref.key for s in job.systems}
+        plan, error = job.stored_plan, None
+        while candidates:
+            node_pool = planner_pool(job.pool, job.configs, reserved=reserved_gpus(kept) | job.adapter_gpus)
+            plan, found, error = self.solve(job, candidates, node_pool, cancel)
+            if not found:
+                break
+            invalid.update(found)  # left out, with their last good share: solve again without them
+            candidates = [s for s in candidates if s.ref.key not in found]
+            keep_last_good(kept, present - {s.ref.key for s in candidates}, job.stored_plan)
+            if stored_plan_stands(job.state, self.pool_hash(job.pool, job.adapter_gpus, job.quotas, job.measured_digest),
+                                  candidates, job.spec_hash, present):
+                plan = job.stored_plan  # only systems that turned invalid left it
+                break
+        if error is not None:
+            return PoolSolve(job.inputs, None, error, time.time())
+        done = replace(job, candidates=candidates, kept=kept, invalid=invalid)
+        return PoolSolve(job.inputs, self.plan_data(done, plan if candidates else None), None, time.time())
+
+    def measure_pool(self, job: PoolJob, systems: list[SystemObject], cancel: threading.Event) -> PoolSolve:
+        """The pool's stored plan again, the TooLargeToPlan messages of `systems` with the size measured to fit."""
+        whole = planner_pool(job.pool, job.configs, reserved=job.adapter_gpus)
+        invalid = {**job.invalid, **{s.ref.key: (st.TOO_LARGE_TO_PLAN, self.measure_fit(job, s, whole, cancel))
+                                     for s in systems}}
+        return PoolSolve(job.inputs, self.plan_data(replace(job, invalid=invalid), job.stored_plan), None, time.time())
+
+    def plan_data(self, job: PoolJob, plan: Plan | None) -> dict[str, str]:
+        """The pool's ConfigMap data for `plan`, made for `job.candidates` (stored_pool_plan reads it back)."""
+        return {
+            "inputs": self.inputs_hash(job.pool, job.candidates, job.spec_hash, job.kept, job.adapter_gpus, job.quotas,
+                                       job.measured_digest),
+            "pool": self.pool_hash(job.pool, job.adapter_gpus, job.quotas, job.measured_digest),
+            "systems": dumps({s.ref.key: job.spec_hash[s.ref.key] for s in job.candidates}),
+            "plan": plan.model_dump_json() if plan else "",
+            "format": str(STATE_FORMAT),
+            "kept": dumps({k: v.model_dump(mode="json") for k, v in job.kept.items()}),
+            "paused": dumps({k: h for k, h in planned_hashes(job.state).items() if k in job.paused}),
+            "invalid": dumps({key: {"hash": job.spec_hash[key], "reason": reason, "message": message,
+                                    "caps": self.caps()}
+                              for key, (reason, message) in job.invalid.items() if key in job.spec_hash}),
+        }
+
+    def caps(self) -> str:
+        """The solver's caps, as a too-large system's record names them (other caps plan it again)."""
+        return (f"memory cap {self.settings.solve_memory_mb} MiB, "
+                f"time limit {self.settings.planner.time_limit_s:g} s")
+
+    def pool_hash(self, pool: Pool, adapter_gpus: set[tuple[str, int]], quotas: list[InstanceQuota],
+                  measured: str) -> str:
         """The GPUs a plan is made on: the pool's, less the AdapterPools', and the quotas it keeps within (a stored
-        plan stands only on the same: a lowered quota re-plans though no spec changed)."""
+        plan stands only on the same: a lowered quota re-plans though no spec changed); `measured`, the digest of
+        the pool's measured profiles."""
         return naming.digest({"format": STATE_FORMAT, "gpu": pool.gpu.name,
                               "slots": [(n.name, i) for n, i in pool.slots() if (n.name, i) not in adapter_gpus],
                               "options": self.settings.planner.model_dump(mode="json"),
-                              "measured": self.profiling.digest(pool.key), **quota_key(quotas)})
+                              "measured": measured, **quota_key(quotas)})
 
     def inputs_hash(self, pool: Pool, candidates: list[SystemObject], spec_hash: dict[str, str],
-                    kept: dict[str, Share], adapter_gpus: set[tuple[str, int]], quotas: list[InstanceQuota]) -> str:
+                    kept: dict[str, Share], adapter_gpus: set[tuple[str, int]], quotas: list[InstanceQuota],
+                    measured: str) -> str:
         """Everything the plan depends on: equal hash, the stored plan stands."""
         return naming.digest({
             "format": STATE_FORMAT, "gpu": pool.gpu.name,
             "free": [slot for slot in free_slots(pool, kept) if slot not in adapter_gpus],
             "systems": sorted((s.ref.key, spec_hash[s.ref.key]) for s in candidates),
             "quotas": quota_list(quotas),
-            "options": self.settings.planner.model_dump(mode="json"), "measured": self.profiling.digest(pool.key)})
+            "options": self.settings.planner.model_dump(mode="json"), "measured": measured})
 
-    def solve(self, pool_key: str, candidates: list[SystemObject], node_pool: NodePool, current: Plan | None,
-              outcome: PoolOutcome, quotas: list[InstanceQuota]) -> tuple[Plan | None, dict[str, tuple[str, str]]]:
-        """(the plan, {}) or (None, the systems the planner cannot use); failures go to `outcome.solve_error`.
+    def solve(self, job: PoolJob, candidates: list[SystemObject], node_pool: NodePool, cancel: threading.Event,
+              ) -> tuple[Plan | None, dict[str, tuple[str, str]], str | None]:
+        """(the plan, {}, None), (None, the systems the planner cannot use, None) or (None, {}, why it failed).
 
         The planner serves as much demand as it can, so a system whose SLO no
         choice reaches may still get a plan, serving nothing; it is
         unplannable (Invalid) only when it serves nothing even alone on the
         pool, else the pool is too small (Degraded). A time limit with a
         checked plan is a plan; one without, or a planner failure, keeps
-        what runs and retries. Each system is checked alone without its namespace's quotas: a quota that
-        leaves it nothing holds it back, it does not make its spec unplannable.
+        what runs and retries, unless a system exceeds the solver's caps on
+        every try (solve_decide.too_large): that one is left out. Each system
+        is checked alone without its namespace's quotas: a quota that leaves
+        it nothing holds it back, it does not make its spec unplannable.
         """
-        # replicas-only re-sizing knows no quotas: with any, a demand move re-plans in full
-        resized = None if quotas else self.demand.replicas_only(current, candidates, node_pool, self.settings.planner,
-                                                                 self.profiling.store(pool_key))
-        if resized is not None:
-            return resized, {}
-        result = self.run_solver(pool_key, candidates, node_pool, current, quotas)
+        result = self.run_solver(job, candidates, node_pool, job.stored_plan, cancel, job.quotas)
+        nodes_settling = settling(job.pool.nodes)
         if isinstance(result, (Planned, TimeLimit, Infeasible)) and result.plan is not None:
             starved = [s for s in candidates if serves_nothing(result.plan, s.ref.key)]
-            culprits = self.find_unplannable(pool_key, starved, node_pool) if starved else {}
-            return (None, culprits) if culprits else (result.plan, {})
+            if starved and nodes_settling:
+                return None, {}, settling_message(nodes_settling)  # short of GPUs that are being re-partitioned
+            culprits = self.find_unplannable(job, starved, node_pool, cancel) if starved else {}
+            return (None, culprits, None) if culprits else (result.plan, {}, None)
+        if isinstance(result, Infeasible) and nodes_settling:
+            return None, {}, settling_message(nodes_settling)
         if isinstance(result, InvalidInput):
             # The system the planner names is checked alone first: in a joint solve one spec's bad profile
             # can surface under another system's name, and no good system may be held back by a bad one.
             named = [s for s in candidates if s.ref.key == result.system]
-            culprits = self.find_unplannable(pool_key, named, node_pool) if named else {}
+            culprits = self.find_unplannable(job, named, node_pool, cancel, nodes_settling) if named else {}
             if culprits:
-                return None, culprits
+                return None, culprits, None
         if isinstance(result, (Infeasible, InvalidInput)):
-            culprits = self.find_unplannable(pool_key, candidates, node_pool)
+            culprits = self.find_unplannable(job, candidates, node_pool, cancel, nodes_settling)
             if culprits:
-                return None, culprits
-        outcome.solve_error = result.reason if not isinstance(result, Planned) else "no plan"
-        return None, {}
+                return None, culprits, None
+        if exceeds_caps(result):
+            culprits = self.find_too_large(job, candidates, node_pool, result, cancel)
+            if culprits:
+                return None, culprits, None
+        return None, {}, result.reason if not isinstance(result, Planned) else "no plan"
 
-    def find_unplannable(self, pool_key: str, systems: list[SystemObject],
-                         node_pool: NodePool) -> dict[str, tuple[str, str]]:
-        """Each system alone on the pool: those the planner refuses or that serve nothing, with the planner's why."""
-        found = {}
-        for system in systems:
-            key = system.ref.key
-            result = self.run_solver(pool_key, [system], node_pool, None)
-            if isinstance(result, InvalidInput):
-                found[key] = (st.INVALID_SPEC, result.reason)
-            elif isinstance(result, Infeasible) and result.plan is None:
-                found[key] = (st.SLO_UNREACHABLE, "; ".join([result.reason, *about(result.diagnosis, key)]))
-            elif isinstance(result, (Planned, TimeLimit, Infeasible)) and result.plan is not None \
-                    and serves_nothing(result.plan, key):
-                found[key] = (st.SLO_UNREACHABLE, "; ".join(about(result.plan.diagnosis, key))
-                              or "no choice meets the SLOs")
-        return found
-
-    def run_solver(self, pool_key: str, systems: list[SystemObject], node_pool: NodePool,
-                   current: Plan | None, quotas: list[InstanceQuota] | None = None) -> Outcome:
-        """One solve in the planner's worker process; the reconcile thread waits, a trigger cancels it."""
+    def run_solver(self, job: PoolJob, systems: list[SystemObject], node_pool: NodePool, current: Plan | None,
+                   cancel: threading.Event, quotas: list[InstanceQuota] | None = None) -> Outcome:
+        """One solve in the planner's worker process; the solve's thread waits, `cancel` stops it."""
         request = PlanRequest(
             systems=[SystemInput(namespace=s.ref.namespace, name=s.ref.name, spec=s.spec) for s in systems],
-            pool=node_pool, options=self.settings.planner, current=current,
-            measured=self.profiling.store(pool_key), quotas=quotas or [])
+            pool=node_pool, options=self.settings.planner, current=current, measured=job.measured,
+            quotas=quotas or [])
         started = time.perf_counter()
-        with metrics.SOLVE_SECONDS.labels(pool_key).time():
+        with metrics.SOLVE_SECONDS.labels(job.pool.key).time():
             handle = start_solve(request, memory_limit_mb=self.settings.solve_memory_mb)
             try:
-                result = self._wait(handle)
+                result = wait_for_outcome(handle, cancel)
             finally:
                 if not handle.done():
                     handle.cancel()
         plannable = sum(len(n.plannable_devices()) for n in node_pool.nodes)
-        log.info("pool %s: solve of %d system(s) on %d GPUs: %s %s (%.1f s)", pool_key, len(systems), plannable,
+        log.info("pool %s: solve of %d system(s) on %d GPUs: %s %s (%.1f s)", job.pool.key, len(systems), plannable,
                  result.kind, getattr(result, "reason", ""), time.perf_counter() - started)
         return result
 
-    def _wait(self, handle: SolveHandle) -> Outcome:
-        while True:
-            if self.cancel.is_set():
-                handle.cancel()
-                raise SolveCancelled("inputs changed during the solve")
-            checkpoint("mid-solve")
-            try:
-                outcome: Outcome = handle.result(timeout=SOLVE_POLL_S)
-            except TimeoutError:
-                continue
-            return outcome
+    def find_unplannable(self, job: PoolJob, systems: list[SystemObject], node_pool: NodePool,
+                         cancel: threading.Event, nodes_settling: list[str] | None = None) -> dict[str, tuple[str, str]]:
+        """Each system alone on the pool: those the planner refuses or that serve nothing, with the planner's why
+        (solve_decide.alone_verdict; none serves nothing while `nodes_settling`)."""
+        found = {}
+        for system in systems:
+            verdict = alone_verdict(self.run_solver(job, [system], node_pool, None, cancel), system.ref.key,
+                                    nodes_settling or [])
+            if verdict is not None:
+                found[system.ref.key] = verdict
+        return found
+
+    def find_too_large(self, job: PoolJob, systems: list[SystemObject], node_pool: NodePool, pool_result: Outcome,
+                       cancel: threading.Event) -> dict[str, tuple[str, str]]:
+        """The pool's solve exceeded the solver's caps: each system alone; those that exceed them alone too, with
+        their size (the size that fits is measured once the others are planned: measure_fit)."""
+        alone = {s.ref.key: self.run_solver(job, [s], node_pool, None, cancel) for s in systems}
+        return {s.ref.key: (st.TOO_LARGE_TO_PLAN, too_large_message(size_of(s.spec), None, self.caps()))
+                for s in systems if s.spec is not None and s.ref.key in too_large(pool_result, alone)}
+
+    def measure_fit(self, job: PoolJob, system: SystemObject, node_pool: NodePool, cancel: threading.Event) -> str:
+        """The TooLargeToPlan message with the size measured to fit: smaller cuts of the system, each solved alone
+        under the same caps (solve_decide.next_probe)."""
+        assert system.spec is not None
+        size, tried = size_of(system.spec), dict[Size, bool]()
+        while (probe := next_probe(size, tried)) is not None:
+            smaller = replace(system, spec=cut_to(system.spec, probe))
+            tried[probe] = fits_caps(self.run_solver(job, [smaller], node_pool, None, cancel))
+        message = too_large_message(size, tried, self.caps())
+        log.warning("pool %s: %s: %s", job.pool.key, system.ref.key, message)
+        return message
 
     # -- MIG -------------------------------------------------------------------
     def relabel_nodes(self, pool: Pool, systems: list[SystemObject], children: list[Json], outcome: PoolOutcome,

@@ -66,12 +66,12 @@ def test_the_operator_container_is_locked_down(helm):
 def test_every_value_reaches_the_operators_command_line(helm):
     (deployment,) = [d for d in render(
         helm, "--set", "watchNamespaces={a,b}", "--set", "poolNodeSelector.tessera\\.ai/pool=h100",
-        "--set", "gpuOperator.migConfigMap=mine", "--set", "solver.memoryMB=4096",
+        "--set", "gpuOperator.migConfigMap=mine", "--set", "solver.memoryMB=4096", "--set", "solver.workers=3",
         "--set", "leaderElection.leaseDurationSeconds=20",
         "--set", "poolNamespaces.NVIDIA-H100-80GB-HBM3=tessera.ai/gpu-tenant in (true\\,yes)") if d["kind"] == "Deployment"]
     args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
     for expected in ("--namespace=a", "--namespace=b", "--node-selector=tessera.ai/pool=h100", "--mig-configmap=mine",
-                     "--solve-memory=4096", "--lease-duration=20", "--state-namespace=tessera-system",
+                     "--solve-memory=4096", "--solve-workers=3", "--lease-duration=20", "--state-namespace=tessera-system",
                      "--leader-election-namespace=tessera-system",
                      "--pool-namespaces=NVIDIA-H100-80GB-HBM3=tessera.ai/gpu-tenant in (true,yes)"):
         assert expected in args
@@ -161,6 +161,7 @@ def test_a_namespace_scoped_install_grants_workload_rights_only_in_its_namespace
     (["--set", "leaderElection.leaseDurationSeconds=1"], "leaseDurationSeconds"),
     (["--set", "watchNamespaces={Bad_Name}"], "watchNamespaces"),
     (["--set", "solver.memoryMB=64"], "memoryMB"),
+    (["--set", "solver.workers=0"], "workers"),
     (["--set", "typo=1"], "typo"),
     (["--set", "planner.tierRatio=0.5"], "tierRatio"),
     (["--set-json", "planner.latencySpread=0.5"], "latencySpread"),
@@ -174,7 +175,7 @@ def test_a_namespace_scoped_install_grants_workload_rights_only_in_its_namespace
     (["--set", "profiling.jobsPerPool=0"], "jobsPerPool"),
     (["--set", "profiling.repartition=yes"], "repartition"),
     (["--set", "reconcile.maintenanceWindow=2-4"], "maintenanceWindow"),
-], ids=["no-replica", "gpu-operators-own-configmap", "short-lease", "bad-namespace", "tiny-solver", "unknown-key",
+], ids=["no-replica", "gpu-operators-own-configmap", "short-lease", "bad-namespace", "tiny-solver", "no-solver-worker", "unknown-key",
         "tier-below-exact", "spread-below-one", "queueing-not-a-boolean", "unknown-routing", "batch-zero", "url-without-scheme", "bad-secret-name", "no-scale-down-step",
         "bad-template-name", "no-profiler-job", "repartition-not-a-boolean",
         "window-not-a-range"])

@@ -94,6 +94,11 @@ def _demand(custom, namespace: str) -> dict:
     return (systems(custom, namespace)["classifier"].get("status") or {}).get("demand") or {}
 
 
+def _plans_the_step(custom, namespace: str) -> bool:
+    planned = (systems(custom, namespace)["classifier"].get("status") or {}).get("plan") or {}
+    return abs(planned.get("demandRequestsPerSecond", 0) - RATE_UP) < 0.05 * RATE_UP
+
+
 def _reads_the_step(custom, namespace: str) -> bool:
     """The last reading is the step's rate again (a fresh rate window reads low for a few seconds)."""
     return abs((_demand(custom, namespace).get("observedRequestsPerSecond") or 0) - RATE_UP) < 0.05 * RATE_UP
@@ -158,6 +163,10 @@ def test_demand_from_prometheus_scales_up_and_never_down_on_bad_data(
     # A step up: more capacity (compute slices of MIG instances), its replicas Running.
     exporter.set_rate(series, RATE_UP)
     _wait(custom, operator, lambda: _slices(custom, ns, "classifier") > before, 90, "more capacity after a step up")
+    # The plan made for the step's rate: readings on the way up may be planned first (a solve that replaced a
+    # cancelled one runs to its end, the newer reading is planned right after it: docs/operator.md), and the
+    # servers of such a plan may be Ready before the step's plan re-partitions their node.
+    _wait(custom, operator, lambda: _plans_the_step(custom, ns), 90, "the plan made for the step's rate")
     # Make before break: the previous plan's servers serve until the step's replicas are available (or their
     # node's turn to change comes), so the replicas counted here are those of the step's plan once it is Ready
     # (the reconcile that writes Ready has removed the previous plan's servers first).

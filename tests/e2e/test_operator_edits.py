@@ -1,7 +1,7 @@
 """A steady stream of edits to one system cannot keep the pool from being planned (issue 29 item 4).
 
 A change that arrives during a solve cancels it, but never two in a row: the solve after a cancelled
-one runs to its end (operator/entry/controller.py). Here one system's spec is edited every 2 s while a
+one runs to its end (operator/reconcile/solve_decide.py). Here one system's spec is edited every 2 s while a
 second system is applied; before the rule every solve of the pool was cancelled and the second system
 never deployed. The test also checks the edits did cancel solves (the log says so), or it would prove
 nothing: a solve shorter than the gap between edits is never interrupted.

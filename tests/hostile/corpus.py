@@ -121,6 +121,22 @@ def chain_spec(tasks: int) -> str:
     return yaml.safe_dump(document)
 
 
+def wide_spec(tasks: int, variants: int) -> dict:
+    """A schema-valid system of `tasks` x `variants`, no edges (each task its own path), every variant estimated
+    from its figures (no profiles): its MILP grows with tasks x variants until it exceeds the solver's caps."""
+    document = spec()
+    document["metadata"]["name"] = f"wide-{tasks}x{variants}"
+    document["spec"]["tasks"] = [
+        {"name": f"t{t}", "variants": [
+            {"name": f"v{v}", "accuracy": round(0.9 + 0.1 * (v + 1) / variants, 4), "gpuMemoryGigabytes": 4 + v,
+             "gigaflopsPerRequest": 8.0 + 2 * v, "parametersMillions": 25.0 + 5 * v, "layers": 50 + v}
+            for v in range(variants)]}
+        for t in range(tasks)]
+    document["spec"]["edges"] = []
+    document["spec"]["profiles"] = []
+    return document
+
+
 def diamond_spec(layers: int) -> str:
     """Layers of two tasks, each feeding both of the next layer's: 2^layers paths from few tasks."""
     names = [[f"l{i}a", f"l{i}b"] for i in range(layers)]

@@ -195,6 +195,14 @@ def test_a_server_waits_while_its_node_waits_for_a_mig_layout():
     assert not planned_servers(pool, servers, SETTINGS, set(), pending)[0][1]
 
 
+def test_a_server_waits_while_the_pools_first_compound_plan_is_solved():
+    obj, pool = adapter_pool(), gpu_pool()
+    servers = decided(obj, pool)
+    planned = planned_servers(pool, servers, SETTINGS, set(), {}, first_plan_solving=True)
+    assert planned and not any(now for _, now in planned)
+    assert decide_servers(planned, [], True) == []
+
+
 def test_an_unchanged_cluster_gets_no_write_of_a_server():
     obj, pool = adapter_pool(), gpu_pool()
     _, planned = servers_of(obj, pool)

@@ -22,8 +22,9 @@ from tessera.operator.reconcile import builders
 from tessera.operator.reconcile.actions import ApplyChild, DeleteChild, LabelNode, PatchStatus, PostEvent
 from tessera.operator.reconcile.decide import (PoolOutcome, decide_children, decide_mig_configs, decide_relabels,
                                                decide_status, desired_mig, invalid_status, layout_applied,
-                                               live_children, no_pool_status, planned_children,
-                                               replacements_awaited, stored_plan_stands, system_status)
+                                               live_children, no_pool_status, nodes_left_by_system,
+                                               planned_children, replacements_awaited, stored_plan_stands,
+                                               system_status)
 from tessera.operator.settings import OperatorSettings
 
 from .conftest import gpu_node, pool_of
@@ -445,6 +446,30 @@ def test_the_gpus_column_counts_the_gpus_holding_an_available_server_not_the_pla
     assert "on 2 GPU(s)" in next(c for c in conditions if c.type == st.PLANNED).message
     outcome.live = {}
     assert system_status(system(), outcome)[2]["gpus"] == 0
+
+
+def test_the_nodes_left_by_a_system_are_those_of_the_plan_in_force_no_longer_in_the_pool(plan):
+    """The plan puts detection on gpu-a and classification on gpu-b; gpu-b left the pool."""
+    placed = placed_gpus(plan)
+    assert nodes_left_by_system(placed, {"gpu-a"}, {"shop/traffic"}) == {"shop/traffic": ["gpu-b"]}
+    assert nodes_left_by_system(placed, {"gpu-a", "gpu-b"}, {"shop/traffic"}) == {}
+    assert nodes_left_by_system(placed, {"gpu-a"}, {"shop/other"}) == {}
+
+
+def test_a_system_whose_plan_in_force_puts_servers_on_a_node_that_left_the_pool_is_not_ready_while_it_re_plans(plan):
+    """Every server available, as the stored plan stood; but gpu-b left the pool and the re-plan runs off the
+    reconcile: Ready=False, Planning, naming the node, never Ready on servers the cluster no longer has."""
+    pool = applied_pool(plan)
+    outcome = outcome_for(plan, pool, applied={"gpu-a", "gpu-b"})
+    planned, outcome.deployments = planned_children(pool, [system()], outcome, SETTINGS)
+    outcome.live = live_children([available(body) for (kind, _, _), (body, _) in planned.items()
+                                  if kind == "Deployment"], [system()])
+    assert system_status(system(), outcome)[0] == st.PHASE_READY
+    outcome.left_nodes = {"shop/traffic": ["gpu-b"]}
+    phase, conditions, _ = system_status(system(), outcome)
+    ready = next(c for c in conditions if c.type == st.READY)
+    assert phase == st.PHASE_DEPLOYING and (ready.status, ready.reason) == (False, st.PLANNING)
+    assert "gpu-b, no longer in the pool" in ready.message
 
 
 # -- the pool's stored plan ------------------------------------------------------

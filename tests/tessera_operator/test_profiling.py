@@ -13,6 +13,7 @@ from tessera.profiler.results import ExitCode, Failure, FailureKind, Point, Swee
 from tessera.operator.profiling.in_cluster import Profiling
 from tessera.operator.settings import OperatorSettings
 from tessera.operator.api.systems import SystemObject
+from tessera.planner.profiles import ProfileSource
 
 from .conftest import gpu_node, pool_of
 
@@ -351,6 +352,41 @@ def test_a_tag_pushed_again_drops_its_measurements_and_gets_new_jobs_once_a_pod_
     assert profiling.pools[pool.key].rows == []  # AAA's measurements do not serve BBB
     new = {n: pf.job_target(j) for n, j in cluster.jobs.items() if n not in first}
     assert [(t.variant, t.image_digest) for t in new.values()] == [("yolov5m", BBB)]
+
+
+def test_profiling_is_complete_only_once_the_plan_in_force_rests_on_the_measurements(plan, spec, system_ref):
+    """Every Job measured: while the plan in force is still the one made on their estimates (its re-plan on the
+    measurements runs off the reconcile), ProfilingComplete is False, re-planning; True once a plan on the
+    measurements is in force."""
+    cluster = FakeCluster()
+    profiling = Profiling(cluster, OperatorSettings(profiler_image="example.org/tessera:1",
+                                                    profiling_jobs_per_pool=8))
+    pool = pool_of(_mig_node("gpu-a", {"3g.40gb": 2, "1g.10gb": 7}))
+    system = SystemObject(system_ref, spec, None, {}, {})
+
+    def run(in_force) -> list:
+        profiling.collect()
+        profiling.prepare(pool, [system])
+        profiling.launch(pool, in_force, [system], BATCHES)
+        return profiling.condition(system, pool)
+
+    (measuring,) = run(plan)
+    assert (measuring.status, measuring.reason) == (False, "Profiling")
+    for name, job in list(cluster.jobs.items()):
+        target = pf.job_target(job)
+        result = SweepResult(target=target, points=(Point(batch=1, p50_ms=2, p99_ms=3, throughput_rps=400,
+                                                          requests=5),))
+        pod = _server_pod(target.image, f"example.org/any@{AAA}", job=name)
+        pod["status"]["containerStatuses"] = [{"name": "profiler", "state": {"terminated": {
+            "exitCode": 0, "message": result.termination_message()}}}]
+        cluster.pods.append(pod)
+        cluster.jobs[name] = _finished(job)
+    (replanning,) = run(plan)
+    assert (replanning.status, replanning.reason) == (False, "Profiling") and "re-planning" in replanning.message
+    on_measurements = plan.model_copy(update={"tasks": [t.model_copy(update={"configs": [
+        c.model_copy(update={"source": ProfileSource.MEASURED}) for c in t.configs]}) for t in plan.tasks]})
+    (complete,) = run(on_measurements)
+    assert (complete.status, complete.reason) == (True, "ProfilesMeasured")
 
 
 # -- where: free instances, and free nodes re-partitioned for profiling --------------
