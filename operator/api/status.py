@@ -57,6 +57,8 @@ NODE_IN_USE = "NodeInUse"
 NODE_CHANGE_HELD = "NodeChangeHeld"
 REPLACEMENT_PENDING = "ReplacementPending"
 NO_REPLACEMENT_CAPACITY = "NoReplacementCapacity"
+REPLACED_IN_PLACE = "ReplacedInPlace"
+"""Ready=False: old servers deleted before their replacements, which need their MIG instances (the loss stated)."""
 NODE_CHANGE_QUEUED = "NodeChangeQueued"
 NODE_DRAINING = "NodeDraining"
 PAUSED = "Paused"
@@ -105,7 +107,7 @@ VIOLATIONS_ABOVE_TARGET = "ViolationsAboveTarget"
 WARNING_REASONS = {INVALID_SPEC, SLO_UNREACHABLE, NO_GPU_POOL, SOLVE_FAILED, LAST_GOOD_PLAN,
                    INSUFFICIENT_CAPACITY, MIG_FAILED, NODE_IN_USE, SERVERS_UNAVAILABLE, PROFILING_FAILED,
                    POOL_NOT_ALLOWED, VIOLATIONS_ABOVE_TARGET, QUOTA_REACHED, PREEMPTED_BY_PRIORITY, ADAPTER_LOAD_FAILED,
-                   ROUTE_NAME_TAKEN, *PREREQUISITE_REASONS}
+                   ROUTE_NAME_TAKEN, REPLACED_IN_PLACE, *PREREQUISITE_REASONS}
 
 
 @dataclass(frozen=True)

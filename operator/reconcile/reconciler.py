@@ -47,8 +47,9 @@ from tessera.operator.reconcile.decide import (STATE_FORMAT, PoolOutcome, about,
                                                decide_children, decide_mig_configs, decide_relabels, decide_status,
                                                desired_mig, free_slots, live_children, no_pool_status,
                                                nodes_to_relabel, planned_children, planned_nodes, profiling_mig,
-                                               replacements_awaited, reserved_gpus, stored_plan_stands, stored_pool_plan,
-                                               system_status, frontend_status, spec_digest)
+                                               replacements_awaited, replacements_in_place, reserved_gpus,
+                                               stored_plan_stands, stored_pool_plan, system_status, frontend_status,
+                                               spec_digest)
 from tessera.operator.reconcile.node_changes import NodeHold
 from tessera.operator.reconcile.pool_access import denied
 from tessera.operator.reconcile.quotas import instance_quotas, whole_gpu_quotas
@@ -411,6 +412,8 @@ class Reconciler:
                                                         self.profiling.store(pool.key))
         outcome.live = live_children(children, systems)
         outcome.awaited = replacements_awaited(planned, outcome.live, outcome)
+        outcome.in_place = replacements_in_place(planned, outcome.live, outcome)
+        outcome.without_replacement = self.settings.without_replacement
         self.actor.apply(without_paused(decide_children(planned, systems, outcome.live, outcome), paused))
 
     # -- status ----------------------------------------------------------------

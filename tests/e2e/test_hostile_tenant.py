@@ -24,8 +24,7 @@ from cluster.kube import wait_for
 from .operator_fixtures import crds, custom, run_operator  # noqa: F401  (fixtures)
 from .operator_harness import (MANAGED, audit_events, audit_lines, condition, new_namespace, operator_writes,
                                server_fingerprints, system_yaml, systems, wait_ready)
-from .test_serving_node_change import (Sampler, no_deployment_deleted_while_it_served_before_its_replacements,
-                                       no_task_below_its_capacity_in_force)
+from .test_serving_node_change import Sampler, no_task_below_its_capacity_in_force
 
 READY_TIMEOUT_S = 240
 PLANS = "tessera_plans_stored_total"
@@ -117,21 +116,25 @@ def test_ten_systems_of_a_second_namespace_never_leave_the_first_below_its_capac
     assert no_task_below_its_capacity_in_force(sampler.samples)
 
 
-def servers_available(api_client, namespace: str) -> bool:
+def model_servers(api_client, namespace: str) -> list:
     deployments = client.AppsV1Api(api_client).list_namespaced_deployment(namespace, label_selector=MANAGED).items
-    servers = [d for d in deployments if d.metadata.labels.get("tessera.ai/component") == "model-server"]
+    return [d for d in deployments if d.metadata.labels.get("tessera.ai/component") == "model-server"]
+
+
+def servers_available(api_client, namespace: str) -> bool:
+    servers = model_servers(api_client, namespace)
     return bool(servers) and all((d.status.available_replicas or 0) == d.spec.replicas for d in servers)
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "issue 28 item 6, open: on one node the plan for 500 moves the system's only replica to another configuration "
-    "(resnet152 -> resnet101 x2 MPS) on the same 1g.20gb instance, the one its GPU's layout has; a layout change "
-    "would re-partition the serving node, which the change price avoids. The replacement needs the old server's "
-    "instance, so the old one is deleted first and the task serves nothing until the new pod is up, with no loss "
-    "stated. Needs the planner to price a break (or the operator to hold it as --without-replacement does)."))
-def test_a_demand_change_from_50_to_500_deletes_no_serving_deployment_before_its_replacement_is_available(
-        run_operator, api_client, custom, kubectl):
-    operator = run_operator(nodes=1).start()
+def server_names(api_client, namespace: str) -> set[str]:
+    return {d.metadata.name for d in model_servers(api_client, namespace)}
+
+
+def demand_raised_on_one_node(operator, api_client, custom, kubectl, settled) -> Sampler:
+    """`steady` Ready at 50 requests/s on a one-node pool, then raised to 500, sampled from before the patch until
+    `settled()` holds after the plan for 500 is reported. On this node the plan for 50 runs resnet152 on the GPU's
+    only instance and the plan for 500 resnet101 x2 MPS on that same instance (a new layout would re-partition
+    the serving node, which the change price avoids): the replacement needs the old server's instance."""
     namespace = operator.namespace
     kubectl("apply", "-n", namespace, "-f", "-", input=system_yaml("steady", demandRequestsPerSecond=50))
     wait_ready(custom, namespace, ["steady"], READY_TIMEOUT_S, operator)
@@ -143,17 +146,52 @@ def test_a_demand_change_from_50_to_500_deletes_no_serving_deployment_before_its
         wait_for(lambda: planned_and_reported(custom, namespace, ["steady"])
                  and systems(custom, namespace)["steady"]["status"]["plan"]["demandRequestsPerSecond"] == 500,
                  READY_TIMEOUT_S, "the plan for 500 requests/s reported")
-        wait_ready(custom, namespace, ["steady"], READY_TIMEOUT_S, operator)
-        wait_for(lambda: servers_available(api_client, namespace) and not replacement_pending(custom, namespace),
-                 READY_TIMEOUT_S, "the old servers gone")
+        wait_for(settled, READY_TIMEOUT_S, "settled after the plan for 500")
     finally:
         sampler.done.set()
         sampler.join(timeout=5)
+    return sampler
 
-    first, last = set(sampler.samples[0][1]), set(sampler.samples[-1][1])
-    assert first - last, f"no Deployment was replaced ({sorted(first)}): the check would be vacuous"
-    assert no_deployment_deleted_while_it_served_before_its_replacements(sampler.samples)
+
+def test_a_demand_change_from_50_to_500_on_the_old_servers_own_instance_waits_serving_with_without_replacement_wait(
+        run_operator, cluster, api_client, custom, kubectl):
+    """The replacement can start only once the old server is gone: a change without replacement capacity. With
+    --without-replacement wait the old server keeps serving, untouched, and the system says why."""
+    operator = run_operator(nodes=1, resync_s=3.0)
+    operator.extra_args = ["--without-replacement", "wait"]
+    operator.start()
+    namespace, start = operator.namespace, audit_lines(cluster.audit_log)
+
+    def held_and_said() -> bool:
+        ready = condition(systems(custom, namespace)["steady"], "Ready") or {}
+        return ready.get("reason") == "NoReplacementCapacity"
+    sampler = demand_raised_on_one_node(operator, api_client, custom, kubectl, held_and_said)
+    reconciles = operator.metric("tessera_reconciles_total")
+    wait_for(lambda: operator.metric("tessera_reconciles_total") >= reconciles + 2, 60, "two reconciles after it")
+
+    assert server_names(api_client, namespace) == set(sampler.samples[0][1]), "the old server is the one that serves"
+    assert deployment_deletes(cluster.audit_log, start, namespace) == []
     assert no_task_below_its_capacity_in_force(sampler.samples)
+    message = condition(systems(custom, namespace)["steady"], "Ready")["message"]
+    assert operator.pool.nodes[0] in message and "--without-replacement wait" in message, message
+
+
+def test_a_demand_change_from_50_to_500_on_the_old_servers_own_instance_states_the_loss_with_without_replacement_change(
+        run_operator, core, api_client, custom, kubectl):
+    """With --without-replacement change (the default) the old server goes first, and the replicas lost until its
+    replacement is available are stated: a Warning Event, from Ready=False `ReplacedInPlace`."""
+    operator = run_operator(nodes=1).start()
+    namespace = operator.namespace
+    sampler = demand_raised_on_one_node(
+        operator, api_client, custom, kubectl,
+        lambda: servers_available(api_client, namespace) and not replacement_pending(custom, namespace))
+    wait_ready(custom, namespace, ["steady"], READY_TIMEOUT_S, operator)
+
+    first, last = set(sampler.samples[0][1]), server_names(api_client, namespace)
+    assert first - last, f"no Deployment was replaced ({sorted(first)}): the check would be vacuous"
+    stated = [e.message for e in core.list_namespaced_event(namespace).items
+              if e.reason == "ReplacedInPlace" and e.type == "Warning" and e.involved_object.name == "steady"]
+    assert stated and all(old in stated[0] for old in first - last) and "replica(s) serve nothing" in stated[0], stated
 
 
 def replacement_pending(custom, namespace: str) -> bool:
