@@ -615,7 +615,8 @@ def _quota_loss(summary: Json) -> str:
 
 
 def _degraded(plan: Plan, key: str, summary: Json, outcome: PoolOutcome) -> st.Condition:
-    """Why a system is served below its demand, in the order of precedence: its quota, higher priorities, the pool."""
+    """Why a system is served below its demand, in the order of precedence: its quota, higher priorities, what
+    already runs (running_decide.py), the pool."""
     if _serves_all(summary):
         return st.Condition(st.DEGRADED, False, st.DEMAND_SERVED, "the plan serves all demand within the SLOs")
     held = holding_back(plan, outcome.quotas, key)
@@ -637,6 +638,17 @@ def _degraded(plan: Plan, key: str, summary: Json, outcome: PoolOutcome) -> st.C
                             + _some([f"{other} (poolPriority {outcome.priorities[other]}, {slices} slices)"
                                      for other, slices in above], shown=5)
                             + "; raise its poolPriority or add GPU nodes to serve more")
+    if plan.running and key not in plan.running:
+        kept = sorted(plan.kept_for)
+        return st.Condition(st.DEGRADED, True, st.HELD_FOR_RUNNING_SYSTEMS,
+                            f"the plan serves {100 * _served_fraction(summary):.0f}% of the demand "
+                            f"({summary['servedRequestsPerSecond']:g} of {summary['demandRequestsPerSecond']:g} "
+                            "requests/s): what already runs in other namespaces keeps what it serves, as a re-plan "
+                            "they did not cause lowers none of it: "
+                            + _some([f"{other} ({100 * floor:.0f}%)" for other, floor in sorted(plan.running.items())],
+                                    shown=5)
+                            + (f"; kept the layouts of node(s) {_some(kept)}" if kept else "")
+                            + "; add GPU nodes to the pool to serve more")
     why = "; ".join(line.removeprefix(f"{key}: ") for line in plan.diagnosis if line.startswith(f"{key}:"))
     return st.Condition(st.DEGRADED, True, st.INSUFFICIENT_CAPACITY,
                         f"the pool serves {100 * _served_fraction(summary):.0f}% of the demand "

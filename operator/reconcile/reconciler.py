@@ -51,6 +51,7 @@ from tessera.operator.reconcile.decide import (STATE_FORMAT, PoolOutcome, about,
                                                stored_plan_stands, stored_pool_plan, system_status, frontend_status,
                                                spec_digest)
 from tessera.operator.reconcile.node_changes import NodeHold
+from tessera.operator.reconcile.running_decide import protection
 from tessera.operator.reconcile.pool_access import denied
 from tessera.operator.reconcile.quotas import instance_quotas, whole_gpu_quotas
 from tessera.planner.quota import InstanceQuota
@@ -240,8 +241,10 @@ class Reconciler:
                                       {s.ref.key for s in systems}):
                     plan = stored_plan  # only systems that turned invalid left it
                     break
-                node_pool = planner_pool(pool, configs, reserved=reserved_gpus(kept) | adapter_gpus)
-                plan, found = self.solve(pool.key, candidates, node_pool, stored_plan, outcome, quotas)
+                protect = protection(stored_plan, json.loads(state.get("systems", "{}")), candidates, spec_hash)
+                node_pool = planner_pool(pool, configs, reserved=reserved_gpus(kept) | adapter_gpus,
+                                         kept_for=protect.kept_for)
+                plan, found = self.solve(pool.key, candidates, node_pool, stored_plan, outcome, quotas, protect.floors)
                 if not found:
                     break
                 invalid.update(found)  # left out, with their last good share: solve again without them
@@ -300,7 +303,8 @@ class Reconciler:
             "options": self.settings.planner.model_dump(mode="json"), "measured": self.profiling.digest(pool.key)})
 
     def solve(self, pool_key: str, candidates: list[SystemObject], node_pool: NodePool, current: Plan | None,
-              outcome: PoolOutcome, quotas: list[InstanceQuota]) -> tuple[Plan | None, dict[str, tuple[str, str]]]:
+              outcome: PoolOutcome, quotas: list[InstanceQuota], running: dict[str, float]
+              ) -> tuple[Plan | None, dict[str, tuple[str, str]]]:
         """(the plan, {}) or (None, the systems the planner cannot use); failures go to `outcome.solve_error`.
 
         The planner serves as much demand as it can, so a system whose SLO no
@@ -316,7 +320,8 @@ class Reconciler:
                                                                  self.profiling.store(pool_key))
         if resized is not None:
             return resized, {}
-        result = self.run_solver(pool_key, candidates, node_pool, current, quotas)
+        result = self.run_solver(pool_key, candidates, node_pool, current, quotas, running)
+        node_pool = node_pool.without_kept()  # a system is unplannable alone on the pool, whatever runs there
         if isinstance(result, (Planned, TimeLimit, Infeasible)) and result.plan is not None:
             starved = [s for s in candidates if serves_nothing(result.plan, s.ref.key)]
             culprits = self.find_unplannable(pool_key, starved, node_pool) if starved else {}
@@ -353,12 +358,13 @@ class Reconciler:
         return found
 
     def run_solver(self, pool_key: str, systems: list[SystemObject], node_pool: NodePool,
-                   current: Plan | None, quotas: list[InstanceQuota] | None = None) -> Outcome:
+                   current: Plan | None, quotas: list[InstanceQuota] | None = None,
+                   running: dict[str, float] | None = None) -> Outcome:
         """One solve in the planner's worker process; the reconcile thread waits, a trigger cancels it."""
         request = PlanRequest(
             systems=[SystemInput(namespace=s.ref.namespace, name=s.ref.name, spec=s.spec) for s in systems],
             pool=node_pool, options=self.settings.planner, current=current,
-            measured=self.profiling.store(pool_key), quotas=quotas or [])
+            measured=self.profiling.store(pool_key), quotas=quotas or [], running=running or {})
         started = time.perf_counter()
         with metrics.SOLVE_SECONDS.labels(pool_key).time():
             handle = start_solve(request, memory_limit_mb=self.settings.solve_memory_mb)
