@@ -54,9 +54,10 @@ class OperatorSettings(BaseModel):
                     "their Deployments to zero, re-partitioned, served again).")
     without_replacement: Literal["wait", "change"] = Field(
         default="change",
-        description="A serving node whose layout must change while the plan puts what it carries nowhere else: "
-                    "'wait' keeps it serving (status says why, nothing changes); 'change' re-partitions it, one "
-                    "such node per pool at a time, and status states the replicas lost until it serves again.")
+        description="A serving node whose layout must change while the plan puts what it carries nowhere else, or a "
+                    "server whose replacement needs its own MIG instances: 'wait' keeps it serving (status says "
+                    "why, nothing changes); 'change' goes ahead (a node: one such node per pool at a time), and "
+                    "status states the replicas lost until they serve again.")
     node_not_ready_grace_s: float = Field(
         default=60.0, ge=0, le=3600,
         description="Seconds a pool node may be NotReady (a kubelet restart, a short partition) before it counts as "

@@ -186,7 +186,8 @@ def check_plan(
 
     On a NodePool every GPU of the plan must be a named GPU of a node that is
     not left out, with a known layout; nodes where others hold instances
-    keep their layouts and leave the held instances free.
+    keep their layouts and leave the held instances free, and so do nodes
+    kept for running systems (`kept_for`, nothing held).
 
     `options` is a `PlannerOptions` (or anything with `headroom`,
     `budget_levels` and `batches`); without it the plan's own headroom and 20
@@ -615,9 +616,9 @@ class _Checker:
             if current is None:
                 self.fail(f"{where}: its current layout is Unknown, so it may not be planned on")
                 continue
-            if any(count > 0 for count in node.held.values()) and \
-                    +Counter(dict(gpu_plan.layout)) != +Counter(current):
-                self.fail(f"{where}: node {node.name} has instances held by others, so its layout {current} "
+            if node.fixed and +Counter(dict(gpu_plan.layout)) != +Counter(current):
+                why = "is kept for running systems" if node.kept_for else "has instances held by others"
+                self.fail(f"{where}: node {node.name} {why}, so its layout {current} "
                           f"must stay, not become {dict(gpu_plan.layout)}")
             occupied.setdefault(node.name, Counter()).update(
                 i.mig_profile for i in gpu_plan.instances if i.task is not None)

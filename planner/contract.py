@@ -23,7 +23,8 @@ Systems are keyed by `namespace/name`: the plan names systems by that key.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from types import MappingProxyType
 from typing import Annotated, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -70,6 +71,9 @@ class PlanRequest(BaseModel):
         default=None, description="Measured profiles; the specs' given profiles and the estimate fill the rest.")
     quotas: list[InstanceQuota] = Field(
         default_factory=list, description="Caps on MIG instances per profile over systems' keys (ResourceQuotas).")
+    running: dict[str, float] = Field(
+        default_factory=dict, description="System key -> the served fraction the plan in force gives a running "
+                                          "system this re-plan must not lower (plan()'s `running`).")
 
 
 class ServedShare(BaseModel):
@@ -124,17 +128,18 @@ def solve_request(request: PlanRequest) -> Planned | TimeLimit | Infeasible | In
         return InvalidInput(reason=invalid)
     systems = [s.spec.model_copy(update={"name": s.key}) for s in request.systems]
     return plan_outcome(systems, request.pool, request.measured, request.features, request.options, request.current,
-                        request.quotas)
+                        request.quotas, request.running)
 
 
 def plan_outcome(systems: list[SystemSpec], pool: Pool | NodePool, measured: ProfileStore | None = None,
                  features: Features = Features(), options: PlannerOptions = PlannerOptions(),
-                 current: Plan | None = None, quotas: Sequence[InstanceQuota] = ()
+                 current: Plan | None = None, quotas: Sequence[InstanceQuota] = (),
+                 running: Mapping[str, float] = MappingProxyType({})
                  ) -> Planned | TimeLimit | Infeasible | InvalidInput | PlannerFailed:
     """plan() as an outcome: the profile store built from the specs (and `measured`), every answer typed."""
     try:
         store = build_profile_store(systems, pool.gpu, measured, options.batches, max_mps=options.max_mps)
-        result = plan(systems, pool, store, features, options, current, quotas)
+        result = plan(systems, pool, store, features, options, current, quotas, running)
     except InfeasibleError as error:
         return Infeasible(reason=str(error))
     except TimeLimitError as error:

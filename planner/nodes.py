@@ -14,6 +14,8 @@ Instances held by pods tessera does not own are counted per node and MIG
 profile (the device plugin, not the API server, knows which GPU holds them).
 They are fixed: every GPU of such a node keeps its current layout, and the
 held instances are subtracted from what tessera may use there.
+A node kept for running systems (`kept_for`) is fixed the same way, with
+nothing held: a re-plan that others caused keeps what it serves.
 
 A node cordoned by someone else is left out of the pool; a node tessera
 cordoned itself (to re-partition it) stays in.
@@ -50,6 +52,11 @@ class NodeState(BaseModel):
         description="MIG instances per profile held by pods tessera does not own: fixed, subtracted.")
     cordoned_by: Literal["nobody", "others", "tessera"] = Field(
         default="nobody", description="A node cordoned by others is left out; one tessera cordoned stays in.")
+    kept_for: list[str] = Field(
+        default_factory=list,
+        description="Running systems this node's layouts are kept for: changing them would stop their pods for a "
+                    "re-plan others caused (whom to protect is the caller's choice). Fixed, as where others hold "
+                    "instances.")
 
     @property
     def left_out(self) -> bool:
@@ -57,8 +64,9 @@ class NodeState(BaseModel):
 
     @property
     def fixed(self) -> bool:
-        """Its layouts may not change: pods tessera does not own hold some of its instances."""
-        return any(count > 0 for count in self.held.values())
+        """Its layouts may not change: pods tessera does not own hold some of its instances, or it is kept for
+        running systems."""
+        return bool(self.kept_for) or any(count > 0 for count in self.held.values())
 
     def plannable_devices(self) -> list[int]:
         if self.left_out:
@@ -104,6 +112,10 @@ class NodePool(BaseModel):
                 if count < 0:
                     raise ValueError(f"node {node.name} held: negative count {count} of {profile}")
         return self
+
+    def without_kept(self) -> "NodePool":
+        """The same pool with no node kept for running systems."""
+        return self.model_copy(update={"nodes": [node.model_copy(update={"kept_for": []}) for node in self.nodes]})
 
     def plannable(self) -> list[tuple[str, int]]:
         """(node, device) of every GPU the planner may use, in a stable order."""

@@ -150,6 +150,11 @@ class Plan(BaseModel):
     changes: ChangeSummary | None = Field(
         default=None, description="On a pool of nodes with MIG instances: the nodes the plan re-partitions, what "
                                   "that saves and what declined changes would have (planner/change_cost.py).")
+    running: dict[str, float] = Field(
+        default_factory=dict, description="Running systems held at least at these served fractions before the "
+                                          "others were served (plan()'s `running`), as given.")
+    kept_for: dict[str, list[str]] = Field(
+        default_factory=dict, description="Nodes whose layouts were kept for running systems -> those systems.")
 
     def task(self, system: str, task: str) -> TaskPlan:
         for plan in self.tasks:

@@ -8,7 +8,10 @@ model, each stage fixing the value the previous one reached:
    constraint allows it); with several `poolPriority` values, one priority
    at a time, highest first: its served fractions, then (where a lower
    priority follows) its accuracy, so a lower-priority system loses
-   accuracy, then served demand, before a higher one loses either;
+   accuracy, then served demand, before a higher one loses either; within a
+   priority, first what already runs (`running`: each running system at
+   least the served fraction the plan in force gives it, as far as the
+   quotas and higher priorities leave room), then the rest;
 2. systems with `priority: accuracy`: their accuracy;
 3. cost: fewest GPUs, then fewest compute slices (one weighted sum, a GPU
    outweighing every slice), proven in its own units: to an absolute gap
@@ -24,8 +27,10 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 import pyomo.environ as pyo
@@ -42,7 +47,7 @@ from tessera.planner.errors import InfeasibleError, NoPlanError, PlannerBug, Tim
 from tessera.planner.features import Features
 from tessera.planner.highs_driver import HighsModel
 from tessera.planner.latency import DEFAULT_CONNECTIONS, Routing
-from tessera.planner.milp import CompoundMilp, MilpInput
+from tessera.planner.milp import CompoundMilp, MilpInput, candidate_key
 from tessera.planner.model import Pool, SystemSpec
 from tessera.planner.nodes import NodePool, PoolGpus, pool_gpus
 from tessera.planner.numerics import check_capacity_covers_demand, check_milp_input
@@ -296,8 +301,13 @@ def plan(
     options: PlannerOptions = PlannerOptions(),
     current: Plan | None = None,
     quotas: Sequence[InstanceQuota] = (),
+    running: Mapping[str, float] = MappingProxyType({}),
 ) -> Plan:
     """The cheapest plan that serves the demand within the SLOs and the quotas, or as much of it as they allow.
+
+    `running`: system name -> the served fraction the plan in force gives a
+    running system that this re-plan must not lower (whom to protect is the
+    caller's choice); precedence: quotas, then priority, then these.
 
     Every plan returned has passed the independent checker; a plan that
     fails it raises PlannerBug. No plan at all raises InfeasibleError or
@@ -307,12 +317,14 @@ def plan(
     gpus = pool_gpus(pool)
     data = _milp_input(systems, gpus, store, features, options, current, quotas)
     milp, solver, build_s = _build(data, options, started)
+    if current is not None and isinstance(pool, NodePool):
+        _keep_what_runs(solver, gpus, current, {system for node in pool.nodes for system in node.kept_for})
 
     solver.serve_all_demand(True)
     first = _solve_after_serving(solver, milp, systems, current is not None or bool(data.current_layouts))
     if first is None:
         solver.serve_all_demand(False)
-        _serve_by_priority(solver, systems)
+        _serve_by_priority(solver, systems, running)
         _solve_after_serving(solver, milp, systems, current is not None or bool(data.current_layouts))
 
     result = extract_plan(milp, features, options.headroom, options.latency_spread)
@@ -322,6 +334,9 @@ def plan(
     plan_ = result.finish(placed, report)
     if milp.prices_change:
         plan_.changes = _change_summary(gpus, plan_, milp, solver)
+    plan_.running = {name: floor for name, floor in sorted(running.items()) if any(s.name == name for s in systems)}
+    if isinstance(pool, NodePool):
+        plan_.kept_for = {node.name: list(node.kept_for) for node in pool.nodes if node.kept_for}
     check_capacity_covers_demand(plan_, systems)
     plan_.diagnosis = diagnose(plan_, systems, data.candidates, data.levels)
     errors = check_plan(plan_, systems, pool, store, features, options, quotas)
@@ -337,6 +352,9 @@ def _build(data: MilpInput, options: PlannerOptions, started: float) -> tuple[Co
 
 
 SERVE_STAGE = "serve"
+RUNNING_STAGE = "running"
+RUNNING_SLACK = 1e-6
+"""A running system's floor is held this far below what it reached (the solver's tolerances)."""
 NOTHING_SERVED = 1e-5
 """A priority's served fraction per system at or below which it serves nothing (the solver's tolerances)."""
 
@@ -354,22 +372,74 @@ def priority_levels(systems: list[SystemSpec]) -> list[tuple[int, list[str]]]:
     return sorted(levels.items(), reverse=True)
 
 
-def _serve_by_priority(solver: _StagedSolver, systems: list[SystemSpec]) -> None:
+def _serve_by_priority(solver: _StagedSolver, systems: list[SystemSpec], running: Mapping[str, float]) -> None:
     """Stage 1 where the pool cannot serve all demand: the most served, one priority at a time, highest first.
 
     Each priority's served fractions are held before the next is served, and
     so is its accuracy where a lower priority follows: lower priorities get
     only what is left, so they lose accuracy, then served demand, first.
     One priority (the default: every system 0) is one stage, as before.
+    Within a priority, its `running` systems are held first (_hold_running).
     """
     levels = priority_levels(systems)
     if len(levels) == 1:
+        _hold_running(solver, RUNNING_STAGE, running)
         _maximise_served(solver, SERVE_STAGE, systems, share=0.5)
         return
     for rank, (priority, names) in enumerate(levels):
+        _hold_running(solver, f"{RUNNING_STAGE}-priority-{priority}", {n: running[n] for n in names if n in running})
         _maximise_served(solver, f"{SERVE_STAGE}-priority-{priority}", systems, share=0.5, names=names)
         if rank + 1 < len(levels):
             solver.run(f"accuracy-priority-{priority}", solver.milp.accuracy_score(names), pyo.maximize, share=0.5)
+
+
+def _keep_what_runs(solver: _StagedSolver, gpus: PoolGpus, current: Plan, kept: set[str]) -> None:
+    """The systems nodes are kept for (NodeState.kept_for) keep what runs, in every stage: at least their current
+    replicas of each configuration, and the kept GPUs they run on stay in use, so the assignment leaves them
+    where they are (a cheaper plan would otherwise move them off the kept node: a needless move)."""
+    if not kept:
+        return
+    milp = solver.milp
+    counts = {key: n for key, n in current_replica_counts(current).items() if key[0] in kept}
+    for i, candidate in enumerate(milp.data.candidates):
+        replicas = counts.get(candidate_key(candidate), 0)
+        if replicas:
+            options = [milp.m.n[o] for o, option in enumerate(milp.options) if option.candidate == i]
+            solver.highs.add_row(sum(options), replicas, math.inf)
+    running_on = {(g.node, g.device) for g in current.gpus if any(i.system in kept for i in g.instances)}
+    used = Counter((g.current, g.usable) for g in gpus.gpus if g.fixed and (g.node, g.device) in running_on)
+    for k, (layout, usable, _) in enumerate(milp.data.fixed_groups):
+        if used[(layout, usable)]:
+            solver.highs.add_row(milp.m.h[k], used[(layout, usable)], math.inf)
+
+
+def _hold_running(solver: _StagedSolver, name: str, floors: Mapping[str, float]) -> None:
+    """What already runs comes before the others of its priority: the running systems' served fractions are
+    maximised, each capped at its floor (what the plan in force gives it), and held: each at its floor where
+    all reach theirs, else their sum at what it reached (a lowered quota, or a higher priority, leaves less).
+
+    A stage that finds nothing in its time holds nothing (the others' stage still
+    runs; the plan is checked as always).
+    """
+    planned = {system.name for system in solver.milp.data.systems}
+    floors = {system: min(1.0, floor) for system, floor in sorted(floors.items())
+              if floor > NOTHING_SERVED and system in planned}
+    if not floors:
+        return
+    phi = solver.milp.m.phi
+    for system, floor in floors.items():
+        solver.highs.set_bounds([phi[system]], 0.0, floor)
+    served = solver.milp.served(list(floors))
+    solver.find_start(served, pyo.maximize)
+    stage = solver.optimise(name, served, pyo.maximize, share=0.5)
+    solver.highs.restore_bounds([phi[system] for system in floors])
+    if stage is None:
+        return
+    if stage.value >= sum(floors.values()) - RUNNING_SLACK * len(floors):
+        for system, floor in floors.items():
+            solver.highs.set_bounds([phi[system]], max(0.0, floor - RUNNING_SLACK), 1.0)
+    else:
+        solver.hold(served, stage, pyo.maximize)
 
 
 def _maximise_served(solver: _StagedSolver, name: str, systems: list[SystemSpec], share: float,

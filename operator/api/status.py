@@ -50,6 +50,8 @@ QUOTA_REACHED = "QuotaReached"
 """Degraded: the namespace's ResourceQuota on MIG instances holds the plan below the demand."""
 PREEMPTED_BY_PRIORITY = "PreemptedByPriority"
 """Degraded: systems of a higher spec.poolPriority took the pool's capacity first."""
+HELD_FOR_RUNNING_SYSTEMS = "HeldForRunningSystems"
+"""Degraded: running systems of other namespaces keep what they serve (operator/reconcile/running_decide.py)."""
 DEMAND_SERVED = "DemandServed"
 MIG_PENDING = "MigLayoutPending"
 MIG_APPLIED = "MigLayoutApplied"
@@ -58,6 +60,8 @@ NODE_IN_USE = "NodeInUse"
 NODE_CHANGE_HELD = "NodeChangeHeld"
 REPLACEMENT_PENDING = "ReplacementPending"
 NO_REPLACEMENT_CAPACITY = "NoReplacementCapacity"
+REPLACED_IN_PLACE = "ReplacedInPlace"
+"""Ready=False: old servers deleted before their replacements, which need their MIG instances (the loss stated)."""
 NODE_CHANGE_QUEUED = "NodeChangeQueued"
 NODE_DRAINING = "NodeDraining"
 PAUSED = "Paused"
@@ -106,7 +110,7 @@ VIOLATIONS_ABOVE_TARGET = "ViolationsAboveTarget"
 WARNING_REASONS = {INVALID_SPEC, SLO_UNREACHABLE, TOO_LARGE_TO_PLAN, NO_GPU_POOL, SOLVE_FAILED, LAST_GOOD_PLAN,
                    INSUFFICIENT_CAPACITY, MIG_FAILED, NODE_IN_USE, SERVERS_UNAVAILABLE, PROFILING_FAILED,
                    POOL_NOT_ALLOWED, VIOLATIONS_ABOVE_TARGET, QUOTA_REACHED, PREEMPTED_BY_PRIORITY, ADAPTER_LOAD_FAILED,
-                   ROUTE_NAME_TAKEN, *PREREQUISITE_REASONS}
+                   ROUTE_NAME_TAKEN, REPLACED_IN_PLACE, HELD_FOR_RUNNING_SYSTEMS, *PREREQUISITE_REASONS}
 
 
 @dataclass(frozen=True)

@@ -35,11 +35,14 @@ def mig_configs(text: str | None) -> MigConfigs:
         if isinstance(configs, dict) else {}
 
 
-def planner_pool(pool: Pool, configs: MigConfigs, reserved: Iterable[tuple[str, int]] = ()) -> NodePool:
-    """The pool as the planner takes it; `reserved` (node, GPU index) pairs are left out of the solve."""
-    left_out = set(reserved)
+def planner_pool(pool: Pool, configs: MigConfigs, reserved: Iterable[tuple[str, int]] = (),
+                 kept_for: Mapping[str, list[str]] | None = None) -> NodePool:
+    """The pool as the planner takes it; `reserved` (node, GPU index) pairs are left out of the solve; `kept_for`
+    (node -> running systems) keeps those nodes' layouts (running_decide.py)."""
+    left_out, kept = set(reserved), kept_for or {}
     return NodePool(gpu=pool.gpu.name, nodes=[
         _without(_node_state(pool, node, configs), {device for name, device in left_out if name == node.name})
+        .model_copy(update={"kept_for": list(kept.get(node.name, []))})
         for node in pool.nodes])
 
 

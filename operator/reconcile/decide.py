@@ -78,6 +78,10 @@ class PoolOutcome:
     live: dict[tuple[str, str, str], Json] = field(default_factory=dict)
     awaited: dict[ChildKey, list[str]] = field(default_factory=dict)
     """Stale model-server Deployments kept serving -> the replacements they wait for (replacements_awaited)."""
+    in_place: dict[ChildKey, list[str]] = field(default_factory=dict)
+    """Stale model-server Deployments -> their replacements that need the instances they hold (replacements_in_place)."""
+    without_replacement: str = "change"
+    """--without-replacement: what a replacement in place does, `wait` (the old one is held) or `change`."""
     requeue_after: float | None = None
     failed_nodes: dict[str, mig_failures.NodeFailure] = field(default_factory=dict)
     """The pool's nodes whose mig-manager `failed` is inside its back-off (mig_failures.py)."""
@@ -236,9 +240,10 @@ def decide_children(planned: dict[ChildKey, tuple[Json, bool]], systems: list[Sy
     then the deletion of children no plan wants, unless the solve failed, their system is invalid, or (a model
     server) it keeps serving until its replacements are available (replacements_awaited)."""
     actions: list[Action] = []
+    held = held_in_place(outcome)
     for key, (body, ready_to_apply) in sorted(planned.items(), key=lambda item: (item[0][0] != "Service", item[0])):
         current = live.get(key)
-        if not ready_to_apply or (current is not None and builders.applied_hash(current) == builders.applied_hash(body)):
+        if not ready_to_apply or key[1:] in held or (current is not None and builders.applied_hash(current) == builders.applied_hash(body)):
             continue
         actions.append(ApplyChild(body, reason="not there yet" if current is None else "differs from the plan"))
     if outcome.solve_error is not None:
@@ -252,6 +257,8 @@ def decide_children(planned: dict[ChildKey, tuple[Json, bool]], systems: list[Sy
             continue  # planned, or an invalid system's last good plan, which keeps running
         if key in awaited:
             continue  # make before break: it serves until its replacements are available
+        if key in outcome.in_place and outcome.without_replacement == "wait":
+            continue  # its replacements need its instances: held, as a change without replacement capacity
         if is_model_server(child) and builders.pinned_hostname(child) in changing and child["spec"].get("replicas"):
             continue  # its node waits to be re-partitioned: the node's change scales it to zero (serving_nodes.py)
         actions.append(DeleteChild(child, reason=f"no plan of {owner.ref.key} wants it"))
@@ -268,29 +275,81 @@ def replacements_awaited(planned: dict[ChildKey, tuple[Json, bool]], live: dict[
     runs, unless the layout has instances for the plan's Deployments there beside
     the old ones: otherwise they may need the very MIG instances the old ones
     hold (a renamed Deployment, replicas moved between configurations of one
-    node). Nor those on a node whose new layout waits for the pods on its GPUs
-    to go: they come after the node changes. The system's own deletion needs no
-    rule: garbage collection removes its children.
+    node: replacements_in_place). Nor those on a node whose new layout waits for
+    the pods on its GPUs to go: they come after the node changes. The system's
+    own deletion needs no rule: garbage collection removes its children.
     """
-    stale = {key: child for key, child in live.items() if key not in planned and is_model_server(child)}
+    stale = _stale_servers(planned, live)
     if not stale:
         return {}
-    stale_hosts = {builders.pinned_hostname(child) for child in stale.values()}
-    servers = [body for body, _ in planned.values() if is_model_server(body)] + list(stale.values())
-    behind = {m.hostname for m in outcome.mig.values() if m.blocked_by or (
-        m.applied and m.hostname in stale_hosts and not room_beside_the_old(m, servers))}
-    by_task: dict[tuple[str, str, str], list[tuple[ChildKey, Json]]] = {}
-    for key, (body, _) in planned.items():
-        if is_model_server(body):
-            by_task.setdefault(task_of(body), []).append((key, body))
+    behind = {m.hostname for m in outcome.mig.values() if m.blocked_by} | _hosts_without_room(planned, stale, outcome)
     awaited = {}
     for key, child in stale.items():
-        waiting = sorted(name for (kind, namespace, name), body in by_task.get(task_of(child), [])
+        waiting = sorted(name for (kind, namespace, name), body in _servers_by_task(planned).get(task_of(child), [])
                          if builders.pinned_hostname(body) not in behind
                          and not available_now(live.get((kind, namespace, name)), body))
         if waiting:
             awaited[key] = waiting
     return awaited
+
+
+def replacements_in_place(planned: dict[ChildKey, tuple[Json, bool]], live: dict[ChildKey, Json],
+                          outcome: PoolOutcome) -> dict[ChildKey, list[str]]:
+    """Each live model-server Deployment no plan wants, serving, whose task the plan runs only on its own node,
+    where the applied layout has no instances for the plan's Deployments beside the old ones -> those of them not
+    available yet: they need the instances it holds, so it must go before they can start, and its task serves
+    less meanwhile (a demand change that moves the only replica to another configuration on the same instance).
+
+    A break, not a make before break: decide_children treats it as a change
+    without replacement capacity (--without-replacement: `wait` holds the old
+    one and does not apply those, `change` deletes it with the loss stated).
+    A task the plan also runs elsewhere is make before break as usual
+    (replacements_awaited waits for those).
+    """
+    stale = _stale_servers(planned, live)
+    if not stale:
+        return {}
+    without_room = _hosts_without_room(planned, stale, outcome)
+    found = {}
+    for key, child in stale.items():
+        host = builders.pinned_hostname(child)
+        bodies = _servers_by_task(planned).get(task_of(child), [])
+        if host not in without_room or not child["spec"].get("replicas") or \
+                any(builders.pinned_hostname(body) != host for _, body in bodies):
+            continue
+        needing = sorted(name for (kind, namespace, name), body in bodies
+                         if not available_now(live.get((kind, namespace, name)), body))
+        if needing:
+            found[key] = needing
+    return found
+
+
+def held_in_place(outcome: PoolOutcome) -> set[tuple[str, str]]:
+    """(namespace, name) of the planned Deployments not applied: those that need the instances of an old one held."""
+    if outcome.without_replacement != "wait":
+        return set()
+    return {(namespace, name) for (_, namespace, _), names in outcome.in_place.items() for name in names}
+
+
+def _stale_servers(planned: dict[ChildKey, tuple[Json, bool]], live: dict[ChildKey, Json]) -> dict[ChildKey, Json]:
+    return {key: child for key, child in live.items() if key not in planned and is_model_server(child)}
+
+
+def _servers_by_task(planned: dict[ChildKey, tuple[Json, bool]]) -> dict[tuple[str, str, str], list[tuple[ChildKey, Json]]]:
+    by_task: dict[tuple[str, str, str], list[tuple[ChildKey, Json]]] = {}
+    for key, (body, _) in planned.items():
+        if is_model_server(body):
+            by_task.setdefault(task_of(body), []).append((key, body))
+    return by_task
+
+
+def _hosts_without_room(planned: dict[ChildKey, tuple[Json, bool]], stale: dict[ChildKey, Json],
+                        outcome: PoolOutcome) -> set[str]:
+    """Applied nodes where old Deployments run and the layout has no instances for the plan's beside them."""
+    stale_hosts = {builders.pinned_hostname(child) for child in stale.values()}
+    servers = [body for body, _ in planned.values() if is_model_server(body)] + list(stale.values())
+    return {m.hostname for m in outcome.mig.values()
+            if m.applied and m.hostname in stale_hosts and not room_beside_the_old(m, servers)}
 
 
 def room_beside_the_old(mig: NodeMig, servers: list[Json]) -> bool:
@@ -491,7 +550,7 @@ def system_status(system: SystemObject, outcome: PoolOutcome) -> Verdict:
     conditions = [valid, _planned(plan, summary, len(gpus), outcome), mig_failed or _degraded(plan, key, summary, outcome),
                   _profiles_estimated(summary)]
     mig = _mig_condition(outcome, key)
-    servers = _servers_condition(system, outcome)
+    servers = _in_place_condition(key, outcome) or _servers_condition(system, outcome)
     conditions.append(mig)
     left = outcome.left_nodes.get(key)
     if left:
@@ -576,7 +635,8 @@ def _quota_loss(summary: Json) -> str:
 
 
 def _degraded(plan: Plan, key: str, summary: Json, outcome: PoolOutcome) -> st.Condition:
-    """Why a system is served below its demand, in the order of precedence: its quota, higher priorities, the pool."""
+    """Why a system is served below its demand, in the order of precedence: its quota, higher priorities, what
+    already runs (running_decide.py), the pool."""
     if _serves_all(summary):
         return st.Condition(st.DEGRADED, False, st.DEMAND_SERVED, "the plan serves all demand within the SLOs")
     held = holding_back(plan, outcome.quotas, key)
@@ -598,6 +658,17 @@ def _degraded(plan: Plan, key: str, summary: Json, outcome: PoolOutcome) -> st.C
                             + _some([f"{other} (poolPriority {outcome.priorities[other]}, {slices} slices)"
                                      for other, slices in above], shown=5)
                             + "; raise its poolPriority or add GPU nodes to serve more")
+    if plan.running and key not in plan.running:
+        kept = sorted(plan.kept_for)
+        return st.Condition(st.DEGRADED, True, st.HELD_FOR_RUNNING_SYSTEMS,
+                            f"the plan serves {100 * _served_fraction(summary):.0f}% of the demand "
+                            f"({summary['servedRequestsPerSecond']:g} of {summary['demandRequestsPerSecond']:g} "
+                            "requests/s): what already runs in other namespaces keeps what it serves, as a re-plan "
+                            "they did not cause lowers none of it: "
+                            + _some([f"{other} ({100 * floor:.0f}%)" for other, floor in sorted(plan.running.items())],
+                                    shown=5)
+                            + (f"; kept the layouts of node(s) {_some(kept)}" if kept else "")
+                            + "; add GPU nodes to the pool to serve more")
     why = "; ".join(line.removeprefix(f"{key}: ") for line in plan.diagnosis if line.startswith(f"{key}:"))
     return st.Condition(st.DEGRADED, True, st.INSUFFICIENT_CAPACITY,
                         f"the pool serves {100 * _served_fraction(summary):.0f}% of the demand "
@@ -682,6 +753,28 @@ def _replacement_pending(key: str, outcome: PoolOutcome) -> st.Condition | None:
     return st.Condition(st.PROGRESSING, True, st.REPLACEMENT_PENDING,
                         f"{len(kept)} Deployment(s) of the previous plan keep serving until their replacements are "
                         f"available: {_some(sorted(kept))} wait(s) for {_some(awaited)}")
+
+
+def _in_place_condition(key: str, outcome: PoolOutcome) -> st.Condition | None:
+    """Ready=False where old Deployments' replacements need their instances: held (`NoReplacementCapacity`), or
+    deleted now with the replicas lost until the replacements are available (`ReplacedInPlace`, a Warning)."""
+    found = sorted((child, names) for child, names in outcome.in_place.items()
+                   if child in outcome.live and owner_key(outcome.live[child]) == key)
+    if not found:
+        return None
+    node = builders.pinned_hostname(outcome.live[found[0][0]])
+    pairs = "; ".join(f"{names[0] if len(names) == 1 else _some(names)} needs the MIG instances {child[2]} holds"
+                      for child, names in found)
+    if outcome.without_replacement == "wait":
+        return st.Condition(st.READY, False, st.NO_REPLACEMENT_CAPACITY, (
+            f"the plan moves servers to other configurations on the instances they hold on {node}, and no other "
+            f"capacity serves their tasks: {pairs}; the old ones keep serving (--without-replacement wait): add "
+            "a node, or set --without-replacement change"))
+    lost = sum(int(outcome.live[child]["spec"].get("replicas") or 0) for child, _ in found)
+    return st.Condition(st.READY, False, st.REPLACED_IN_PLACE, (
+        f"the plan moves servers to other configurations on the instances they hold on {node}, and no other "
+        f"capacity serves their tasks: {pairs}; the old ones are deleted first (--without-replacement change), so "
+        f"{lost} replica(s) serve nothing until their replacements are available"))
 
 
 def _some(names: list[str], shown: int = 3) -> str:

@@ -47,10 +47,11 @@ from tessera.operator.reconcile.decide import (STATE_FORMAT, PoolOutcome, serves
                                                decide_children, decide_mig_configs, decide_relabels, decide_status,
                                                desired_mig, free_slots, live_children, no_pool_status,
                                                nodes_to_relabel, planned_children, planned_nodes, profiling_mig,
-                                               nodes_left_by_system, replacements_awaited, reserved_gpus,
-                                               stored_plan_stands, stored_pool_plan,
+                                               nodes_left_by_system, replacements_awaited, replacements_in_place,
+                                               reserved_gpus, stored_plan_stands, stored_pool_plan,
                                                system_status, frontend_status, spec_digest)
 from tessera.operator.reconcile.node_changes import NodeHold
+from tessera.operator.reconcile.running_decide import protection
 from tessera.operator.reconcile.pool_access import denied
 from tessera.operator.reconcile.pool_solves import PoolSolves
 from tessera.operator.reconcile.solve_decide import (RunningSolve, Size, Step, alone_verdict, awaits_measurement,
@@ -382,8 +383,10 @@ class Reconciler:
         present = {s.ref.key for s in job.systems}
         plan, error = job.stored_plan, None
         while candidates:
-            node_pool = planner_pool(job.pool, job.configs, reserved=reserved_gpus(kept) | job.adapter_gpus)
-            plan, found, error = self.solve(job, candidates, node_pool, cancel)
+            protect = protection(job.stored_plan, json.loads(job.state.get("systems", "{}")), candidates, job.spec_hash)
+            node_pool = planner_pool(job.pool, job.configs, reserved=reserved_gpus(kept) | job.adapter_gpus,
+                                     kept_for=protect.kept_for)
+            plan, found, error = self.solve(job, candidates, node_pool, cancel, protect.floors)
             if not found:
                 break
             invalid.update(found)  # left out, with their last good share: solve again without them
@@ -448,7 +451,7 @@ class Reconciler:
             "options": self.settings.planner.model_dump(mode="json"), "measured": measured})
 
     def solve(self, job: PoolJob, candidates: list[SystemObject], node_pool: NodePool, cancel: threading.Event,
-              ) -> tuple[Plan | None, dict[str, tuple[str, str]], str | None]:
+              running: dict[str, float]) -> tuple[Plan | None, dict[str, tuple[str, str]], str | None]:
         """(the plan, {}, None), (None, the systems the planner cannot use, None) or (None, {}, why it failed).
 
         The planner serves as much demand as it can, so a system whose SLO no
@@ -461,7 +464,8 @@ class Reconciler:
         is checked alone without its namespace's quotas: a quota that leaves
         it nothing holds it back, it does not make its spec unplannable.
         """
-        result = self.run_solver(job, candidates, node_pool, job.stored_plan, cancel, job.quotas)
+        result = self.run_solver(job, candidates, node_pool, job.stored_plan, cancel, job.quotas, running)
+        node_pool = node_pool.without_kept()  # a system is unplannable alone on the pool, whatever runs there
         nodes_settling = settling(job.pool.nodes)
         if isinstance(result, (Planned, TimeLimit, Infeasible)) and result.plan is not None:
             starved = [s for s in candidates if serves_nothing(result.plan, s.ref.key)]
@@ -489,12 +493,13 @@ class Reconciler:
         return None, {}, result.reason if not isinstance(result, Planned) else "no plan"
 
     def run_solver(self, job: PoolJob, systems: list[SystemObject], node_pool: NodePool, current: Plan | None,
-                   cancel: threading.Event, quotas: list[InstanceQuota] | None = None) -> Outcome:
+                   cancel: threading.Event, quotas: list[InstanceQuota] | None = None,
+                   running: dict[str, float] | None = None) -> Outcome:
         """One solve in the planner's worker process; the solve's thread waits, `cancel` stops it."""
         request = PlanRequest(
             systems=[SystemInput(namespace=s.ref.namespace, name=s.ref.name, spec=s.spec) for s in systems],
             pool=node_pool, options=self.settings.planner, current=current, measured=job.measured,
-            quotas=quotas or [])
+            quotas=quotas or [], running=running or {})
         started = time.perf_counter()
         with metrics.SOLVE_SECONDS.labels(job.pool.key).time():
             handle = start_solve(request, memory_limit_mb=self.settings.solve_memory_mb)
@@ -568,6 +573,8 @@ class Reconciler:
                                                         self.profiling.store(pool.key))
         outcome.live = live_children(children, systems)
         outcome.awaited = replacements_awaited(planned, outcome.live, outcome)
+        outcome.in_place = replacements_in_place(planned, outcome.live, outcome)
+        outcome.without_replacement = self.settings.without_replacement
         self.actor.apply(without_paused(decide_children(planned, systems, outcome.live, outcome), paused))
 
     # -- status ----------------------------------------------------------------

@@ -23,7 +23,8 @@ from tessera.operator.reconcile.actions import ApplyChild, DeleteChild, LabelNod
 from tessera.operator.reconcile.decide import (PoolOutcome, decide_children, decide_mig_configs, decide_relabels,
                                                decide_status, desired_mig, invalid_status, layout_applied,
                                                live_children, no_pool_status, nodes_left_by_system,
-                                               planned_children, replacements_awaited, stored_plan_stands,
+                                               planned_children, replacements_awaited, replacements_in_place,
+                                               stored_plan_stands,
                                                system_status)
 from tessera.operator.settings import OperatorSettings
 
@@ -226,6 +227,57 @@ def test_a_replacement_on_an_applied_node_where_the_old_deployment_runs_is_not_a
     outcome.mig["gpu-b"].expected = {"1g.10gb": 1}
     old, actions = replacement_decision(plan, pool, outcome)
     assert deleted(actions) == [old["metadata"]["name"]]
+
+
+def in_place(plan, without_replacement: str):
+    """car-classification's old Deployment on gpu-b, whose layout has the one 1g.10gb instance the plan's
+    replacement there needs, the one the old Deployment holds: (old, replacement's name, outcome, actions)."""
+    pool, systems = applied_pool(plan), [system()]
+    outcome = outcome_for(plan, pool, applied={"gpu-a", "gpu-b"}, without_replacement=without_replacement)
+    outcome.mig["gpu-b"].expected = {"1g.10gb": 1}
+    old = pinned_to(stale_deployment(plan, pool, systems), "gpu-b")
+    planned, outcome.deployments = planned_children(pool, systems, outcome, SETTINGS)
+    outcome.live = live_children([old], systems)
+    outcome.in_place = replacements_in_place(planned, outcome.live, outcome)
+    (replacement,) = [name for (kind, _, name), (body, _) in planned.items() if kind == "Deployment"
+                      and body["metadata"]["labels"][naming.TASK_LABEL] == "car-classification"]
+    return old, replacement, outcome, decide_children(planned, systems, outcome.live, outcome)
+
+
+def test_a_replacement_that_needs_the_old_deployments_instances_is_found_in_place(plan):
+    old, replacement, outcome, _ = in_place(plan, "change")
+    assert outcome.in_place == {("Deployment", "shop", old["metadata"]["name"]): [replacement]}
+
+
+def test_a_replacement_in_place_with_without_replacement_wait_holds_the_old_deployment_and_says_why(plan):
+    """The old one keeps serving; its replacement is not applied (its pod could only wait for the instance)."""
+    old, replacement, outcome, actions = in_place(plan, "wait")
+    assert deleted(actions) == []
+    assert replacement not in [a.body["metadata"]["name"] for a in actions if isinstance(a, ApplyChild)]
+    ready = next(c for c in system_status(system(), outcome)[1] if c.type == st.READY)
+    assert (ready.status, ready.reason) == (False, st.NO_REPLACEMENT_CAPACITY)
+    assert old["metadata"]["name"] in ready.message and "gpu-b" in ready.message
+
+
+def test_a_replacement_in_place_with_without_replacement_change_deletes_the_old_deployment_stating_the_loss(plan):
+    old, replacement, outcome, actions = in_place(plan, "change")
+    assert deleted(actions) == [old["metadata"]["name"]]
+    assert replacement in [a.body["metadata"]["name"] for a in actions if isinstance(a, ApplyChild)]
+    ready = next(c for c in system_status(system(), outcome)[1] if c.type == st.READY)
+    assert (ready.status, ready.reason) == (False, st.REPLACED_IN_PLACE)
+    assert f"{old['spec']['replicas']} replica(s) serve nothing" in ready.message
+    assert st.REPLACED_IN_PLACE in st.WARNING_REASONS, "the loss is a Warning Event"
+
+
+def test_a_replacement_in_place_of_a_task_the_plan_also_runs_elsewhere_is_make_before_break(plan):
+    """With a replica of the task planned on gpu-a too, the old one waits for it (replacements_awaited): no break."""
+    _, replacement, outcome, _ = in_place(plan, "wait")
+    planned, _ = planned_children(applied_pool(plan), [system()], outcome, SETTINGS)
+    body = planned[("Deployment", "shop", replacement)][0]
+    elsewhere = pinned_to({**body, "metadata": {**body["metadata"], "name": "traffic-elsewhere"}}, "gpu-a")
+    planned[("Deployment", "shop", "traffic-elsewhere")] = (elsewhere, True)
+    assert replacements_in_place(planned, outcome.live, outcome) == {}
+    assert list(replacements_awaited(planned, outcome.live, outcome).values()) == [["traffic-elsewhere"]]
 
 
 def test_a_replacement_on_an_applied_node_with_instances_beside_the_old_deployment_is_awaited(plan):
