@@ -147,7 +147,8 @@ class Replanner:
                                                    spec=s.model_copy(update={"name": s.name.split("/")[-1]}))
                                        for s in specs],
                               pool=pool, options=self.options, features=self.features, current=current)
-        key = hashlib.sha256(request.model_dump_json().encode()).hexdigest()
+        # the running plan's solver report (its timings) is no input of the solve: equal requests without it
+        key = hashlib.sha256(request.model_dump_json(exclude={"current": {"solver"}}).encode()).hexdigest()
         cached = self.cache.get(key) or self._from_disk(key)
         if cached is not None:
             self.cache_hits += 1
@@ -282,8 +283,9 @@ class SystemTotals(BaseModel):
 
 class Event(BaseModel):
     at_s: float
-    what: str
+    what: str  # "re-plan" or "re-partition"
     detail: str
+    charged_s: float = 0.0  # of a re-plan: the seconds the clock charged it
 
 
 class LoopResult(BaseModel):
@@ -375,12 +377,14 @@ class _Record:
         self.totals[k].dropped += int(dropped.sum())
         self.totals[k].late_with_dropping += int((latency > slo_s).sum())
 
-    def add_unserved(self, k: int, start_s: float, count: int) -> None:
-        which = self.bin_of(np.array([start_s]))
-        self.arrivals[k, which] += count
-        self.late[k, which] += count
-        self.dropped[k, which] += count
-        self.histogram[k, which, -1] += count
+    def add_unserved(self, k: int, offset_s: float, arrivals: np.ndarray, bin_s: float) -> None:
+        """Arrivals per trace bin from `offset_s` that no replica serves: late and dropped, all of them."""
+        which = self.bin_of(offset_s + np.arange(arrivals.size) * bin_s)
+        counts = np.bincount(which, weights=arrivals, minlength=self.bins)
+        for table in (self.arrivals, self.late, self.dropped):
+            table[k] += counts
+        self.histogram[k, :, -1] += counts
+        count = int(arrivals.sum())
         t = self.totals[k]
         t.requests, t.late, t.dropped, t.late_with_dropping, t.unserved = (
             t.requests + count, t.late + count, t.dropped + count, t.late_with_dropping + count, t.unserved + count)
@@ -485,7 +489,7 @@ class ClosedLoop:
                 at = now + answer.charged_s
                 detail = f"{answer.kind} ({answer.answer}, {answer.charged_s:.1f} s) for " + ", ".join(
                     f"{name.split('/')[-1]} {rate:g}" for name, rate in wanted.items())
-                self.events.append(Event(at_s=now, what="re-plan", detail=detail))
+                self.events.append(Event(at_s=now, what="re-plan", detail=detail, charged_s=answer.charged_s))
                 if answer.plan is not None:
                     steps, free, changed = change_steps(running, answer.plan, self.layouts, self.pool(), at,
                                                         self.options.reconfigure_s, settings.max_changing_nodes)
@@ -516,8 +520,8 @@ class ClosedLoop:
         seconds = self.record.spread(offset, offset + piece.duration_s)
         for k, system in enumerate(self.base):
             if system.name not in served:  # no replica in this piece: its arrivals are all late (and dropped)
-                self.record.add_unserved(k, offset, int(self.rng.poisson(
-                    system.demand_rps * piece.multiplier.sum() * piece.bin_s)))
+                self.record.add_unserved(k, offset, self.rng.poisson(system.demand_rps * piece.multiplier * piece.bin_s),
+                                         piece.bin_s)
                 continue
             without, early = served[system.name]
             slo_s = without.routes.slo_s
