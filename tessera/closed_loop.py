@@ -203,19 +203,29 @@ def replicas_on(plan: Plan, nodes: set[str]) -> list[TaskPlan]:
     return tasks
 
 
-def serving_mix(new: Plan, new_nodes: set[str], old: Plan, old_nodes: set[str]) -> Plan:
-    """The new plan's replicas on `new_nodes` with the old plan's on `old_nodes`, as one plan to simulate.
+def serving_mix(new: Plan, new_nodes: set[str], old: Plan, old_nodes: set[str], steady: set[str]) -> Plan:
+    """What serves while a change is under way, as one plan to simulate: the new plan's replicas on `new_nodes`
+    (those done), the old plan's on `old_nodes` (queued, still on their old layout), and, make before break,
+    the old replicas on the `steady` nodes (layout unchanged) of every task whose new replicas are not all up
+    yet: their Deployments no plan wants keep serving until the task's planned ones are available.
 
-    A task whose old replicas run another variant than its new ones keeps only the new ones: the simulation
-    runs one variant per task (conservative: that capacity is not counted)."""
+    Two approximations: on a steady node the old and new replicas of different tasks are not checked against
+    its instances (the operator lets the old one go first where they would not both fit: less capacity than
+    counted here); a task whose old replicas run another variant than its new ones keeps only the new ones
+    (the simulation runs one variant per task: less capacity than there is)."""
+    waiting = {(t.system, t.task) for t in replicas_on(new, {g.node or "" for g in new.gpus} - new_nodes)
+               if t.configs}
     old_tasks = {(t.system, t.task): t for t in replicas_on(old, old_nodes)}
+    kept_tasks = {(t.system, t.task): t for t in replicas_on(old, steady) if (t.system, t.task) in waiting}
     tasks = []
     for task in replicas_on(new, new_nodes):
-        before = old_tasks.get((task.system, task.task))
-        if before is not None and before.configs and before.variant == task.variant:
-            task = task.model_copy(update={"configs": task.configs + before.configs})
-        elif before is not None and before.configs and not task.configs:
-            task = before
+        for before in (old_tasks.get((task.system, task.task)), kept_tasks.get((task.system, task.task))):
+            if before is None or not before.configs:
+                continue
+            if before.variant == task.variant:
+                task = task.model_copy(update={"configs": task.configs + before.configs})
+            elif not task.configs:
+                task = before
         tasks.append(task)
     return new.model_copy(update={"tasks": tasks})
 
@@ -243,18 +253,18 @@ def change_steps(old: Plan, new: Plan, layouts: dict[tuple[str, int], dict[str, 
     repartitioned, _ = nodes_changed(pool_gpus(pool), chosen, serving)
     free = sorted(moved - set(repartitioned))
     steady = nodes - moved
-    steps = [Change(at_s, serving_mix(new, steady, old, set(repartitioned)))]
+    steps = [Change(at_s, serving_mix(new, steady, old, set(repartitioned), steady))]
     start = at_s + (reconfigure_s if free else 0.0)
     done = steady | set(free)
     if free:
-        steps.append(Change(start, serving_mix(new, done, old, set(repartitioned))))
+        steps.append(Change(start, serving_mix(new, done, old, set(repartitioned), steady)))
     product = gpu_product(new.gpu)
     for first in range(0, len(repartitioned), max(1, max_changing)):
         group = repartitioned[first:first + max(1, max_changing)]
         queued = set(repartitioned[first + len(group):])
         lost = sum(product.profile(i.mig_profile).compute_slices for g in old.gpus if g.node in group
                    for i in g.instances if i.system is not None)
-        steps.append(Change(start, serving_mix(new, done, old, queued), group, lost))
+        steps.append(Change(start, serving_mix(new, done, old, queued, steady), group, lost))
         start += reconfigure_s
         done |= set(group)
     if repartitioned:
@@ -424,7 +434,9 @@ class ClosedLoop:
         self.replanner = Replanner(options, features, cache_dir)
         self.store: ProfileStore = build_profile_store(self.base, gpu, None, options.batches, max_mps=options.max_mps)
         self.record = _Record([s.name for s in self.base], trace.duration_s, settings.bin_s)
-        self.rng = np.random.default_rng(settings.seed)
+        # readings draw from their own stream, so what is served (unserved arrivals draw too) cannot change them
+        self.readings = np.random.default_rng(settings.seed)
+        self.rng = np.random.default_rng(settings.seed + 1)
         self.layouts: dict[tuple[str, int], dict[str, int]] = {}
         self.events: list[Event] = []
         self.pieces = 0
@@ -445,7 +457,7 @@ class ClosedLoop:
         start = max(0.0, now_s - self.settings.rate_window_s)
         first, last = int(start // self.trace.bin_s), int(now_s // self.trace.bin_s)
         expected = system.demand_rps * float(self.trace.multiplier[first:last].sum()) * self.trace.bin_s
-        return float(self.rng.poisson(expected)) / max(now_s - start, 1e-9)
+        return float(self.readings.poisson(expected)) / max(now_s - start, 1e-9)
 
     def run(self) -> LoopResult:
         settings, duration = self.settings, self.trace.duration_s
