@@ -1,7 +1,8 @@
 """The closed loop under bursty demand: the operator's decisions, re-plans and re-partitions (issue 31).
 
-    .venv/bin/python -P bench/closed_loop.py [--duration 1800] [--traces mmpp,diurnal] [--features A+S+T,A+S]
-        [--time-limit 20] [--gpus-per-node 1] [--name closed_loop]
+    .venv/bin/python -P bench/closed_loop.py [--duration 900] [--traces mmpp,diurnal] [--features A+S+T,A+S]
+        [--time-limit 60] [--plan-gpus 16] [--gpus-per-node 1] [--name closed_loop]
+    .venv/bin/python -P bench/closed_loop.py --day-speed    # the simulation's share of a simulated day
 
 The three examples together (traffic-analysis, social-media, ar-assistant) on H100-80GB nodes, each trace
 (workloads.py: MMPP and diurnal with flash crowds, parameters fixed before any result) driving the closed loop
@@ -156,6 +157,22 @@ def table(rows: list[dict]) -> list[str]:
     return lines
 
 
+def day_speed(systems, planner: PlannerOptions, pieces: int = 96) -> dict:
+    """The simulation's wall time for one simulated day of MMPP, served as the loop serves (in pieces between
+    changes, without and with dropping) by the plan for the specs' demand: no solve inside the timing."""
+    trace = built_in("mmpp", 86_400.0)
+    loop = ClosedLoop(systems, GPU, SIZING_GPUS, trace, planner, Features(), LoopSettings(), cache_dir=CACHE)
+    first = loop.replanner.replan(loop.specs_for({s.name: s.demand_rps for s in loop.base}), loop.pool(), None,
+                                  False)
+    assert first.plan is not None, first.answer
+    piece_s = trace.duration_s / pieces
+    started = time.perf_counter()
+    for k in range(pieces):
+        loop.serve(first.plan, k * piece_s, (k + 1) * piece_s)
+    return dict(simulated_s=trace.duration_s, pieces=pieces, wall_s=time.perf_counter() - started,
+                source_requests=sum(t.requests for t in loop.record.totals))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--duration", type=float, default=900.0)
@@ -165,8 +182,15 @@ def main() -> None:
     parser.add_argument("--plan-gpus", type=int, default=SIZING_GPUS, help="GPUs the loop plans on.")
     parser.add_argument("--gpus-per-node", type=int, default=1)
     parser.add_argument("--name", default="closed_loop")
+    parser.add_argument("--day-speed", action="store_true", help="Time the simulation of one day, then stop.")
     args = parser.parse_args()
     systems = [s for path in default_example_systems() for s in load_systems(path)]
+    if args.day_speed:
+        speed = day_speed(systems, options(args.time_limit))
+        RESULTS.mkdir(exist_ok=True)
+        (RESULTS / "closed_loop_speed.json").write_text(json.dumps(speed, indent=1))
+        print(speed)
+        return
     slo_ms = {s.name: s.slo.latency_ms for s in keyed(systems)}
     planner = options(args.time_limit)
     settings = LoopSettings(gpus_per_node=args.gpus_per_node)
