@@ -1,7 +1,7 @@
 """The closed loop under bursty demand: the operator's decisions, re-plans and re-partitions (issue 31).
 
     .venv/bin/python -P bench/closed_loop.py [--duration 900] [--traces mmpp,diurnal] [--features A+S+T,A+S]
-        [--time-limit 60] [--plan-gpus 16] [--gpus-per-node 1] [--name closed_loop]
+        [--time-limit 60] [--plan-gpus 16] [--gpus-per-node 1] [--headroom 0.1] [--name closed_loop]
     .venv/bin/python -P bench/closed_loop.py --day-speed    # the simulation's share of a simulated day
 
 The three examples together (traffic-analysis, social-media, ar-assistant) on H100-80GB nodes, each trace
@@ -46,10 +46,12 @@ TARGET_VIOLATION_PCT = 0.6
 TARGET_SLICE_USE_PCT = 45.0
 
 
-def options(time_limit_s: float) -> PlannerOptions:
+def options(time_limit_s: float, headroom: float | None = None) -> PlannerOptions:
     """The operator's planner options with the queueing wait and the frontend's per-request routing."""
-    return PlannerOptions.model_validate({**OperatorSettings().planner.model_dump(), "queueing": True,
-                                          "routing": "per-request", "time_limit_s": time_limit_s})
+    defaults = OperatorSettings().planner
+    return PlannerOptions.model_validate({**defaults.model_dump(), "queueing": True, "routing": "per-request",
+                                          "time_limit_s": time_limit_s,
+                                          "headroom": defaults.headroom if headroom is None else headroom})
 
 
 def peak_of_minute(trace: RateTrace, window_s: float) -> float:
@@ -182,6 +184,7 @@ def main() -> None:
     parser.add_argument("--plan-gpus", type=int, default=SIZING_GPUS, help="GPUs the loop plans on.")
     parser.add_argument("--gpus-per-node", type=int, default=1)
     parser.add_argument("--name", default="closed_loop")
+    parser.add_argument("--headroom", type=float, default=None, help="The planner's margin (default its own).")
     parser.add_argument("--day-speed", action="store_true", help="Time the simulation of one day, then stop.")
     args = parser.parse_args()
     systems = [s for path in default_example_systems() for s in load_systems(path)]
@@ -192,10 +195,12 @@ def main() -> None:
         print(speed)
         return
     slo_ms = {s.name: s.slo.latency_ms for s in keyed(systems)}
-    planner = options(args.time_limit)
+    planner = options(args.time_limit, args.headroom)
     settings = LoopSettings(gpus_per_node=args.gpus_per_node)
     RESULTS.mkdir(exist_ok=True)
-    rows, pools = [], {}
+    rows: list[dict] = []
+    pools: dict[str, dict] = {}
+    events: dict[str, list[dict]] = {}
     for trace_name in args.traces.split(","):
         trace = built_in(trace_name, args.duration)
         gpus, peak = pool_for_peak(systems, trace, planner, settings.rate_window_s)
@@ -214,14 +219,16 @@ def main() -> None:
                   f"(solver {result.solver_wall_s:.0f} s, simulation {result.simulation_wall_s:.1f} s)", flush=True)
         common = served_systems([r for r, _ in results])
         rows += [row(r, common, wall, gpus) for r, wall in results]
+        events.update({f"{r.trace} {r.features}": [e.model_dump() for e in r.events] for r, _ in results})
         (RESULTS / f"{args.name}.json").write_text(json.dumps(dict(
             latency_model=latency_model(planner), duration_s=args.duration, gpus_per_node=args.gpus_per_node,
-            time_limit_s=args.time_limit, pools=pools, runs=rows,
-            events={f"{r.trace} {r.features}": [e.model_dump() for e in r.events] for r, _ in results}), indent=1))
+            time_limit_s=args.time_limit, headroom=planner.headroom, pools=pools, runs=rows, events=events),
+            indent=1))
     met = [r for r in rows if r["features"] == "A+S+T" and r["violation_pct"] <= TARGET_VIOLATION_PCT
            and r["slice_use_pct"] <= TARGET_SLICE_USE_PCT]
     lines = [f"Closed loop of the three examples on H100-80GB, {args.gpus_per_node} GPU(s) per node, "
-             f"{args.duration:g} simulated s per trace; plans: {latency_model(planner)}, solver time limit "
+             f"{args.duration:g} simulated s per trace; plans: {latency_model(planner)}, headroom "
+             f"{planner.headroom:g}, solver time limit "
              f"{args.time_limit:g} s; simulation: per-request routing, spread 1.3. Late % = source requests "
              "later than the SLO without dropping (unserved arrivals count late); dropped % = with the frontend's "
              "early dropping; common = the systems every feature set serves; slice use = allocated slices over "
