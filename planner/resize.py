@@ -63,7 +63,8 @@ def resize_replicas(current: Plan, systems: list[SystemSpec], pool: Pool | NodeP
         return None
     tasks = []
     for task in current.tasks:
-        resized = _resize_task(task, counts[(task.system, task.task)], demands[(task.system, task.task)],
+        # a task the running plan serves nothing of has no configuration to count (only a re-plan serves it)
+        resized = _resize_task(task, counts.get((task.system, task.task), []), demands[(task.system, task.task)],
                                current.headroom, current.routing, current.connections)
         if resized is None:
             return None

@@ -93,3 +93,13 @@ def test_a_scale_up_uses_idle_instances_of_gpus_partitioned_earlier(systems, sto
 def test_systems_that_came_or_went_need_a_full_replan(base, systems, store, pool):
     renamed = [s.model_copy(update={"name": "other"}) for s in systems]
     assert resize_replicas(base, renamed, pool, store) is None
+
+
+def test_a_running_plan_serving_nothing_of_a_system_re_plans_in_full_rather_than_failing(base, systems, store, pool):
+    # The planner serves as much as it can: a system whose SLO no choice reaches keeps its tasks with no
+    # configuration (found by the closed loop of issue 31: A+S leaves ar-assistant so, and a resize raised KeyError).
+    other = systems[0].model_copy(update={"name": "unserved"})
+    empty = [t.model_copy(update={"system": other.name, "configs": []}) for t in base.tasks]
+    summary = base.systems[0].model_copy(update={"system": other.name, "served_rps": 0.0})
+    current = base.model_copy(update={"tasks": base.tasks + empty, "systems": base.systems + [summary]})
+    assert resize_replicas(current, scaled([systems[0], other], 0.5), pool, store) is None
