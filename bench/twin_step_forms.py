@@ -34,7 +34,7 @@ from tessera.planner.twin.validate import RealRun, expected_distinct, load_runs
 
 RESULTS = Path(__file__).parent / "results"
 LORA_C0 = 1.777  # the published LoRA multiplier at no adapter, kept by calibrate
-RANK_SHARE = 0.507  # the shipped profile's slot_rank_share (the shrink kernel's share of the blocks)
+RANK_SHARE = 0.507  # the constant rank share (the shrink kernel's share of a slot's blocks at <= 32 tokens)
 
 
 def grid_blocks(tokens: np.ndarray, max_rank: int) -> np.ndarray:
