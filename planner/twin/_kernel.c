@@ -8,7 +8,7 @@
 enum { NOT_ARRIVED = 0, WAITING = 1, RUNNING = 2, FINISHED = 3, DROPPED = 4 };
 enum { P_DURATION, P_MAX_TOKENS, P_MAX_SEQS, P_MAX_LORAS, P_KV_BLOCKS, P_BLOCK, P_PREALLOC, P_CAP,
        P_STEP_A, P_STEP_B, P_STEP_C, P_LORA_C0, P_LORA_C1, P_OVH_C0, P_OVH_RUN, P_OVH_WAIT, P_SAMPLE_DT,
-       P_SLOT_MS, P_WAIT_SKIPPED, P_SET_ORDER };
+       P_SLOT_MS, P_WAIT_SKIPPED, P_SET_ORDER, P_RANK_EXTRA, P_GRID_SHRINK, P_GRID_EXPAND };
 enum { S_STEPS, S_PREEMPT, S_LOADS, S_DROPPED, S_ITL_SUM, S_ITL_N, S_RUN_TIME, S_KV_TIME, S_MAX_RUN,
        S_MAX_WAIT, S_MAX_BLOCKS, S_MAX_SET, S_MAX_RESIDENT, S_END_T, S_BUSY_T, S_WAIT_TIME, S_LOAD_MS };
 /* The source this library was built from (setup.py and ckernel.py pass its hash): a library built from an
@@ -60,6 +60,18 @@ static int32_t heap_remove(H *h, int32_t a, int32_t nheap) {
 }
 
 static inline int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+/* What the max rank multiplies the per-slot cost by in a step of `tokens` tokens: 1 plus, for each 16 of
+ * rank beyond the first, the shrink kernel's share of the blocks per slot (vLLM 0.8.5,
+ * vllm/lora/ops/triton_ops: _lora_shrink launches SPLIT_K x cdiv(M, 32) blocks per slice and 16 of rank,
+ * SPLIT_K 64 below 128 tokens and 8 from there; _lora_expand cdiv(M, 64) per output tile). 1 where the
+ * profile has no grid (sim.py has then scaled the costs by its constant share). */
+static double rank_factor(int64_t tokens, const double *params) {
+    if (params[P_GRID_EXPAND] <= 0 || tokens <= 0) return 1.0;
+    double shrink = params[P_GRID_SHRINK] * (double)((tokens < 128 ? 64 : 8) * cdiv(tokens, 32));
+    double expand = params[P_GRID_EXPAND] * (double)cdiv(tokens, 64);
+    return 1.0 + params[P_RANK_EXTRA] * shrink / (shrink + expand);
+}
 
 /* The GPU slots after one step's adapters, as vLLM 0.8.5 fills them (LRUCacheWorkerLoRAManager._apply_adapters):
  * one pass over the batch's adapters in their set's order touches each; one not in a slot is copied into the
@@ -279,7 +291,7 @@ int64_t simulate_kernel(int64_t n_req, const double *arr_t, const int32_t *arr_a
             }
         }
         /* vLLM's LoRA kernels launch thread blocks for every slot (the grid's MAX_LORAS axis), busy or not */
-        step_ms += params[P_SLOT_MS] * (max_loras + 1);
+        step_ms += params[P_SLOT_MS] * (max_loras + 1) * rank_factor(max_tokens - budget, params);
         /* per waiting request: every one, or (vLLM V1 Scheduler.schedule) only those its waiting loop
          * visits and skips, which it does once the step's adapters fill max_loras */
         int64_t counted = nwait;

@@ -80,6 +80,21 @@ def _ceil_div(a: int, b: int) -> int:
 
 
 @njit(cache=True)
+def _rank_factor(tokens: int, params: np.ndarray) -> float:
+    """What the max rank multiplies the per-slot cost by in a step of ``tokens`` tokens: 1 plus, for each
+    16 of rank beyond the first, the shrink kernel's share of the blocks per slot (vLLM 0.8.5,
+    vllm/lora/ops/triton_ops: _lora_shrink launches SPLIT_K x cdiv(M, 32) blocks per slice and 16 of rank,
+    SPLIT_K 64 below 128 tokens and 8 from there; _lora_expand cdiv(M, 64) per output tile). 1 where the
+    profile has no grid (sim.py has then scaled the costs by its constant share)."""
+    if params[P_GRID_EXPAND] <= 0 or tokens <= 0:
+        return 1.0
+    shrink = params[P_GRID_SHRINK] * float((64 if tokens < 128 else 8) * _ceil_div(tokens, 32))
+    expand = params[P_GRID_EXPAND] * float(_ceil_div(tokens, 64))
+    factor: float = 1.0 + params[P_RANK_EXTRA] * shrink / (shrink + expand)
+    return factor
+
+
+@njit(cache=True)
 def _load_in_set_order(step: int, nset: int, setlist: np.ndarray, set_order: np.ndarray, set_pos: np.ndarray,
                        set_stamp: np.ndarray, resident: np.ndarray, last_used: np.ndarray, n_resident: int,
                        max_loras: int, load_ms: np.ndarray, stats: np.ndarray) -> tuple[float, int]:
@@ -387,7 +402,7 @@ def simulate_kernel(
                     step_ms += load_ms[a]
                 last_used[a] = step
         # vLLM's LoRA kernels launch thread blocks for every slot (the grid's MAX_LORAS axis), busy or not
-        step_ms += params[P_SLOT_MS] * (max_loras + 1)
+        step_ms += params[P_SLOT_MS] * (max_loras + 1) * _rank_factor(max_tokens - budget, params)
         # the scheduler's cost per waiting request: every one, or (vLLM V1 Scheduler.schedule) only those its
         # waiting loop visits and skips, which it does once the step's adapters fill max_loras
         counted = nwait

@@ -39,7 +39,12 @@ P_SAMPLE_DT = 16  # s between time-series samples
 P_SLOT_MS = 17  # ms per adapter slot (--max-loras + 1) per step: the LoRA kernels' grid
 P_WAIT_SKIPPED = 18  # 1: the per-waiting cost counts only the requests the LoRA rule skips (0: every one)
 P_SET_ORDER = 19  # 1: slots are filled in vLLM's pass over the batch's adapter set, which may evict one of the batch
-N_PARAMS = 20
+# The LoRA kernels' grid (vLLM 0.8.5 lora_shrink / lora_expand), whose blocks of the shrink kernel grow with the max
+# rank; all 0 where the profile gives the share of the LoRA costs that grows with rank as one constant:
+P_RANK_EXTRA = 20  # ceil(max rank / 16) - 1: the shrink kernel's rank blocks beyond the first
+P_GRID_SHRINK = 21  # shrink slices per layer
+P_GRID_EXPAND = 22  # expand output tiles per layer and 64 tokens
+N_PARAMS = 23
 
 # indices into the statistics vector
 S_STEPS = 0

@@ -128,6 +128,17 @@ def load_workload_file(path: str | Path) -> WorkloadFile:
 
 # ---- model profiles -------------------------------------------------------------------------
 
+class LoraGrid(_File):
+    """The LoRA kernels' thread blocks per slot and layer, by the model's LoRA layers (vLLM 0.8.5,
+    vllm/lora/ops/triton_ops): the shrink kernel's grow with each 16 of max rank, the expand kernel's do not,
+    so the share of the LoRA cost that grows with rank depends on the step's tokens."""
+
+    shrink_slices: int = Field(ge=1, le=1024, description="Slices the shrink kernel runs per layer (q, k, v, o, "
+                                                          "gate, up, down: 7), 1..1024.")
+    expand_tiles: int = Field(ge=1, le=1 << 20, description="Output tiles of 128 the expand kernel launches per "
+                                                            "layer and 64 tokens, summed over its calls, 1..1048576.")
+
+
 class StepCoefficients(_File):
     """step_ms = (a + b x decoding + c x prefill tokens) x (lora_c0 + lora_c1 x adapters in the batch)."""
 
@@ -140,6 +151,15 @@ class StepCoefficients(_File):
                            description="Per adapter slot (--max-loras + 1) per step at max rank <= 16, 0..100 ms.")
     slot_rank_share: float = Field(default=0.0, ge=0, le=1,
                                    description="Share of the per-slot cost that grows with each 16 of max rank, 0..1.")
+    lora_grid: LoraGrid | None = Field(
+        default=None, description="The LoRA kernels' grid: the per-slot cost grows with max rank by its shrink "
+                                  "kernel's share of the blocks in each step; none: by slot_rank_share.")
+
+    @model_validator(mode="after")
+    def _one_rank_rule(self) -> StepCoefficients:
+        if self.lora_grid is not None and self.slot_rank_share > 0:
+            raise ValueError("slot_rank_share and lora_grid both say how the per-slot cost grows with max rank: set one")
+        return self
 
 
 class Overhead(_File):

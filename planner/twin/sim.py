@@ -104,7 +104,14 @@ def engine_params(profile: ServerProfile, cfg: ServerConfig, duration: float, kv
     p[engine.P_OVH_WAIT] = o.wait_ms
     p[engine.P_SAMPLE_DT] = cfg.sample_dt
     # the shrink kernel's blocks per slot grow with each 16 of --max-lora-rank (its grid's rank axis)
-    p[engine.P_SLOT_MS] = s.slot_ms * (1 + s.slot_rank_share * (-(-max_rank // 16) - 1))
+    rank_blocks = -(-max_rank // 16)
+    if s.lora_grid is None:  # one share for every step
+        p[engine.P_SLOT_MS] = s.slot_ms * (1 + s.slot_rank_share * (rank_blocks - 1))
+    else:  # the kernels' share in each step (engine's rank factor)
+        p[engine.P_SLOT_MS] = s.slot_ms
+        p[engine.P_RANK_EXTRA] = rank_blocks - 1
+        p[engine.P_GRID_SHRINK] = s.lora_grid.shrink_slices
+        p[engine.P_GRID_EXPAND] = s.lora_grid.expand_tiles
     p[engine.P_WAIT_SKIPPED] = 1.0 if o.wait_counts == "skipped" else 0.0
     p[engine.P_SET_ORDER] = 1.0 if profile.slot_fill == "set_order" else 0.0
     return p

@@ -31,6 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from tessera.planner.input_files import InputError, csv_records, shorten
 
+from .files import StepCoefficients
 from .profile import ServerProfile
 from .sim import OUTSTANDING_REQUEST_CAP, STARVATION_RATIO, ServerConfig, simulate
 from .workload import Workload
@@ -85,6 +86,8 @@ class RealRun:
 
 
 FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+MAX_STEP_TOKENS = 2048  # the measured servers' --max-num-batched-tokens
 Number = TypeVar("Number", int, float)
 
 
@@ -283,8 +286,8 @@ def _fit_steps(runs: list[RealRun], base: ServerProfile, load_ms_per_step: Float
     itl = np.array([r.itl_ms for r in runs]) - load_ms_per_step
     pt = np.array([r.prompt_tok_s for r in runs])
     n = np.array([expected_distinct(r, r.mean_running) for r in runs])
-    share = base.step.slot_rank_share  # from the kernels' grid, not fitted (one half holds one max rank)
-    rank_factor = np.array([1 + share * (-(-r.max_rank // 16) - 1) for r in runs])
+    # from the kernels' grid, not fitted (one half holds one max rank)
+    rank_factor = np.array([expected_rank_factor(base.step, r) for r in runs])
     slots = np.array([r.max_loras + 1.0 for r in runs]) * rank_factor
     # the waiting requests the adapter rule skips (wait_counts: skipped): only a server with more
     # adapters than slots fills max_loras with waiting requests left for other adapters
@@ -312,6 +315,35 @@ def _fit_steps(runs: list[RealRun], base: ServerProfile, load_ms_per_step: Float
                                    "lora_c1": round(l1, 5), "slot_ms": round(g, 5)},
                              overhead={"wait_ms": round(w, 6), "wait_counts": "skipped"},
                              slot_fill="set_order")
+
+
+def expected_rank_factor(step: StepCoefficients, run: RealRun) -> float:
+    """What the max rank multiplies the LoRA costs by, on average over a measured run's steps (sim and the
+    kernels' rank factor): with a LoRA grid, its share in a step of the running requests' decode tokens
+    (Poisson around the measured mean) plus, in the share of steps that hold a prompt (prompt tokens per
+    step, by the measured ITL, over the mean prompt), that prompt's tokens."""
+    extra = -(-run.max_rank // 16) - 1
+    if step.lora_grid is None:
+        return 1 + step.slot_rank_share * extra
+    from scipy.stats import poisson
+
+    mean = max(run.mean_running, 1e-9)
+    lo, hi = poisson.ppf([1e-4, 1 - 1e-4], mean)
+    k = np.arange(max(int(lo), 1), int(hi) + 2)
+    pk = poisson.pmf(k, mean)
+    pk = pk / pk.sum()
+    per_step = run.prompt_tok_s * run.itl_ms / 1000 if np.isfinite(run.prompt_tok_s * run.itl_ms) else 0.0
+    with_prompt = min(1.0, per_step / run.mean_in)
+    prompt = int(round(per_step / with_prompt)) if with_prompt > 0 else 0
+    grid = step.lora_grid
+
+    def share(tokens: IntArray) -> FloatArray:
+        tokens = np.minimum(tokens, MAX_STEP_TOKENS)
+        shrink = grid.shrink_slices * np.where(tokens < 128, 64, 8) * -(-tokens // 32)
+        return shrink / (shrink + grid.expand_tiles * -(-tokens // 64))
+
+    mean_share = float(pk @ ((1 - with_prompt) * share(k) + with_prompt * share(k + prompt)))
+    return 1 + extra * mean_share
 
 
 def kv_tokens_per_running(runs: list[RealRun]) -> float:

@@ -122,9 +122,38 @@ def test_every_adapter_slot_lengthens_every_step_busy_or_not():
 
 def test_the_slot_cost_grows_with_each_16_of_max_rank_by_the_rank_share():
     one = trace(np.array([100]), np.array([50]))
-    prof = QWEN.with_updates(lengths={"eos_fraction": 0.0}, step={"slot_ms": 0.2, "slot_rank_share": 0.5})
+    prof = QWEN.with_updates(lengths={"eos_fraction": 0.0}, step={"slot_ms": 0.2, "slot_rank_share": 0.5, "lora_grid": None})
     r16, r32 = (simulate(one, prof, ServerConfig(max_loras=63, max_rank=r), seed=0) for r in (16, 32))
     assert r32.itl_mean_ms - r16.itl_mean_ms == pytest.approx(0.2 * 0.5 * 64, rel=1e-6)
+
+
+def _rank_cost(prof, one):
+    r16, r32 = (simulate(one, prof, ServerConfig(max_loras=63, max_rank=r), seed=0) for r in (16, 32))
+    return r32.itl_mean_ms - r16.itl_mean_ms
+
+
+def test_with_the_lora_grid_a_small_step_s_slot_cost_grows_with_rank_by_the_shrink_kernels_share():
+    # one request decoding: a step of 1 token, where the shrink kernel's 7 slices x 64 split-K blocks per 16 of
+    # rank are 448 of the slot's 884 (vLLM 0.8.5 _lora_shrink, _lora_expand's 436 output tiles)
+    prof = QWEN.with_updates(lengths={"eos_fraction": 0.0}, step={"slot_ms": 0.2})
+    assert prof.step.lora_grid is not None and prof.step.slot_rank_share == 0
+    extra = _rank_cost(prof, trace(np.array([100]), np.array([50])))
+    assert extra == pytest.approx(0.2 * 64 * 448 / 884, rel=1e-6)
+
+
+def test_with_the_lora_grid_a_step_of_128_tokens_or_more_grows_with_rank_by_the_split_k_8_share():
+    # 200 requests decoding together (admitted in one step, finishing together): steps of 200 tokens, where
+    # _lora_shrink splits K 8 ways over cdiv(200, 32) = 7 row blocks (7 x 8 x 7 = 392 blocks per 16 of rank)
+    # and _lora_expand launches 436 x cdiv(200, 64) = 1744
+    prof = QWEN.with_updates(lengths={"eos_fraction": 0.0}, step={"slot_ms": 0.2})
+    many = trace(np.full(200, 8), np.full(200, 50))
+    extra = _rank_cost(prof, many)
+    assert extra == pytest.approx(0.2 * 64 * 392 / (392 + 1744), rel=1e-6)
+
+
+def test_a_profile_with_both_rank_rules_for_the_slot_cost_is_refused():
+    with pytest.raises(ValueError, match="slot_rank_share and lora_grid"):
+        QWEN.with_updates(step={"slot_rank_share": 0.5})
 
 
 def test_waiting_requests_cost_scheduler_time_only_where_the_adapter_rule_skips_them():
@@ -233,7 +262,8 @@ def test_c_and_numba_builds_give_identical_results(monkeypatch, vllm_rules):
         prof = prof.with_updates(step={"slot_ms": 0.2}, slot_fill="set_order",
                                  overhead={"wait_ms": 0.01, "wait_counts": "skipped"})
     w = wl(48, [2.0, 0.5, 0.1], duration=120)
-    cfg = ServerConfig(max_loras=8, outstanding_cap=2000)
+    # max rank 32 under vLLM's rules: the slot cost's rank factor by the LoRA grid, step by step
+    cfg = ServerConfig(max_loras=8, outstanding_cap=2000, max_rank=32 if vllm_rules else None)
     monkeypatch.setenv("TESSERA_TWIN_ENGINE", "c")
     a = simulate(w, prof, cfg, seed=5)
     monkeypatch.setenv("TESSERA_TWIN_ENGINE", "numba")
@@ -295,3 +325,15 @@ def test_calibration_fits_vllms_rules_to_the_measured_itl_less_the_twins_own_loa
     assert swapping.any() and not swapping.all()
     assert not first.any()
     assert (second[swapping] > 0).all() and not second[~swapping].any()
+
+
+def test_calibration_takes_each_runs_rank_factor_from_the_lora_grid_at_the_runs_batch():
+    from tessera.planner.twin import validate
+
+    runs = [r for r in validate.load_runs(VLLM_LORA / "qwen_runs.csv") if r.max_rank == 32]
+    idle = min(runs, key=lambda r: r.mean_running)  # about one request running: steps of a few tokens
+    full = max(runs, key=lambda r: r.mean_running)  # hundreds running: steps of >= 128 tokens
+    assert validate.expected_rank_factor(QWEN.step, idle) == pytest.approx(1 + 448 / 884, abs=0.01)
+    assert 1.15 < validate.expected_rank_factor(QWEN.step, full) < 1.21
+    constant = QWEN.step.model_copy(update={"lora_grid": None, "slot_rank_share": 0.507})
+    assert validate.expected_rank_factor(constant, full) == pytest.approx(1.507)
