@@ -512,31 +512,49 @@ class CompoundMilp:
     def _most_loads_rows(self, o: int, unit: Unit, bound: int, capacity: float) -> None:
         """Under the task's level and each parent's bulk class, each instance carries at most its most load.
 
-        Per incoming edge, step i's row holds while the level is below step i + 1's:
-        x <= M_i0 n - sum_j (M_i,j-1 - M_ij) V_j + big-M Z_next, where V_j >= n - bound (1 - U_j) is the
-        instances' count under bulks of class j or larger (U falls with j, the most load too, so the sum
-        leaves M_iJ n for the largest class J handed over). One row per step and one per class, not one
-        per step and class: 4 H100s had 44,605 such rows of 68,802 (six bulk classes on fan-out tasks).
+        Step i's rule holds while the level is below step i + 1's; per incoming edge, in whichever of two
+        forms has fewer rows: one row per step and bulk class J, relaxed where U_J is 0,
+        x <= M_iJ n + big-M (Z_next + 1 - U_J), or one row per step,
+        x <= M_i0 n - sum_j (M_i,j-1 - M_ij) V_j + big-M Z_next, with one V_j >= n - bound (1 - U_j) per
+        class (the instances under bulks of class j or larger: U and the most load fall with j, so the sum
+        leaves M_iJ n for the largest class J handed over). 4 H100s at 80% fill: 44,605 rows of the first
+        form, 15,000 of the second; on 1,000, where steps are few, the first is the smaller.
         """
         c = self.candidate(o)
         split = self.share_base.get((c.system, c.task), 0.0) > 0 and bool(self.arrivals[(c.system, c.task)])
         for parent, classes in self._edge_classes(c):
-            counts: list[Any] = []  # V_j of this edge (j >= 1), made once a row needs them
+            rows: list[tuple[Any, bool, list[float]]] = []  # (relax_level, whole bulks, most load per class)
             for i, (level, _) in enumerate(unit.steps):
                 relax_level = 0 if i + 1 == len(unit.steps) else self._levels_from(c, unit.steps[i + 1][0])
                 for whole in (False, True) if split else (True,):
                     mosts = self._falling_mosts(c, level, classes, capacity, split=not whole)
-                    if mosts[-1] >= capacity * (1 - 1e-12):
-                        continue
-                    if len(mosts) > 1 and not counts:
-                        counts = self._class_counts(o, c, parent, len(mosts), bound)
-                    excess = partial(self._excess, o, mosts, counts, capacity, bound, relax_level)
-                    if not split:
-                        self.m.cons.add(excess() <= 0)
-                    elif whole:  # built only once the pool cannot serve all demand: <= 0 then
-                        self.whole_bulk_rows.append(excess)
-                    else:
-                        self.m.split_bulk_rows.add(excess() <= 0)
+                    if mosts[-1] < capacity * (1 - 1e-12):
+                        rows.append((relax_level, whole, mosts))
+            per_class = [[j for j in range(len(mosts)) if mosts[j] < capacity * (1 - 1e-12)
+                          and (j == 0 or mosts[j] < mosts[j - 1])] for _, _, mosts in rows]
+            falling = sorted({j for _, _, mosts in rows for j in range(1, len(mosts)) if mosts[j] < mosts[j - 1]})
+            # Sized by the rows while all demand is served (whole bulks' rows come only when it is not).
+            live = [not (split and whole) for _, whole, _ in rows]
+            by_count = (sum(len(js) for js, kept in zip(per_class, live) if kept)
+                        > sum(live) + len(falling))
+            counts = {j: self._class_count(o, c, parent, j, bound) for j in falling} if by_count else {}
+            for (relax_level, whole, mosts), js in zip(rows, per_class):
+                if by_count:
+                    falls = [(mosts[j - 1] - mosts[j], counts[j]) for j in falling if mosts[j] < mosts[j - 1]]
+                    self._most_load_row(o, mosts[0], mosts[-1], falls, capacity, bound, relax_level, split, whole)
+                for j in () if by_count else js:
+                    relax = relax_level + (0 if j == 0 else 1 - self.m.U[c.system, c.task, parent, j])
+                    self._most_load_row(o, mosts[j], mosts[j], [], capacity, bound, relax, split, whole)
+
+    def _most_load_row(self, o: int, top: float, least: float, falls: list[tuple[float, Any]], capacity: float,
+                       bound: int, relax: Any, split: bool, whole: bool) -> None:
+        excess = partial(self._excess, o, top, least, falls, capacity, bound, relax)
+        if not split:
+            self.m.cons.add(excess() <= 0)
+        elif whole:  # built only once the pool cannot serve all demand: <= 0 then
+            self.whole_bulk_rows.append(excess)
+        else:
+            self.m.split_bulk_rows.add(excess() <= 0)
 
     def _falling_mosts(self, c: Candidate, level: int, classes: list[float], capacity: float,
                        split: bool) -> list[float]:
@@ -548,30 +566,26 @@ class CompoundMilp:
             mosts.append(min(mosts[-1], most) if mosts else most)
         return mosts
 
-    def _class_counts(self, o: int, c: Candidate, parent: str | None, classes: int, bound: int) -> list[Any]:
-        """V_j >= n - bound (1 - U_j) for each bulk class j >= 1 of the edge from `parent`: n where U_j is 1."""
-        m, counts = self.m, []
-        for j in range(1, classes):
-            count = m.V.add()
-            m.cons.add(count >= m.n[o] - bound * (1 - m.U[c.system, c.task, parent, j]))
-            counts.append(count)
-        return counts
+    def _class_count(self, o: int, c: Candidate, parent: str | None, j: int, bound: int) -> Any:
+        """V_j >= n - bound (1 - U_j) for bulk class j >= 1 of the edge from `parent`: n where U_j is 1."""
+        m = self.m
+        count = m.V.add()
+        m.cons.add(count >= m.n[o] - bound * (1 - m.U[c.system, c.task, parent, j]))
+        return count
 
-    def _excess(self, o: int, mosts: list[float], counts: list[Any], capacity: float, bound: int,
-                relax_level: Any) -> Any:
-        """Load above the most load under the largest bulk class handed over, less the big-M the next
-        level frees.
+    def _excess(self, o: int, top: float, least: float, falls: list[tuple[float, Any]], capacity: float,
+                bound: int, relax: Any) -> Any:
+        """Load above the most load (`top` less what the falls take off, at least `least`), less the big-M
+        that `relax` frees.
 
-        The big-M is the most x - most n can be: with x <= capacity n, n <= bound and x <= the task's
-        demand bound D, min((capacity - most) bound, D (1 - most / capacity)) for the least most load,
-        the second far smaller where the queueing wait binds (most << capacity, bound ~ D / most).
+        The big-M is the most x - least n can be: with x <= capacity n, n <= bound and x <= the task's
+        demand bound D, min((capacity - least) bound, D (1 - least / capacity)), the second far smaller
+        where the queueing wait binds (least << capacity, bound ~ D / least).
         """
         m, c = self.m, self.candidate(o)
         demand = self.demand_bound[(c.system, c.task)]
-        least = mosts[-1]
         big_m = min((capacity - least) * bound, demand * (1 - least / capacity))
-        falls = sum((mosts[j - 1] - mosts[j]) * counts[j - 1] for j in range(1, len(mosts)) if mosts[j] < mosts[j - 1])
-        return m.x[o] - mosts[0] * m.n[o] + falls - big_m * relax_level
+        return m.x[o] - top * m.n[o] + sum(fall * count for fall, count in falls) - big_m * relax
 
     def _edge_classes(self, c: Candidate) -> list[tuple[str | None, list[float]]]:
         """(parent, its bulk classes' dispersions) per incoming edge; (None, [Poisson's or 0]) where no parent
