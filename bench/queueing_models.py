@@ -22,7 +22,8 @@ one run on the same loaded machine (rows "<model> @REF").
 
 Run: nice -n 10 .venv/bin/python -P bench/queueing_models.py [--pools 4 15 120 1000] [--no-42x]
     [--models default one-replica per-request per-connection] [--name queueing_models] [--time-limit 60]
-    [--baseline main]
+    [--baseline main] [--fill 0.8]
+(--fill sets the share of the default's most demand that the pool cases plan; 0.8 is the planner benchmark's.)
 Writes bench/results/<name>.{md,json}.
 """
 
@@ -118,7 +119,7 @@ def table(rows: list[dict]) -> str:
         if "no_plan" in r:
             lines.append(f"| {r['case']} | {r['model']} | no plan | | | {r['cpu_s']:.1f} | {r['wall_s']:.1f} | | | |")
             continue
-        target = TARGET_CPU_S.get(r["gpus"]) if r["case"].startswith("80%") else None
+        target = TARGET_CPU_S.get(r["gpus"]) if r["case"].startswith(f"{FILL:.0%}") else None
         met = "-" if target is None else (
             f"{'met' if r['cpu_s'] <= target and not r['time_limited'] else 'missed'} (<= {target:g} s)")
         lines.append(
@@ -140,11 +141,12 @@ def main() -> None:
                         help="the models to plan, of those each case runs")
     parser.add_argument("--name", default="queueing_models", help="writes bench/results/<name>.{md,json}")
     parser.add_argument("--time-limit", type=float, default=PlannerOptions().time_limit_s)
+    parser.add_argument("--fill", type=float, default=FILL, help="share of the default model's most demand")
     parser.add_argument("--baseline", metavar="REF", help="plan each case and model beside this git revision's planner")
     args = parser.parse_args()
     scales = {r["gpus"]: r["max_scale"]
               for r in json.loads((ROOT / "bench/results/planner_scale.json").read_text())}
-    cases = [(f"80% of {g} GPUs", g, FILL * scales[g], ["default", "one-replica", "per-request"])
+    cases = [(f"{args.fill:.0%} of {g} GPUs", g, args.fill * scales[g], ["default", "one-replica", "per-request"])
              for g in args.pools]
     if not args.no_42x:
         cases.append(("42x on 120 GPUs", 120, 42.0, ["default", "one-replica", "per-request", "per-connection"]))
