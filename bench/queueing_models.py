@@ -15,8 +15,15 @@ ratios are what to read. Per plan: GPUs and slices (proven bounds), served,
 CPU and wall seconds, stages the time limit stopped, and the tasks holding
 the most slices (which task a model's extra cost goes to).
 
+With --baseline REF each plan runs in a fresh process of its own, and the
+planner of that git revision (its planner/ folder, exported with git archive)
+plans the same case and model right after it: a before/after comparison in
+one run on the same loaded machine (rows "<model> @REF").
+
 Run: nice -n 10 .venv/bin/python -P bench/queueing_models.py [--pools 4 15 120 1000] [--no-42x]
     [--models default one-replica per-request per-connection] [--name queueing_models] [--time-limit 60]
+    [--baseline main] [--fill 0.8]
+(--fill sets the share of the default's most demand that the pool cases plan; 0.8 is the planner benchmark's.)
 Writes bench/results/<name>.{md,json}.
 """
 
@@ -26,8 +33,18 @@ import argparse
 import json
 import os
 import platform
+import subprocess
+import sys
+import tarfile
+import tempfile
 import time
 from pathlib import Path
+
+import tessera.planner
+
+if __name__ == "__main__" and sys.argv[1:2] == ["--one-plan"]:
+    # Before any planner module loads: they come from the folder asked for (this one or a baseline's).
+    tessera.planner.__path__[:] = [sys.argv[2]]
 
 from tessera.planner.catalog import gpu_product
 from tessera.planner.latency import Routing
@@ -78,6 +95,23 @@ def run(label: str, gpus: int, scale: float, model: str, time_limit_s: float) ->
             "top_tasks": [f"{name} {count}" for count, name in per_task[:3]]}
 
 
+def run_in_process(planner_dir: Path, label: str, gpus: int, scale: float, model: str, time_limit_s: float) -> dict:
+    """`run` in a fresh process with the planner package found in `planner_dir` (this one or a baseline's)."""
+    command = [sys.executable, "-P", str(Path(__file__).resolve()), "--one-plan", str(planner_dir), label, str(gpus),
+               repr(scale), model, repr(time_limit_s)]
+    done = subprocess.run(command, capture_output=True, text=True, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def baseline_planner(ref: str, into: Path) -> Path:
+    """The planner/ folder of git revision `ref`, exported under `into`."""
+    archive = into / "baseline.tar"
+    subprocess.run(["git", "-C", str(ROOT), "archive", "--output", str(archive), ref, "planner"], check=True)
+    with tarfile.open(archive) as tar:
+        tar.extractall(into, filter="data")
+    return into / "planner"
+
+
 def table(rows: list[dict]) -> str:
     lines = ["| case | model | GPUs (bound) | slices (bound) | served | CPU s | wall s | time-limited stages | "
              "CPU target | most slices |", "|---|---|---|---|---|---|---|---|---|---|"]
@@ -85,7 +119,7 @@ def table(rows: list[dict]) -> str:
         if "no_plan" in r:
             lines.append(f"| {r['case']} | {r['model']} | no plan | | | {r['cpu_s']:.1f} | {r['wall_s']:.1f} | | | |")
             continue
-        target = TARGET_CPU_S.get(r["gpus"]) if r["case"].startswith("80%") else None
+        target = TARGET_CPU_S.get(r["gpus"]) if r["case"].startswith(f"{FILL:.0%}") else None
         met = "-" if target is None else (
             f"{'met' if r['cpu_s'] <= target and not r['time_limited'] else 'missed'} (<= {target:g} s)")
         lines.append(
@@ -96,6 +130,10 @@ def table(rows: list[dict]) -> str:
 
 
 def main() -> None:
+    if sys.argv[1:2] == ["--one-plan"]:
+        label, gpus, scale, model, limit = sys.argv[3:8]
+        print(json.dumps(run(label, int(gpus), float(scale), model, float(limit))))
+        return
     parser = argparse.ArgumentParser()
     parser.add_argument("--pools", type=int, nargs="*", default=[4, 15, 120, 1000])
     parser.add_argument("--no-42x", action="store_true")
@@ -103,18 +141,29 @@ def main() -> None:
                         help="the models to plan, of those each case runs")
     parser.add_argument("--name", default="queueing_models", help="writes bench/results/<name>.{md,json}")
     parser.add_argument("--time-limit", type=float, default=PlannerOptions().time_limit_s)
+    parser.add_argument("--fill", type=float, default=FILL, help="share of the default model's most demand")
+    parser.add_argument("--baseline", metavar="REF", help="plan each case and model beside this git revision's planner")
     args = parser.parse_args()
     scales = {r["gpus"]: r["max_scale"]
               for r in json.loads((ROOT / "bench/results/planner_scale.json").read_text())}
-    cases = [(f"80% of {g} GPUs", g, FILL * scales[g], ["default", "one-replica", "per-request"])
+    cases = [(f"{args.fill:.0%} of {g} GPUs", g, args.fill * scales[g], ["default", "one-replica", "per-request"])
              for g in args.pools]
     if not args.no_42x:
         cases.append(("42x on 120 GPUs", 120, 42.0, ["default", "one-replica", "per-request", "per-connection"]))
     rows = []
-    for label, gpus, scale, models in cases:
-        for model in (m for m in models if m in args.models):
-            rows.append(run(label, gpus, scale, model, args.time_limit))
-            print(json.dumps(rows[-1]), flush=True)
+    with tempfile.TemporaryDirectory() as scratch:
+        baseline = baseline_planner(args.baseline, Path(scratch)) if args.baseline else None
+        for label, gpus, scale, models in cases:
+            for model in (m for m in models if m in args.models):
+                if baseline is None:
+                    rows.append(run(label, gpus, scale, model, args.time_limit))
+                else:
+                    rows.append(run_in_process(Path(tessera.planner.__path__[0]), label, gpus, scale, model,
+                                               args.time_limit))
+                    print(json.dumps(rows[-1]), flush=True)
+                    before = run_in_process(baseline, label, gpus, scale, model, args.time_limit)
+                    rows.append({**before, "model": f"{model} @{args.baseline}"})
+                print(json.dumps(rows[-1]), flush=True)
     out = ROOT / "bench/results"
     (out / f"{args.name}.json").write_text(json.dumps(rows, indent=2))
     loads = ", ".join(f"{r['load_average']:.1f}" for r in rows)

@@ -16,8 +16,12 @@ batches in its budget) the planned load per replica over throughput, the
 share of a parent bulk one replica sees, and its simulated and predicted
 p99 against its budget.
 
+With `--balancing random per-connection` each plan is simulated under both
+balancings: per connection, as a plain Service routes (16 pinned
+connections per client, the simulator's default), beside per request.
+
 Run: nice -n 10 .venv/bin/python -P bench/queueing_truth.py [--time-limit 120] [--duration 60]
-    [--headrooms 0.1 0.5 1 2] [--no-queueing-plan] [--name queueing_truth]
+    [--headrooms 0.1 0.5 1 2] [--no-queueing-plan] [--balancing random] [--name queueing_truth]
 Writes bench/results/<name>.{md,json}.
 """
 
@@ -79,17 +83,18 @@ def planned(systems: list, options: PlannerOptions) -> tuple[dict, Plan | None]:
             "time_limited": result.solver.time_limited, "watched": watched_stage(result)}, result
 
 
-def simulated(result: Plan, systems: list, duration_s: float) -> dict:
+def simulated(result: Plan, systems: list, duration_s: float, balancings: list[Balancing]) -> dict:
+    """Per run (the spread, or "balancing spread" with more than one balancing): what the simulation found."""
     deployment = build_deployment(result, systems, build_profile_store(systems, GPU))
     slo = {s.name: s.slo.latency_ms for s in systems}
     found = {}
-    for spread in SPREADS:
+    for balancing, spread in ((b, s) for b in balancings for s in SPREADS):
         report = metrics.report(engine.run(deployment, constant(duration_s),
-                                           Policies(balancing=Balancing.RANDOM, p99_over_p50=spread)))
+                                           Policies(balancing=balancing, p99_over_p50=spread)))
         over_slo = max((p.p99_ms / slo[p.system], ">".join(p.tasks)) for p in report.paths)
         over_planned = max((p.p99_ms / p.planned_ms, ">".join(p.tasks)) for p in report.paths)
         stage = next(s for s in report.stages if (s.system, s.task) == WATCHED)
-        found[str(spread)] = {"late_pct": report.violation_pct,
+        found[str(spread) if len(balancings) == 1 else f"{balancing.value} {spread}"] = {"late_pct": report.violation_pct,
                               "late_pct_by_system": {s.system: s.violation_pct for s in report.systems},
                               "worst_over_slo": over_slo, "worst_over_planned": over_planned,
                               "watched_p99_ms": stage.p99_ms, "watched_p50_ms": stage.p50_ms,
@@ -120,12 +125,18 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+BALANCING_WORDS = {Balancing.RANDOM: "per request in proportion to planned load (the frontend)",
+                   Balancing.PER_CONNECTION: "per connection (a plain Service, 16 pinned connections per client)"}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--time-limit", type=float, default=120.0)
     parser.add_argument("--duration", type=float, default=60.0, help="simulated seconds per plan and spread")
     parser.add_argument("--headrooms", nargs="*", type=float, default=[0.1, 0.5, 1.0, 2.0])
     parser.add_argument("--no-queueing-plan", action="store_true", help="only the plans without the wait")
+    parser.add_argument("--balancing", nargs="+", type=Balancing, default=[Balancing.RANDOM],
+                        help="how the simulation routes requests to replicas (random: per request)")
     parser.add_argument("--name", default="queueing_truth")
     args = parser.parse_args()
     systems = scaled([s for path in default_example_systems() for s in load_systems(path)], DEMAND)
@@ -136,7 +147,7 @@ def main() -> None:
     for options in models:
         row, result = planned(systems, options)
         if result is not None:
-            row["simulated"] = simulated(result, systems, args.duration)
+            row["simulated"] = simulated(result, systems, args.duration, args.balancing)
         rows.append(row)
         print(json.dumps(row), flush=True)
     RESULTS.mkdir(exist_ok=True)
@@ -145,8 +156,9 @@ def main() -> None:
     text = (f"The three examples together (A+S+T) at {DEMAND:g}x their demand on {GPUS} x {GPU}, planner time "
             f"limit {args.time_limit:g} s, one plan after another in one process (Python "
             f"{platform.python_version()}, 2 shared cores, 1-minute load average per plan: {loads}). Each plan "
-            f"simulated {args.duration:g} s under steady Poisson demand, requests routed per request in proportion "
-            "to planned load (the frontend), no dropping, at each batch latency spread (p99/p50).\n\n"
+            f"simulated {args.duration:g} s under steady Poisson demand, requests routed "
+            f"{' and '.join(BALANCING_WORDS[b] for b in args.balancing)}, no dropping, at each batch latency spread "
+            "(p99/p50; the spread column names the balancing where there are two).\n\n"
             + table(rows) + "\n")
     (RESULTS / f"{args.name}.md").write_text(text)
     print(text)
