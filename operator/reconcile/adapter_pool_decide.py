@@ -160,7 +160,8 @@ class PoolServers:
 
     pool: AdapterPoolObject
     placement: Placement | None = None
-    """None for an invalid pool: its running servers stay as they are, on the GPUs they hold."""
+    """An invalid pool's: its kept placement (`kept_placement`, None without a readable record); its running servers
+    stay as they are, on the GPUs they hold."""
     slots: list[Slot] = dataclasses.field(default_factory=list)
     """The GPU of each placed server, in the placement's order."""
     held: list[Slot] = dataclasses.field(default_factory=list)
@@ -367,6 +368,18 @@ def previous_placement(children: list[Json], ref: PoolRef, running: Mapping[int,
     return Placement(strategy="in force", model=model, servers=tuple(servers))
 
 
+def kept_placement(obj: AdapterPoolObject, children: list[Json], held: Mapping[int, Slot]) -> Placement | None:
+    """An invalid pool's placement in force, kept (its pods loaded and gated) and reported while its spec is broken:
+    the servers its placement ConfigMap records that still run on a GPU of theirs (`held`, by index), with the flags
+    their Deployments run; None: no readable record (its servers then stay as they are, neither loaded nor gated)."""
+    running = running_servers(children, obj.ref)
+    recorded = previous_placement(children, obj.ref, running, obj.spec.base_model.name if obj.spec else "")
+    if recorded is None:
+        return None
+    return dataclasses.replace(recorded, servers=tuple(s for s in recorded.servers
+                                                       if s.index in running and s.index in held))
+
+
 def cut_to_limit(placement: Placement, most: int | None) -> Placement:
     """The first `most` servers (a re-placement lists its running servers first); the others' adapters unplaced."""
     if most is None or len(placement.servers) <= most:
@@ -487,8 +500,8 @@ def planned_servers(pool: Pool, decided: PoolServers, settings: OperatorSettings
     its GPU, nor while its node waits for a MIG layout (mig-manager re-partitions only nodes no GPU pod uses),
     nor while the pool's first compound plan is being solved (`first_plan_solving`): that plan's layouts are not
     known yet, and a server started meanwhile would hold a node its first layout must partition."""
-    if decided.placement is None or decided.pool.spec is None:
-        return []
+    if decided.placement is None or decided.pool.spec is None or not decided.pool.valid:
+        return []  # an invalid pool's kept placement is no plan: its servers stay as they run
     planned = []
     for server, slot in zip(decided.placement.servers, decided.slots):
         body = server_deployment(decided.pool.ref, decided.pool.spec, server, slot, pool.node(slot[0]).hostname,
@@ -624,6 +637,16 @@ def _unplaced(obj: AdapterPoolObject, decided: PoolServers, summary: Json) -> tu
                                       "add GPUs or raise limits.maxServers")
 
 
+def kept_message(obj: AdapterPoolObject, decided: PoolServers | None, live: list[Json]) -> str:
+    """What an invalid pool keeps: the placement in force, as its ConfigMap records it, where it has one."""
+    if decided is not None and decided.placement is not None and decided.placement.servers:
+        servers = decided.placement.servers
+        return (f"; its running servers stay until the spec is fixed, with the placement in force: "
+                f"{sum(len(s.adapters) for s in servers)} adapters on {len(servers)} server(s) (ConfigMap "
+                f"{placement_record_name(obj.ref)})")
+    return "; its running servers stay until the spec is fixed" if any(c["kind"] == "Deployment" for c in live) else ""
+
+
 def pool_status(obj: AdapterPoolObject, decided: PoolServers | None, planned: list[tuple[Json, bool]],
                 live: list[Json], loads: Mapping[tuple[str, str], ServerLoad] | None = None,
                 routes: RouteNames | None = None) -> tuple[str, list[st.Condition], Json | None]:
@@ -631,8 +654,7 @@ def pool_status(obj: AdapterPoolObject, decided: PoolServers | None, planned: li
     pool of its product; `loads`: what its servers' pods hold (none asked yet: absent); `routes`: its routes'
     names (adapter_routes.route_summaries)."""
     if not obj.valid:
-        kept = any(c["kind"] == "Deployment" for c in live)
-        message = (obj.error or "") + ("; its running servers stay until the spec is fixed" if kept else "")
+        message = (obj.error or "") + kept_message(obj, decided, live)
         return st.PHASE_INVALID, [st.Condition(st.READY, False, st.INVALID_SPEC, message),
                                   st.Condition(st.ADAPTERS_PLACED, False, st.INVALID_SPEC, message),
                                   st.Condition(st.INVALID, True, st.INVALID_SPEC, message)], None

@@ -19,6 +19,7 @@ from tessera.operator.api import status as st
 from tessera.operator.api.adapter_pools import read_adapter_pool
 from tessera.operator.reconcile.act import Actor
 from tessera.operator.reconcile.actions import ApplyChild, DeleteChild, PostEvent
+from tessera.operator.reconcile.adapter_loading import placed_adapters
 from tessera.operator.reconcile.adapter_pool_decide import (PLACEMENT_KEY, REPLACEMENT_SLACK, PoolServers,
                                                             choose_placement, decide_placement_record,
                                                             decide_pool_status, decide_servers, moves_between,
@@ -252,3 +253,64 @@ def test_the_record_of_2000_adapters_stays_far_inside_a_config_maps_limit():
     decided, _ = applied(scenario_adapters(8, 1.0))
     body = placement_record(decided.pool.ref, Placement("tessera", "qwen", servers))
     assert len(json.dumps(body)) < 1024 * 1024 // 4
+
+
+def broken(document: dict) -> dict:
+    """The pool's spec edited into one the placement refuses (a prompt longer than the model's context)."""
+    document["spec"]["meanPromptTokens"] = 5000
+    return document
+
+
+def kept_by_invalid(document: dict, live: list[dict]) -> PoolServers:
+    pools = AdapterPools(Actor(None, VllmClient(2)), SETTINGS)  # type: ignore[arg-type]  # plans only, acts never
+    obj = read_adapter_pool(document)
+    assert not obj.valid
+    (decided,) = pools.plan(GPUS, [obj], live, {}, {})
+    return decided
+
+
+def servers_and_adapters(placement: Placement | None) -> list[tuple[int, list[str]]]:
+    assert placement is not None
+    return [(s.index, sorted(s.adapters)) for s in placement.servers]
+
+
+def test_an_invalid_pool_keeps_its_pods_loaded_with_the_placement_in_force_read_back_from_its_config_map():
+    """Not the status (empty here) nor a fresh placement: the record of what its servers were given, on their GPUs;
+    nothing is written for it (no record, no server)."""
+    adapters = scenario_adapters(60)
+    before, live = applied(adapters)
+    kept = kept_by_invalid(broken(pool_document(adapters, generation=2)), live)
+    assert servers_and_adapters(kept.placement) == servers_and_adapters(before.placement)
+    assert kept.slots == before.slots and set(kept.held) == set(before.slots)
+    assert placed_adapters([kept]) == placed_adapters([before])
+    assert decide_placement_record(kept, live) == [] and planned_servers(GPUS, kept, SETTINGS, set(), {}) == []
+
+
+def test_an_invalid_pool_reports_the_placement_in_force_in_its_invalid_condition():
+    adapters = scenario_adapters(60)
+    before, live = applied(adapters)
+    kept = kept_by_invalid(broken(pool_document(adapters, generation=2)), live)
+    phase, conditions, summary = pool_status(kept.pool, kept, [], live)
+    invalid = next(c for c in conditions if c.type == st.INVALID)
+    assert phase == st.PHASE_INVALID and summary is None  # status.plan stays as the last valid reconcile wrote it
+    assert before.placement is not None
+    assert (f"the placement in force: 60 adapters on {len(before.placement.servers)} server(s) (ConfigMap "
+            f"bots-placement") in invalid.message
+
+
+def test_an_invalid_pool_keeps_only_recorded_servers_that_still_run():
+    adapters = scenario_adapters(60)
+    before, live = applied(adapters)
+    assert before.placement is not None and len(before.placement.servers) > 1
+    gone = planned_first_name(before)
+    kept = kept_by_invalid(broken(pool_document(adapters, generation=2)),
+                           [c for c in live if c["metadata"]["name"] != gone])
+    assert [i for i, _ in servers_and_adapters(kept.placement)] == [s.index for s in before.placement.servers[1:]]
+
+
+def test_an_invalid_pool_without_a_readable_record_keeps_its_servers_unloaded_as_before():
+    adapters = scenario_adapters(60)
+    _, live = applied(adapters)
+    without_record = [c for c in live if c["kind"] != "ConfigMap"]
+    kept = kept_by_invalid(broken(pool_document(adapters, generation=2)), without_record)
+    assert kept.placement is None and placed_adapters([kept]) == {} and kept.held
