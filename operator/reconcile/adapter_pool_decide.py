@@ -48,8 +48,10 @@ The rules (docs/operator.md, "AdapterPools"):
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import math
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -404,6 +406,27 @@ def moves_between(previous: Placement, placement: Placement, afresh: bool) -> Mo
                  dropped=len(before.keys() - both), afresh=afresh)
 
 
+def matched_to(previous: Placement, fresh: Placement) -> Placement:
+    """The fresh placement numbered after the one in force: each server takes the index of the previous server it
+    shares the most adapters with (on a tie, one with its flags, then the lower index), so that server keeps its
+    Deployment, GPU and the adapters they share; the others take the lowest indices left."""
+    was = {name: server.index for server in previous.servers for name in server.adapters}
+    flags = {s.index: (s.max_loras, s.max_lora_rank) for s in previous.servers}
+    pairs = []
+    for position, server in enumerate(fresh.servers):
+        shared = Counter(was[name] for name in server.adapters if name in was)
+        pairs += [(-count, flags[index] != (server.max_loras, server.max_lora_rank), index, position)
+                  for index, count in shared.items()]
+    index_of: dict[int, int] = {}
+    for _, _, index, position in sorted(pairs):
+        if position not in index_of and index not in index_of.values():
+            index_of[position] = index
+    spare = (i for i in itertools.count() if i not in index_of.values())
+    servers = [dataclasses.replace(s, index=index_of[p] if p in index_of else next(spare))
+               for p, s in enumerate(fresh.servers)]
+    return dataclasses.replace(fresh, servers=tuple(servers))
+
+
 def replacement_slack(fresh_servers: int) -> int:
     return max(1, math.ceil(REPLACEMENT_SLACK * fresh_servers))
 
@@ -411,14 +434,15 @@ def replacement_slack(fresh_servers: int) -> int:
 def choose_placement(problem: PlacementProblem, previous: Placement | None) -> Chosen:
     """The placement to apply: without a previous one, tessera's fresh placement; with one, its re-placement
     (`replace_adapters`, within the server limit), unless that leaves more adapters unplaced than a fresh
-    placement, or needs more than `replacement_slack` servers beyond it: then the fresh one."""
+    placement, or needs more than `replacement_slack` servers beyond it: then the fresh one, `matched_to` the
+    servers in force."""
     fresh = place(problem, "tessera")
     if previous is None:
         return Chosen(fresh)
     replaced = cut_to_limit(replace_adapters(problem, previous).placement, problem.limits.max_servers)
     afresh = (len(replaced.unplaced) > len(fresh.unplaced)
               or len(replaced.servers) > len(fresh.servers) + replacement_slack(len(fresh.servers)))
-    chosen = fresh if afresh else replaced
+    chosen = matched_to(previous, fresh) if afresh else replaced
     return Chosen(chosen, moves_between(previous, chosen, afresh))
 
 

@@ -21,7 +21,7 @@ from tessera.operator.reconcile.act import Actor
 from tessera.operator.reconcile.actions import ApplyChild, DeleteChild, PostEvent
 from tessera.operator.reconcile.adapter_loading import placed_adapters
 from tessera.operator.reconcile.adapter_pool_decide import (PLACEMENT_KEY, REPLACEMENT_SLACK, PoolServers,
-                                                            choose_placement, decide_placement_record,
+                                                            choose_placement, decide_placement_record, matched_to,
                                                             decide_pool_status, decide_servers, moves_between,
                                                             placement_record, planned_servers, pool_status,
                                                             previous_placement, running_servers, within)
@@ -209,6 +209,30 @@ def test_a_re_placement_needing_more_servers_than_a_fresh_one_and_its_slack_give
     halves = choose_placement(problem, recorded([[a["name"] for a in adapters[:4]], [a["name"] for a in adapters[4:]]]))
     assert halves.moves is not None and not halves.moves.afresh and halves.moves.moved == ()
     assert len(halves.placement.servers) == 2
+
+
+def test_a_fresh_placement_that_wins_keeps_each_server_at_the_index_of_the_running_server_it_overlaps_most():
+    """The fresh placement (one server) of 8 adapters recorded on 4 servers, 5 of them on server 1 at the fresh
+    server's flags: numbered 1, it keeps those 5 where they run (3 moved); numbered 0 as placed, 7 would move."""
+    adapters = [adapter_entry(f"a-{i}", 16, 0.2) for i in range(8)]
+    problem = within(read_adapter_pool(pool_document(adapters)).problem, 16)
+    (fresh,) = place(problem, "tessera").servers
+    names = [a["name"] for a in adapters]
+    groups = [names[:1], names[1:6], names[6:7], names[7:]]
+    recorded = Placement("running", "qwen", tuple(ServerPlacement(i, tuple(g), fresh.max_loras, fresh.max_lora_rank,
+                                                                  0.0, True, None) for i, g in enumerate(groups)))
+    chosen = choose_placement(problem, recorded)
+    assert chosen.moves is not None and chosen.moves.afresh
+    assert [s.index for s in chosen.placement.servers] == [1]
+    assert chosen.moves.moved == tuple(names[:1] + names[6:]) and chosen.moves.restarted == ()
+
+
+def test_fresh_servers_no_running_server_shares_adapters_with_take_the_lowest_indices_left():
+    recorded = Placement("running", "qwen", (ServerPlacement(0, ("a", "b"), 4, 16, 0.0, True, None),
+                                             ServerPlacement(2, ("c",), 4, 16, 0.0, True, None)))
+    fresh = Placement("tessera", "qwen", tuple(ServerPlacement(i, adapters, 4, 16, 0.0, True, None)
+                                               for i, adapters in enumerate([("x",), ("c", "y"), ("z",), ("a",)])))
+    assert [s.index for s in matched_to(recorded, fresh).servers] == [1, 2, 3, 0]
 
 
 def test_status_says_what_the_last_re_placement_moved_with_an_event_and_keeps_it_on_later_reconciles():
