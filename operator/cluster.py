@@ -141,9 +141,12 @@ class Cluster:
             found += [{**c, "kind": "ConfigMap", "apiVersion": "v1"} for c in self._json(configmaps)["items"]]
         return found
 
-    def list_services(self, namespace: str) -> list[dict]:
-        """Every Service of a namespace, tessera's or not (an adapter's route takes no name another Service has)."""
-        listed = self._json(self.core.list_namespaced_service(namespace, _preload_content=False))["items"]
+    def list_others_services(self, namespace: str) -> list[dict]:
+        """The Services of a namespace that are not tessera's (an adapter's route takes no name another Service has;
+        tessera's own come with `list_children`, so no Service is listed twice)."""
+        selector = f"{naming.MANAGED_BY}!={naming.MANAGED_BY_VALUE}"
+        listed = self._json(self.core.list_namespaced_service(namespace, label_selector=selector,
+                                                              _preload_content=False))["items"]
         return [{**s, "kind": "Service", "apiVersion": "v1"} for s in listed]
 
     def list_endpoint_slices(self, namespace: str, selector: str) -> list[dict]:

@@ -133,8 +133,9 @@ def source_digest(uri: str, digest: str) -> str:
 
 
 def placed_adapters(decided: list[PoolServers]) -> dict[ServerKey, dict[str, str]]:
-    """The adapters each placed server's pods must hold, by its Deployment, with their sources' digests (an
-    invalid pool's: none decided)."""
+    """The adapters each placed server's pods must hold, by its Deployment, with their sources' digests; an invalid
+    pool's: its kept placement's (adapter_pool_decide.kept_placement), those its spec still names (the others'
+    sources are unknown: not loaded, and not unloaded while their route, kept as it was, lists the pod)."""
     placed = {}
     for servers in decided:
         if servers.placement is None or servers.pool.spec is None:
@@ -142,7 +143,8 @@ def placed_adapters(decided: list[PoolServers]) -> dict[ServerKey, dict[str, str
         ref = servers.pool.ref
         sources = {a.name: source_digest(a.weights.uri, a.weights.digest) for a in servers.pool.spec.adapters}
         for server in servers.placement.servers:
-            placed[(ref.namespace, deployment_name(ref, server.index))] = {name: sources[name] for name in server.adapters}
+            placed[(ref.namespace, deployment_name(ref, server.index))] = {name: sources[name] for name in server.adapters
+                                                                          if name in sources}
     return placed
 
 

@@ -48,8 +48,10 @@ The rules (docs/operator.md, "AdapterPools"):
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import math
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -160,7 +162,8 @@ class PoolServers:
 
     pool: AdapterPoolObject
     placement: Placement | None = None
-    """None for an invalid pool: its running servers stay as they are, on the GPUs they hold."""
+    """An invalid pool's: its kept placement (`kept_placement`, None without a readable record); its running servers
+    stay as they are, on the GPUs they hold."""
     slots: list[Slot] = dataclasses.field(default_factory=list)
     """The GPU of each placed server, in the placement's order."""
     held: list[Slot] = dataclasses.field(default_factory=list)
@@ -367,6 +370,18 @@ def previous_placement(children: list[Json], ref: PoolRef, running: Mapping[int,
     return Placement(strategy="in force", model=model, servers=tuple(servers))
 
 
+def kept_placement(obj: AdapterPoolObject, children: list[Json], held: Mapping[int, Slot]) -> Placement | None:
+    """An invalid pool's placement in force, kept (its pods loaded and gated) and reported while its spec is broken:
+    the servers its placement ConfigMap records that still run on a GPU of theirs (`held`, by index), with the flags
+    their Deployments run; None: no readable record (its servers then stay as they are, neither loaded nor gated)."""
+    running = running_servers(children, obj.ref)
+    recorded = previous_placement(children, obj.ref, running, obj.spec.base_model.name if obj.spec else "")
+    if recorded is None:
+        return None
+    return dataclasses.replace(recorded, servers=tuple(s for s in recorded.servers
+                                                       if s.index in running and s.index in held))
+
+
 def cut_to_limit(placement: Placement, most: int | None) -> Placement:
     """The first `most` servers (a re-placement lists its running servers first); the others' adapters unplaced."""
     if most is None or len(placement.servers) <= most:
@@ -391,6 +406,27 @@ def moves_between(previous: Placement, placement: Placement, afresh: bool) -> Mo
                  dropped=len(before.keys() - both), afresh=afresh)
 
 
+def matched_to(previous: Placement, fresh: Placement) -> Placement:
+    """The fresh placement numbered after the one in force: each server takes the index of the previous server it
+    shares the most adapters with (on a tie, one with its flags, then the lower index), so that server keeps its
+    Deployment, GPU and the adapters they share; the others take the lowest indices left."""
+    was = {name: server.index for server in previous.servers for name in server.adapters}
+    flags = {s.index: (s.max_loras, s.max_lora_rank) for s in previous.servers}
+    pairs = []
+    for position, server in enumerate(fresh.servers):
+        shared = Counter(was[name] for name in server.adapters if name in was)
+        pairs += [(-count, flags[index] != (server.max_loras, server.max_lora_rank), index, position)
+                  for index, count in shared.items()]
+    index_of: dict[int, int] = {}
+    for _, _, index, position in sorted(pairs):
+        if position not in index_of and index not in index_of.values():
+            index_of[position] = index
+    spare = (i for i in itertools.count() if i not in index_of.values())
+    servers = [dataclasses.replace(s, index=index_of[p] if p in index_of else next(spare))
+               for p, s in enumerate(fresh.servers)]
+    return dataclasses.replace(fresh, servers=tuple(servers))
+
+
 def replacement_slack(fresh_servers: int) -> int:
     return max(1, math.ceil(REPLACEMENT_SLACK * fresh_servers))
 
@@ -398,14 +434,15 @@ def replacement_slack(fresh_servers: int) -> int:
 def choose_placement(problem: PlacementProblem, previous: Placement | None) -> Chosen:
     """The placement to apply: without a previous one, tessera's fresh placement; with one, its re-placement
     (`replace_adapters`, within the server limit), unless that leaves more adapters unplaced than a fresh
-    placement, or needs more than `replacement_slack` servers beyond it: then the fresh one."""
+    placement, or needs more than `replacement_slack` servers beyond it: then the fresh one, `matched_to` the
+    servers in force."""
     fresh = place(problem, "tessera")
     if previous is None:
         return Chosen(fresh)
     replaced = cut_to_limit(replace_adapters(problem, previous).placement, problem.limits.max_servers)
     afresh = (len(replaced.unplaced) > len(fresh.unplaced)
               or len(replaced.servers) > len(fresh.servers) + replacement_slack(len(fresh.servers)))
-    chosen = fresh if afresh else replaced
+    chosen = matched_to(previous, fresh) if afresh else replaced
     return Chosen(chosen, moves_between(previous, chosen, afresh))
 
 
@@ -487,8 +524,8 @@ def planned_servers(pool: Pool, decided: PoolServers, settings: OperatorSettings
     its GPU, nor while its node waits for a MIG layout (mig-manager re-partitions only nodes no GPU pod uses),
     nor while the pool's first compound plan is being solved (`first_plan_solving`): that plan's layouts are not
     known yet, and a server started meanwhile would hold a node its first layout must partition."""
-    if decided.placement is None or decided.pool.spec is None:
-        return []
+    if decided.placement is None or decided.pool.spec is None or not decided.pool.valid:
+        return []  # an invalid pool's kept placement is no plan: its servers stay as they run
     planned = []
     for server, slot in zip(decided.placement.servers, decided.slots):
         body = server_deployment(decided.pool.ref, decided.pool.spec, server, slot, pool.node(slot[0]).hostname,
@@ -624,6 +661,16 @@ def _unplaced(obj: AdapterPoolObject, decided: PoolServers, summary: Json) -> tu
                                       "add GPUs or raise limits.maxServers")
 
 
+def kept_message(obj: AdapterPoolObject, decided: PoolServers | None, live: list[Json]) -> str:
+    """What an invalid pool keeps: the placement in force, as its ConfigMap records it, where it has one."""
+    if decided is not None and decided.placement is not None and decided.placement.servers:
+        servers = decided.placement.servers
+        return (f"; its running servers stay until the spec is fixed, with the placement in force: "
+                f"{sum(len(s.adapters) for s in servers)} adapters on {len(servers)} server(s) (ConfigMap "
+                f"{placement_record_name(obj.ref)})")
+    return "; its running servers stay until the spec is fixed" if any(c["kind"] == "Deployment" for c in live) else ""
+
+
 def pool_status(obj: AdapterPoolObject, decided: PoolServers | None, planned: list[tuple[Json, bool]],
                 live: list[Json], loads: Mapping[tuple[str, str], ServerLoad] | None = None,
                 routes: RouteNames | None = None) -> tuple[str, list[st.Condition], Json | None]:
@@ -631,8 +678,7 @@ def pool_status(obj: AdapterPoolObject, decided: PoolServers | None, planned: li
     pool of its product; `loads`: what its servers' pods hold (none asked yet: absent); `routes`: its routes'
     names (adapter_routes.route_summaries)."""
     if not obj.valid:
-        kept = any(c["kind"] == "Deployment" for c in live)
-        message = (obj.error or "") + ("; its running servers stay until the spec is fixed" if kept else "")
+        message = (obj.error or "") + kept_message(obj, decided, live)
         return st.PHASE_INVALID, [st.Condition(st.READY, False, st.INVALID_SPEC, message),
                                   st.Condition(st.ADAPTERS_PLACED, False, st.INVALID_SPEC, message),
                                   st.Condition(st.INVALID, True, st.INVALID_SPEC, message)], None

@@ -34,7 +34,8 @@ from tessera.operator.reconcile.adapter_loading import (LOAD_RETRY_S, Listed, Pl
 from tessera.operator.reconcile.adapter_pool_decide import (Chosen, PoolServers, ServerLoad, Slot, choose_placement,
                                                             choose_slots, compound_gpus, decide_placement_record,
                                                             decide_pool_status, decide_servers, gpus_allowed, owned_by,
-                                                            placed_compound_gpus, placed_rates, planned_servers,
+                                                            kept_placement, placed_compound_gpus, placed_rates,
+                                                            planned_servers,
                                                             placing_order, pool_status, previous_placement,
                                                             running_servers, server_slots, with_rates, within)
 from tessera.operator.reconcile.adapter_pool_demand import (AdapterReadings, PoolWindows, RatesDecision,
@@ -108,7 +109,11 @@ class AdapterPools:
             free = len(in_pool - blocked)
             namespace = obj.ref.namespace
             if obj.problem is None:
-                outcome = PoolServers(obj, held=sorted(set(held[obj.ref.key].values()) & in_pool - taken), free=free)
+                holds = {i: slot for i, slot in held[obj.ref.key].items() if slot in in_pool - taken}
+                kept = kept_placement(obj, children, holds)
+                outcome = PoolServers(obj, kept, [holds[s.index] for s in kept.servers] if kept else [],
+                                      held=sorted(set(holds.values())), free=free,
+                                      running=running_servers(children, obj.ref))
             else:
                 allowed, quota = gpus_allowed(free, quotas.get(namespace))
                 demand = self.rates(obj, children)

@@ -126,6 +126,18 @@ def test_a_server_pod_is_ready_only_once_its_server_lists_every_adapter_placed_o
         assert_loaded(vllm, pod, adapters)
 
 
+def restart_server(core, vllm, pod) -> float:
+    """The pod's container restarts: a new vLLM process, nothing registered (and the kubelet's restart count); when."""
+    namespace, name = pod.metadata.namespace, pod.metadata.name
+    vllm.restart(namespace, name)
+    restarted = time.monotonic()
+    (status,) = pod.status.container_statuses
+    core.patch_namespaced_pod_status(name, namespace, {"status": {"containerStatuses": [{
+        "name": status.name, "image": status.image, "imageID": status.image_id or "", "ready": True,
+        "restartCount": status.restart_count + 1, "state": {"running": {"startedAt": "2026-12-04T00:00:00Z"}}}]}})
+    return restarted
+
+
 def test_a_restarted_server_gets_its_adapters_back_within_30_s(run_operator, core, custom, kubectl, vllm):
     operator = start_ready_pool(run_operator, vllm, kubectl, custom)
     deployment, adapters = next(iter(placed().items()))
@@ -133,19 +145,39 @@ def test_a_restarted_server_gets_its_adapters_back_within_30_s(run_operator, cor
     name = pod.metadata.name
     loads_before = vllm.loads(operator.namespace, name)
 
-    vllm.restart(operator.namespace, name)  # the container restarts: a new vLLM process, nothing registered
-    restarted = time.monotonic()
-    (status,) = pod.status.container_statuses
-    core.patch_namespaced_pod_status(name, operator.namespace, {"status": {"containerStatuses": [{
-        "name": status.name, "image": status.image, "imageID": status.image_id or "", "ready": True,
-        "restartCount": status.restart_count + 1, "state": {"running": {"startedAt": "2026-12-04T00:00:00Z"}}}]}})
-
+    restarted = restart_server(core, vllm, pod)
     wait_for(lambda: sorted(vllm.listed(operator.namespace, name)) == sorted(adapters), RESTORED_WITHIN_S,
              "the restarted server's adapters loaded again", interval=0.2)
     assert time.monotonic() - restarted < RESTORED_WITHIN_S
     assert vllm.loads(operator.namespace, name) == loads_before + len(adapters)
     wait_for(lambda: gate_open(core.read_namespaced_pod(name, operator.namespace)), WAIT_S, "gate open", interval=0.5)
     assert_loaded(vllm, core.read_namespaced_pod(name, operator.namespace), adapters)
+
+
+def test_a_restarted_server_of_a_pool_turned_invalid_gets_the_placement_in_force_back(
+        run_operator, core, custom, kubectl, vllm):
+    """The spec edited into one the placement refuses: the pool reads Invalid, naming the placement in force its
+    placement ConfigMap records, and a server restarted meanwhile gets that placement's adapters back (before, an
+    invalid pool's pods were neither loaded nor gated: it came back with none, its gate still open)."""
+    operator = start_ready_pool(run_operator, vllm, kubectl, custom)
+    servers = placed()
+    kubectl("patch", "adapterpool", POOL, "-n", operator.namespace, "--type=merge", "-p",
+            json.dumps({"spec": {"meanPromptTokens": 5000}}))
+
+    def invalid():
+        found = adapter_pool(custom, operator.namespace) or {}
+        return next((c for c in found.get("status", {}).get("conditions", [])
+                     if c["type"] == "Invalid" and c["status"] == "True"), None)
+    message = wait_for(invalid, WAIT_S, "the pool Invalid", interval=0.5)["message"]
+    assert (f"the placement in force: {sum(map(len, servers.values()))} adapters on {len(servers)} server(s) "
+            f"(ConfigMap {child_name(POOL, 'placement')})") in message
+    deployment, adapters = next(iter(servers.items()))
+    (pod,) = server_pods(core, operator.namespace, deployment)
+    restarted = restart_server(core, vllm, pod)
+    wait_for(lambda: sorted(vllm.listed(operator.namespace, pod.metadata.name)) == sorted(adapters),
+             RESTORED_WITHIN_S, "the restarted server's adapters loaded again", interval=0.2)
+    assert time.monotonic() - restarted < RESTORED_WITHIN_S
+    assert_loaded(vllm, core.read_namespaced_pod(pod.metadata.name, operator.namespace), adapters)
 
 
 def assert_a_new_pod_is_loaded_before_it_is_ready(core, vllm, namespace: str, deployment: str,

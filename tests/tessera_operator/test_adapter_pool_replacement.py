@@ -19,8 +19,9 @@ from tessera.operator.api import status as st
 from tessera.operator.api.adapter_pools import read_adapter_pool
 from tessera.operator.reconcile.act import Actor
 from tessera.operator.reconcile.actions import ApplyChild, DeleteChild, PostEvent
+from tessera.operator.reconcile.adapter_loading import placed_adapters
 from tessera.operator.reconcile.adapter_pool_decide import (PLACEMENT_KEY, REPLACEMENT_SLACK, PoolServers,
-                                                            choose_placement, decide_placement_record,
+                                                            choose_placement, decide_placement_record, matched_to,
                                                             decide_pool_status, decide_servers, moves_between,
                                                             placement_record, planned_servers, pool_status,
                                                             previous_placement, running_servers, within)
@@ -210,6 +211,30 @@ def test_a_re_placement_needing_more_servers_than_a_fresh_one_and_its_slack_give
     assert len(halves.placement.servers) == 2
 
 
+def test_a_fresh_placement_that_wins_keeps_each_server_at_the_index_of_the_running_server_it_overlaps_most():
+    """The fresh placement (one server) of 8 adapters recorded on 4 servers, 5 of them on server 1 at the fresh
+    server's flags: numbered 1, it keeps those 5 where they run (3 moved); numbered 0 as placed, 7 would move."""
+    adapters = [adapter_entry(f"a-{i}", 16, 0.2) for i in range(8)]
+    problem = within(read_adapter_pool(pool_document(adapters)).problem, 16)
+    (fresh,) = place(problem, "tessera").servers
+    names = [a["name"] for a in adapters]
+    groups = [names[:1], names[1:6], names[6:7], names[7:]]
+    recorded = Placement("running", "qwen", tuple(ServerPlacement(i, tuple(g), fresh.max_loras, fresh.max_lora_rank,
+                                                                  0.0, True, None) for i, g in enumerate(groups)))
+    chosen = choose_placement(problem, recorded)
+    assert chosen.moves is not None and chosen.moves.afresh
+    assert [s.index for s in chosen.placement.servers] == [1]
+    assert chosen.moves.moved == tuple(names[:1] + names[6:]) and chosen.moves.restarted == ()
+
+
+def test_fresh_servers_no_running_server_shares_adapters_with_take_the_lowest_indices_left():
+    recorded = Placement("running", "qwen", (ServerPlacement(0, ("a", "b"), 4, 16, 0.0, True, None),
+                                             ServerPlacement(2, ("c",), 4, 16, 0.0, True, None)))
+    fresh = Placement("tessera", "qwen", tuple(ServerPlacement(i, adapters, 4, 16, 0.0, True, None)
+                                               for i, adapters in enumerate([("x",), ("c", "y"), ("z",), ("a",)])))
+    assert [s.index for s in matched_to(recorded, fresh).servers] == [1, 2, 3, 0]
+
+
 def test_status_says_what_the_last_re_placement_moved_with_an_event_and_keeps_it_on_later_reconciles():
     adapters = scenario_adapters()
     _, live = applied(adapters)
@@ -252,3 +277,64 @@ def test_the_record_of_2000_adapters_stays_far_inside_a_config_maps_limit():
     decided, _ = applied(scenario_adapters(8, 1.0))
     body = placement_record(decided.pool.ref, Placement("tessera", "qwen", servers))
     assert len(json.dumps(body)) < 1024 * 1024 // 4
+
+
+def broken(document: dict) -> dict:
+    """The pool's spec edited into one the placement refuses (a prompt longer than the model's context)."""
+    document["spec"]["meanPromptTokens"] = 5000
+    return document
+
+
+def kept_by_invalid(document: dict, live: list[dict]) -> PoolServers:
+    pools = AdapterPools(Actor(None, VllmClient(2)), SETTINGS)  # type: ignore[arg-type]  # plans only, acts never
+    obj = read_adapter_pool(document)
+    assert not obj.valid
+    (decided,) = pools.plan(GPUS, [obj], live, {}, {})
+    return decided
+
+
+def servers_and_adapters(placement: Placement | None) -> list[tuple[int, list[str]]]:
+    assert placement is not None
+    return [(s.index, sorted(s.adapters)) for s in placement.servers]
+
+
+def test_an_invalid_pool_keeps_its_pods_loaded_with_the_placement_in_force_read_back_from_its_config_map():
+    """Not the status (empty here) nor a fresh placement: the record of what its servers were given, on their GPUs;
+    nothing is written for it (no record, no server)."""
+    adapters = scenario_adapters(60)
+    before, live = applied(adapters)
+    kept = kept_by_invalid(broken(pool_document(adapters, generation=2)), live)
+    assert servers_and_adapters(kept.placement) == servers_and_adapters(before.placement)
+    assert kept.slots == before.slots and set(kept.held) == set(before.slots)
+    assert placed_adapters([kept]) == placed_adapters([before])
+    assert decide_placement_record(kept, live) == [] and planned_servers(GPUS, kept, SETTINGS, set(), {}) == []
+
+
+def test_an_invalid_pool_reports_the_placement_in_force_in_its_invalid_condition():
+    adapters = scenario_adapters(60)
+    before, live = applied(adapters)
+    kept = kept_by_invalid(broken(pool_document(adapters, generation=2)), live)
+    phase, conditions, summary = pool_status(kept.pool, kept, [], live)
+    invalid = next(c for c in conditions if c.type == st.INVALID)
+    assert phase == st.PHASE_INVALID and summary is None  # status.plan stays as the last valid reconcile wrote it
+    assert before.placement is not None
+    assert (f"the placement in force: 60 adapters on {len(before.placement.servers)} server(s) (ConfigMap "
+            f"bots-placement") in invalid.message
+
+
+def test_an_invalid_pool_keeps_only_recorded_servers_that_still_run():
+    adapters = scenario_adapters(60)
+    before, live = applied(adapters)
+    assert before.placement is not None and len(before.placement.servers) > 1
+    gone = planned_first_name(before)
+    kept = kept_by_invalid(broken(pool_document(adapters, generation=2)),
+                           [c for c in live if c["metadata"]["name"] != gone])
+    assert [i for i, _ in servers_and_adapters(kept.placement)] == [s.index for s in before.placement.servers[1:]]
+
+
+def test_an_invalid_pool_without_a_readable_record_keeps_its_servers_unloaded_as_before():
+    adapters = scenario_adapters(60)
+    _, live = applied(adapters)
+    without_record = [c for c in live if c["kind"] != "ConfigMap"]
+    kept = kept_by_invalid(broken(pool_document(adapters, generation=2)), without_record)
+    assert kept.placement is None and placed_adapters([kept]) == {} and kept.held

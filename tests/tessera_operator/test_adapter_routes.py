@@ -18,6 +18,7 @@ from tessera.operator.reconcile.adapter_routes import (route_summaries, routed_p
                                                        SLICE_MANAGER_LABEL, decide_inference_pools, decide_routes,
                                                        hashed_name,
                                                        readable_name)
+from tessera.operator.reconcile.snapshot import route_services
 
 from .test_adapter_pool_decide import EXAMPLE, SETTINGS, decided, gpu_pool
 
@@ -242,3 +243,15 @@ def test_a_pool_that_names_no_picker_any_more_loses_its_inference_pool():
     written = live(decide_inference_pools([pool_servers(endpointPickerRef=PICKER)], True, [], PORT))
     (action,) = decide_inference_pools([SERVERS], True, written, PORT)
     assert isinstance(action, DeleteChild) and action.child["kind"] == "InferencePool"
+
+
+def test_the_routes_see_tesseras_services_of_their_namespaces_from_the_children_and_the_others_from_their_listing():
+    ours = live(decide_routes([SERVERS], [], PLACED, {}, [], [], PORT))
+    elsewhere = {"kind": "Service", "metadata": {"name": "support-x", "namespace": "other", "uid": "u-x"}}
+    deployment = {"kind": "Deployment", "metadata": {"name": "support-0", "namespace": "shop", "uid": "u-d"}}
+    theirs = foreign_service("theirs")
+    services = route_services([*ours, elsewhere, deployment], [theirs], ["shop"])
+    assert sorted(s["metadata"]["name"] for s in services) == sorted(
+        [*(b["metadata"]["name"] for b in ours if b["kind"] == "Service"), "theirs"])
+    assert decide_routes([SERVERS], [], PLACED, {}, list(services), [b for b in ours if b["kind"] == "EndpointSlice"],
+                         PORT) == []  # the routes already there, as one listing gives them, are kept as they are
