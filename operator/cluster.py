@@ -84,6 +84,7 @@ class Cluster:
         self.settings = settings
         self.core = client.CoreV1Api(api_client)
         self.apps = client.AppsV1Api(api_client)
+        self.policy = client.PolicyV1Api(api_client)
         self.batch = client.BatchV1Api(api_client)
         self.discovery = client.DiscoveryV1Api(api_client)
         self.apis = client.ApisApi(api_client)
@@ -120,7 +121,8 @@ class Cluster:
         return namespaces or [None]
 
     def list_children(self) -> list[dict]:
-        """tessera's Deployments, Services and ConfigMaps (frontend configs) in the watched namespaces.
+        """tessera's Deployments, their PodDisruptionBudgets, Services and ConfigMaps (frontend configs) in the
+        watched namespaces.
 
         Pool plans and measured profiles are ConfigMaps with the same label but no system owns them:
         `decide.live_children` leaves them out."""
@@ -132,13 +134,17 @@ class Cluster:
                 deployments = self.apps.list_deployment_for_all_namespaces(**raw)
                 services = self.core.list_service_for_all_namespaces(**raw)
                 configmaps = self.core.list_config_map_for_all_namespaces(**raw)
+                budgets = self.policy.list_pod_disruption_budget_for_all_namespaces(**raw)
             else:
                 deployments = self.apps.list_namespaced_deployment(namespace, **raw)
                 services = self.core.list_namespaced_service(namespace, **raw)
                 configmaps = self.core.list_namespaced_config_map(namespace, **raw)
+                budgets = self.policy.list_namespaced_pod_disruption_budget(namespace, **raw)
             found += [{**d, "kind": "Deployment", "apiVersion": "apps/v1"} for d in self._json(deployments)["items"]]
             found += [{**s, "kind": "Service", "apiVersion": "v1"} for s in self._json(services)["items"]]
             found += [{**c, "kind": "ConfigMap", "apiVersion": "v1"} for c in self._json(configmaps)["items"]]
+            found += [{**b, "kind": "PodDisruptionBudget", "apiVersion": "policy/v1"}
+                      for b in self._json(budgets)["items"]]
         return found
 
     def list_others_services(self, namespace: str) -> list[dict]:
@@ -352,6 +358,8 @@ class Cluster:
             self.apps.patch_namespaced_deployment(name, namespace, body, **kwargs)
         elif body["kind"] == "Service":
             self.core.patch_namespaced_service(name, namespace, body, **kwargs)
+        elif body["kind"] == "PodDisruptionBudget":
+            self.policy.patch_namespaced_pod_disruption_budget(name, namespace, body, **kwargs)
         elif body["kind"] == "EndpointSlice":
             self.discovery.patch_namespaced_endpoint_slice(name, namespace, body, **kwargs)
         elif body["kind"] == "Job":
@@ -375,6 +383,9 @@ class Cluster:
                 self.apps.delete_namespaced_deployment(metadata["name"], metadata["namespace"], body=options)
             elif obj["kind"] == "ConfigMap":
                 self.core.delete_namespaced_config_map(metadata["name"], metadata["namespace"], body=options)
+            elif obj["kind"] == "PodDisruptionBudget":
+                self.policy.delete_namespaced_pod_disruption_budget(metadata["name"], metadata["namespace"],
+                                                                    body=options)
             elif obj["kind"] in CUSTOM_KINDS:
                 group, version, plural = CUSTOM_KINDS[obj["kind"]]
                 self.custom.delete_namespaced_custom_object(group, version, metadata["namespace"], plural,

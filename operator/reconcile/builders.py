@@ -43,6 +43,10 @@ MPS_LOG_DIRECTORY = "/tmp/nvidia-mps-log"
 SERVER_CONTAINER = "server"
 MODEL_SERVER = "model-server"
 """The component label (naming.CHILD_KIND_LABEL) of model-server Deployments."""
+DISRUPTION_BUDGET = "disruption-budget"
+"""The component label of a model-server Deployment's PodDisruptionBudget."""
+BUDGET_MAX_UNAVAILABLE = 1
+"""A drain evicts one pod of a server Deployment at a time, never blocked (docs/operator.md, "Disruption budgets")."""
 CONFIGURATION_LABEL = f"{naming.GROUP}/configuration"
 """On the servers of a system with a frontend: their task configuration, which its Service selects on every node."""
 
@@ -246,6 +250,31 @@ def deployment(system: SystemRef, spec: SystemSpec, key: ServerKey, task: TaskPl
             "strategy": {"type": "Recreate"},
             "template": {"metadata": {"labels": pod_labels}, "spec": pod_spec},
         },
+    }
+    return with_applied_hash(body)
+
+
+def disruption_budget(deployment: dict) -> dict:
+    """The PodDisruptionBudget of a model-server Deployment: its name, owner and selector, `maxUnavailable: 1`.
+
+    One pod at a time: a drain (kubectl drain, the cluster autoscaler, a
+    node upgrade) evicts the next pod only once the last one's replacement is
+    Ready, and a Deployment of one replica is never a drain blocked forever (a
+    `minAvailable` of the replicas would be). Pods that are not Ready may be
+    evicted whatever the budget (`unhealthyPodEvictionPolicy: AlwaysAllow`): a
+    server that does not serve protects nothing. tessera's own changes scale
+    Deployments to zero and never evict, so the budget never holds them up.
+    """
+    metadata = deployment["metadata"]
+    body = {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": metadata["name"], "namespace": metadata["namespace"],
+                     "labels": {**metadata["labels"], naming.CHILD_KIND_LABEL: DISRUPTION_BUDGET},
+                     "ownerReferences": list(metadata["ownerReferences"])},
+        "spec": {"maxUnavailable": BUDGET_MAX_UNAVAILABLE,
+                 "selector": {"matchLabels": dict(deployment["spec"]["selector"]["matchLabels"])},
+                 "unhealthyPodEvictionPolicy": "AlwaysAllow"},
     }
     return with_applied_hash(body)
 

@@ -39,6 +39,8 @@ STATE_FORMAT = 2
 """Of the pool's stored plan: 2 places GPUs by (node, device) as the planner named them."""
 ChildKey = tuple[str, str, str]
 """(kind, namespace, name) of a child."""
+BUDGET = "PodDisruptionBudget"
+"""The kind of a model-server Deployment's budget: named as its Deployment (builders.disruption_budget)."""
 SERVED_BEFORE_QUOTA = "servedBeforeQuotaRequestsPerSecond"
 SERVED_TOLERANCE_RPS = 0.001
 """status.plan rounds rates to 3 decimals: a smaller difference is no loss."""
@@ -225,7 +227,10 @@ def planned_children(pool: Pool, systems: list[SystemObject], outcome: PoolOutco
                                         node.advertised)
             body = builders.deployment(system.ref, system.spec, key, task, replicas, node.hostname, profile, settings)
             mig = outcome.mig.get(key.node)
-            planned[("Deployment", system.ref.namespace, body["metadata"]["name"])] = (body, mig is not None and mig.applied)
+            applied = mig is not None and mig.applied
+            planned[("Deployment", system.ref.namespace, body["metadata"]["name"])] = (body, applied)
+            planned[(BUDGET, system.ref.namespace, body["metadata"]["name"])] = (builders.disruption_budget(body),
+                                                                                applied)
             deployments.setdefault(system.ref.key, []).append(body)
         if outcome.plan is not None:
             for body in frontend_children.children(system.ref, system.spec, outcome.plan, store, settings):
@@ -238,7 +243,9 @@ def decide_children(planned: dict[ChildKey, tuple[Json, bool]], systems: list[Sy
     """Services first, then ConfigMaps and the Deployments whose node's layout is applied (a frontend's ConfigMap
     before the Deployment that mounts it), each only when it differs from the live one;
     then the deletion of children no plan wants, unless the solve failed, their system is invalid, or (a model
-    server) it keeps serving until its replacements are available (replacements_awaited)."""
+    server) it keeps serving until its replacements are available (replacements_awaited). A model server's
+    PodDisruptionBudget is applied with it and goes with it: kept while its Deployment stays, also one no plan
+    wants, deleted in the reconcile that deletes the Deployment (or once the Deployment is gone)."""
     actions: list[Action] = []
     held = held_in_place(outcome)
     for key, (body, ready_to_apply) in sorted(planned.items(), key=lambda item: (item[0][0] != "Service", item[0])):
@@ -251,16 +258,22 @@ def decide_children(planned: dict[ChildKey, tuple[Json, bool]], systems: list[Sy
     by_key = {s.ref.key: s for s in systems}
     awaited = replacements_awaited(planned, live, outcome)
     changing = {m.hostname for m in outcome.mig.values() if m.blocked_by}
-    for key, child in sorted(live.items()):
+    deleting: set[ChildKey] = set()
+    # Budgets last: each follows its Deployment, whose deletion is decided before it.
+    for key, child in sorted(live.items(), key=lambda item: (item[0][0] == BUDGET, item[0])):
         owner = by_key[owner_key(child) or ""]
         if key in planned or not owner.valid or owner.ref.key in outcome.invalid:
             continue  # planned, or an invalid system's last good plan, which keeps running
+        guarded = ("Deployment", *key[1:])
+        if key[0] == BUDGET and guarded in live and guarded not in deleting:
+            continue  # its Deployment still serves (make before break): guarded until it goes
         if key in awaited:
             continue  # make before break: it serves until its replacements are available
         if key in outcome.in_place and outcome.without_replacement == "wait":
             continue  # its replacements need its instances: held, as a change without replacement capacity
         if is_model_server(child) and builders.pinned_hostname(child) in changing and child["spec"].get("replicas"):
             continue  # its node waits to be re-partitioned: the node's change scales it to zero (serving_nodes.py)
+        deleting.add(key)
         actions.append(DeleteChild(child, reason=f"no plan of {owner.ref.key} wants it"))
     return actions
 

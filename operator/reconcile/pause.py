@@ -98,7 +98,8 @@ def held_mig_configs(mig: Mapping[str, NodeMig], known: set[str]) -> dict[str, l
 
 
 def without_paused(actions: list[Action], paused: Mapping[str, str]) -> list[Action]:
-    """The actions less every write to a paused system's children (Deployments, Services, frontend ConfigMaps)."""
+    """The actions less every write to a paused system's children (Deployments and their budgets, Services, frontend
+    ConfigMaps)."""
     def owned_by_paused(action: Action) -> bool:
         if isinstance(action, ApplyChild):
             return owner_key(action.body) in paused

@@ -277,6 +277,7 @@ CANNOT = [
     ("create", "pods", "--subresource=exec", "--all-namespaces"),
     ("create", "pods", "--subresource=attach", "--all-namespaces"),
     ("create", "pods"), ("delete", "pods", "--all-namespaces"), ("patch", "pods", "--all-namespaces"),
+    ("create", "pods", "--subresource=eviction", "--all-namespaces"),  # tessera scales to zero, never evicts
     ("patch", "pods", "--subresource=status", "-n", "default"),
     ("delete", "nodes"), ("create", "nodes"), ("update", "nodes", "--subresource=status"), ("patch", "nodes", "--subresource=status"),
     ("get", "clusterpolicies.nvidia.com/other"), ("patch", "clusterpolicies.nvidia.com/cluster-policy"),
@@ -298,7 +299,8 @@ def test_the_service_account_can_what_the_operator_does(release, kubectl):
                   ("list", "adapterpools.tessera.ai"), ("patch", "adapterpools.tessera.ai", "--subresource=status"),
                   ("watch", "deployments.apps"), ("create", "deployments.apps"), ("patch", "deployments.apps"),
                   ("delete", "deployments.apps"), ("patch", "services"), ("create", "events"), ("watch", "pods"),
-                  ("patch", "pods", "--subresource=status")]
+                  ("patch", "pods", "--subresource=status"), ("patch", "poddisruptionbudgets.policy"),
+                  ("delete", "poddisruptionbudgets.policy")]
     missing = [c for c in CAN if not can_i(kubectl, release, *c)]
     missing += [c for c in namespaced if not can_i(kubectl, release, *c, "-n", release.workloads)]
     missing += [c for c in [("get", "configmaps"), ("create", "configmaps"), ("patch", "configmaps"),
@@ -524,6 +526,8 @@ MATRIX = {
     ("watched", "deployments", "patch"), ("watched", "deployments", "delete"),
     ("watched", "services", "list"), ("watched", "services", "create"), ("watched", "services", "patch"),
     ("watched", "services", "delete"), ("watched", "events", "create"),
+    ("watched", "poddisruptionbudgets", "list"), ("watched", "poddisruptionbudgets", "create"),
+    ("watched", "poddisruptionbudgets", "patch"), ("watched", "poddisruptionbudgets", "delete"),
     ("watched", "jobs", "list"), ("watched", "jobs", "watch"), ("watched", "resourcequotas", "list"),
     ("watched", "configmaps", "list"), ("watched", "configmaps", "create"), ("watched", "configmaps", "patch"),
     ("watched", "configmaps", "delete"),
@@ -547,6 +551,7 @@ NOT_EXERCISED_HERE = {
     ("watched", "deployments", "create"): "server-side apply: RBAC checks create for a new object, the audit log"
                                           " records the request as a patch",
     ("watched", "services", "create"): "the same",
+    ("watched", "poddisruptionbudgets", "create"): "the same",
     ("watched", "configmaps", "create"): "the same (a frontend's ConfigMap, applied by the fourth system above)",
     ("watched", "pods/status", "patch"): "an AdapterPool server pod's readiness gate and annotation (this scenario"
                                          " applies no AdapterPool): tests/e2e/test_adapter_loading.py",

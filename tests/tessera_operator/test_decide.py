@@ -324,6 +324,86 @@ def test_a_system_whose_old_deployments_wait_for_their_replacements_reads_replac
     assert old["metadata"]["name"] in progressing.message
 
 
+# -- disruption budgets ---------------------------------------------------------
+
+def budgets(planned) -> dict[str, dict]:
+    return {name: body for (kind, _, name), (body, _) in planned.items() if kind == "PodDisruptionBudget"}
+
+
+def budget_of(deployment: dict) -> dict:
+    """The budget of a live Deployment (a stale one keeps the budget it was applied with), live."""
+    return live(builders.disruption_budget(deployment))
+
+
+def test_each_model_server_deployment_gets_a_budget_on_its_own_pods_owned_like_it(plan):
+    planned, _ = children_decision(plan, applied_pool(plan), [system()], [])
+    servers = {name: body for (kind, _, name), (body, _) in planned.items() if kind == "Deployment"}
+    found = budgets(planned)
+    assert found.keys() == servers.keys() and found
+    for name, budget in found.items():
+        deployment = servers[name]
+        assert budget["spec"]["selector"] == deployment["spec"]["selector"]
+        assert budget["metadata"]["ownerReferences"] == deployment["metadata"]["ownerReferences"]
+        assert budget["metadata"]["labels"][naming.CHILD_KIND_LABEL] == builders.DISRUPTION_BUDGET
+        assert budget["metadata"]["labels"][naming.MANAGED_BY] == naming.MANAGED_BY_VALUE
+
+
+def test_a_budget_lets_a_drain_evict_one_pod_at_a_time_even_of_a_one_replica_deployment(plan):
+    """maxUnavailable 1, never a minAvailable of the replicas (with one replica that blocks every drain forever);
+    a pod that is not Ready may always go (it serves nothing)."""
+    planned, _ = children_decision(plan, applied_pool(plan), [system()], [])
+    single = next(b for (kind, _, _), (b, _) in planned.items() if kind == "Deployment" and b["spec"]["replicas"] == 1)
+    spec = builders.disruption_budget(single)["spec"]
+    assert spec["maxUnavailable"] == 1 and "minAvailable" not in spec
+    assert spec["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
+
+
+def test_a_budget_is_applied_with_its_deployment_only_onto_a_node_whose_layout_is_applied(plan):
+    pool, systems = pool_with(), [system()]
+    outcome = outcome_for(plan, pool, applied={"gpu-b"})
+    planned, _ = planned_children(pool, systems, outcome, SETTINGS)
+    applied = [a.body for a in decide_children(planned, systems, {}, outcome) if isinstance(a, ApplyChild)]
+    deployments = {b["metadata"]["name"] for b in applied if b["kind"] == "Deployment"}
+    assert {b["metadata"]["name"] for b in applied if b["kind"] == "PodDisruptionBudget"} == deployments
+    assert len(deployments) < len(budgets(planned)), "gpu-a's Deployment and budget wait for its layout"
+
+
+def test_a_budget_stays_while_its_deployment_no_plan_wants_serves_for_its_replacement(plan):
+    pool = pool_with()
+    systems = [system()]
+    old = pinned_to(stale_deployment(plan, applied_pool(plan), systems), "gpu-b")
+    outcome = outcome_for(plan, pool)
+    planned, _ = planned_children(pool, systems, outcome, SETTINGS)
+    replacement = next(b for (kind, _, _), (b, _) in planned.items() if kind == "Deployment"
+                       and b["metadata"]["labels"][naming.TASK_LABEL] == "car-classification")
+    actions = decide_children(planned, systems, live_children([old, budget_of(old), live(replacement)], systems),
+                              outcome)
+    assert deleted(actions) == []
+
+
+def test_a_budget_goes_in_the_reconcile_that_deletes_its_deployment_after_it(plan):
+    pool, systems = applied_pool(plan), [system()]
+    stale = stale_deployment(plan, pool, systems)
+    _, actions = children_decision(plan, pool, systems, [stale, budget_of(stale), *serving_plan(plan, pool, systems)])
+    assert [(a.child["kind"], a.child["metadata"]["name"]) for a in actions if isinstance(a, DeleteChild)] == [
+        ("Deployment", stale["metadata"]["name"]), ("PodDisruptionBudget", stale["metadata"]["name"])]
+
+
+def test_a_budget_whose_deployment_is_gone_is_deleted(plan):
+    pool, systems = applied_pool(plan), [system()]
+    stale = stale_deployment(plan, pool, systems)
+    _, actions = children_decision(plan, pool, systems, [budget_of(stale), *serving_plan(plan, pool, systems)])
+    assert deleted(actions) == [stale["metadata"]["name"]]
+
+
+def test_an_invalid_systems_budgets_are_kept_with_its_last_good_plan(plan):
+    pool = applied_pool(plan)
+    stale = stale_deployment(plan, pool, [system()])
+    _, actions = children_decision(plan, pool, [system()], [budget_of(stale), *serving_plan(plan, pool, [system()])],
+                                   invalid={"shop/traffic": (st.INVALID_SPEC, "bad")})
+    assert deleted(actions) == []
+
+
 # -- MIG -----------------------------------------------------------------------
 
 def test_a_layout_counts_as_applied_only_on_success_with_the_planned_counts_advertised(plan):

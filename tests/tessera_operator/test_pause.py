@@ -64,9 +64,10 @@ def test_a_paused_systems_children_are_neither_applied_changed_nor_deleted(plan)
     pool, systems = applied_pool(plan), [system()]
     stale = stale_deployment(plan, pool, systems)
     planned, _ = children_decision(plan, pool, systems, [])
-    # its Services differ from the plan; its Deployments serve (so the one no plan wants may go)
-    changed = [live({**b, "metadata": {**b["metadata"], "annotations": {naming.APPLIED_HASH: "old"}}})
-               if b["kind"] == "Service" else available(b) for b, _ in planned.values()]
+    # its Services and budgets differ from the plan; its Deployments serve (so the one no plan wants may go)
+    changed = [available(b) if b["kind"] == "Deployment" else
+               live({**b, "metadata": {**b["metadata"], "annotations": {naming.APPLIED_HASH: "old"}}})
+               for b, _ in planned.values()]
     _, actions = children_decision(plan, pool, systems, [*changed, stale])
     assert {type(a) for a in actions} == {ApplyChild, DeleteChild}, "unpaused, the same cluster gets both writes"
     assert without_paused(actions, {KEY: "paused"}) == []

@@ -37,6 +37,10 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 - apiGroups: [""]
   resources: [services]
   verbs: [list, create, patch, delete]
+# Each model-server Deployment's PodDisruptionBudget (a drain evicts one of its pods at a time).
+- apiGroups: [policy]
+  resources: [poddisruptionbudgets]
+  verbs: [list, create, patch, delete]
 # Each system's frontend config (spec.frontend), each AdapterPool's placement record.
 - apiGroups: [""]
   resources: [configmaps]
