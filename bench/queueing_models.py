@@ -35,7 +35,6 @@ import os
 import platform
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
 from pathlib import Path
@@ -52,6 +51,9 @@ from tessera.planner.model import Pool
 from tessera.planner.profile_sources import build_profile_store
 from tessera.planner.solve import NoPlanError, PlannerOptions, plan
 from tessera.planner.spec_file import load_systems
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from planner_scale import baseline_planner  # after the planner's folder is chosen: it imports the planner too
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ["traffic-analysis", "social-media", "ar-assistant"]
@@ -101,15 +103,6 @@ def run_in_process(planner_dir: Path, label: str, gpus: int, scale: float, model
                repr(scale), model, repr(time_limit_s)]
     done = subprocess.run(command, capture_output=True, text=True, check=True)
     return json.loads(done.stdout.strip().splitlines()[-1])
-
-
-def baseline_planner(ref: str, into: Path) -> Path:
-    """The planner/ folder of git revision `ref`, exported under `into`."""
-    archive = into / "baseline.tar"
-    subprocess.run(["git", "-C", str(ROOT), "archive", "--output", str(archive), ref, "planner"], check=True)
-    with tarfile.open(archive) as tar:
-        tar.extractall(into, filter="data")
-    return into / "planner"
 
 
 def table(rows: list[dict]) -> str:
