@@ -94,6 +94,10 @@ ADAPTER_POOL_MUTATIONS = [
      "test_an_outranked_adapter_pools_gpus_and_its_live_servers_are_left_to_the_compound_solve"),
     ("who took the GPUs unnamed", "    if decided.outranked_by:\n", "    if False:\n",
      "test_an_adapter_pool_a_higher_priority_compound_system_holds_below_its_adapters_is_degraded_naming_it"),
+    ("a fresh node relabelled for a server", "\n            if pool.node(name).advertised_counts()}", "}",
+     "test_a_claimed_gpu_a_compound_plan_left_partitioned_gets_mig_off_for_its_server"),
+    ("a node the compound plan lays out relabelled", " for node, _ in d.slots} - set(placement.nodes)",
+     " for node, _ in d.slots}", "test_a_claimed_gpu_a_compound_plan_left_partitioned_gets_mig_off_for_its_server"),
     ("a yielding pool named as holding GPUs", "for d in decided if not d.yields and d.gpus}", "for d in decided if d.gpus}",
      "test_the_compound_status_learns_each_reserved_adapter_pools_priority_and_gpus_but_not_a_yielding_ones"),
 ]

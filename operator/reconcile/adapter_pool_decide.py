@@ -74,6 +74,7 @@ from tessera.operator.api.adapter_pools import PLURAL, AdapterPoolObject, PoolRe
 from tessera.operator.api.v1alpha1 import (AdapterPlacementSummary, ReplacementSummary, RouteNames, ServerSummary,
                                            child_name)
 from tessera.operator.gpus.discovery import HOSTNAME_LABEL, WHOLE_GPU_RESOURCE, Pool
+from tessera.operator.gpus.node_plans import NodePlan
 from tessera.operator.gpus.node_plans import Placement as NodePlacement
 from tessera.operator.gpus.node_plans import Share, placed_gpus
 from tessera.operator.pod_security import RESTRICTED_CONTAINER_SECURITY, RESTRICTED_POD_SECURITY
@@ -82,6 +83,7 @@ from tessera.operator.reconcile.adapter_pool_demand import RatesDecision, rates_
 from tessera.operator.reconcile.builders import SERVER_CONTAINER, applied_hash, with_applied_hash
 # the one rule for an available server Deployment, the compound systems' servers' too
 from tessera.operator.reconcile.decide import NodeMig, stored_pool_plan
+from tessera.operator.reconcile.decide import node_mig as layout_of_node
 from tessera.operator.reconcile.decide import _available as available
 from tessera.operator.reconcile.quotas import WholeGpuQuota
 from tessera.operator.settings import OperatorSettings
@@ -592,6 +594,16 @@ def planned_servers(pool: Pool, decided: PoolServers, settings: OperatorSettings
         planned.append((body, not first_plan_solving and slot not in compound
                         and (node_mig is None or node_mig.applied)))
     return planned
+
+
+def mig_off_for_servers(pool: Pool, decided: Sequence[PoolServers], placement: NodePlacement) -> dict[str, NodeMig]:
+    """MIG off for each node a valid AdapterPool's server is planned on that the compound plan in force lays out
+    nothing on but whose GPUs still advertise MIG instances (a compound plan partitioned it, then a higher-priority
+    AdapterPool claimed it): without the relabel its whole GPU is never advertised and the server never schedules.
+    A node that advertises no instance (MIG off already) gets none."""
+    nodes = {node for d in decided if d.pool.valid for node, _ in d.slots} - set(placement.nodes)
+    return {name: layout_of_node(pool, name, NodePlan(name, pool.node(name).gpu_count)) for name in sorted(nodes)
+            if pool.node(name).advertised_counts()}
 
 
 def owned_by(children: list[Json], ref: PoolRef) -> list[Json]:

@@ -40,7 +40,7 @@ from tessera.operator.profiling.in_cluster import Profiling
 from tessera.operator.reconcile import mig_failures
 from tessera.operator.reconcile.act import Actor
 from tessera.operator.reconcile.actions import DeletePlan, Json, StorePlan
-from tessera.operator.reconcile.adapter_pool_decide import assign_adapter_pools, reserved_for
+from tessera.operator.reconcile.adapter_pool_decide import assign_adapter_pools, mig_off_for_servers, reserved_for
 from tessera.operator.reconcile.adapter_pools import AdapterPools
 from tessera.operator.reconcile.snapshot import observe
 from tessera.operator.reconcile.decide import (STATE_FORMAT, PoolOutcome, serves_nothing, assign_to_pools,
@@ -209,6 +209,8 @@ class Reconciler:
                 mig = profiling_mig(pool, node_name, node_plan)
                 if mig is not None:
                     outcome.mig[node_name] = mig
+            for node_name, mig in mig_off_for_servers(pool, servers, outcome.placement).items():
+                outcome.mig.setdefault(node_name, mig)  # a profiling Job's layout first: the server waits for it
         # One ConfigMap serves every pool: its configs are decided for all pools at once.
         wanted: dict[str, list[Json]] = {}
         for key, outcome in outcomes.items():

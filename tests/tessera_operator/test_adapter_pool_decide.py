@@ -23,7 +23,8 @@ from tessera.operator.reconcile.adapter_pool_decide import (GPU_ANNOTATION, Pool
                                                             assign_adapter_pools, placing_order,
                                                             choose_slots, compound_gpus, compound_holders,
                                                             decide_pool_status, decide_servers, gpus_allowed,
-                                                            higher_holders, outranking, placed_compound_gpus,
+                                                            higher_holders, mig_off_for_servers, outranking,
+                                                            placed_compound_gpus,
                                                             planned_servers, pool_status, reserved_for, server_slots,
                                                             within, yields_to_compound)
 from tessera.operator.reconcile.act import Actor
@@ -495,3 +496,21 @@ def test_the_compound_status_learns_each_reserved_adapter_pools_priority_and_gpu
     (kept,) = planning(pool, [high], {}, {"t/low": 0})
     (yielding,) = planning(pool, [named_pool("low")], {}, {"t/high": 10})
     assert reserved_for([kept, yielding]) == {high.ref.key: (20, len(kept.gpus))} and kept.gpus
+
+
+PARTITIONED = {"nvidia.com/mig.config": "tessera-v1-abc", "nvidia.com/mig.config.state": "success",
+               "nvidia.com/mig-1g.10gb.count": "7"}
+
+
+def test_a_claimed_gpu_a_compound_plan_left_partitioned_gets_mig_off_for_its_server():
+    pool = pool_of(gpu_node("gpu-a", gpus=1), gpu_node("gpu-b", gpus=1, extra_labels=PARTITIONED))
+    (decided,) = planning(pool, [named_pool("support")], {}, {})
+    assert {node for node, _ in decided.slots} == {"gpu-a", "gpu-b"}
+    (node,) = mig_off_for_servers(pool, [decided], NodePlacement({}, {}, {})).items()
+    assert node[0] == "gpu-b" and node[1].entries == [{"devices": [0], "mig-enabled": False}]
+    # the compound plan in force still lays the node out: the server waits for it (no relabel of its own)
+    laid_out = NodePlacement({"gpu-b": NodePlan("gpu-b", 1, {0: (("1g.10gb", 7),)})}, {}, {})
+    assert mig_off_for_servers(pool, [decided], laid_out) == {}
+    # an invalid pool's kept servers change nothing
+    assert mig_off_for_servers(pool, [dataclasses.replace(decided, pool=dataclasses.replace(
+        decided.pool, problem=None, error="broken"))], NodePlacement({}, {}, {})) == {}
