@@ -62,6 +62,17 @@ class PodSampler:
             self.samples.append((time.monotonic(), adapter, compound))
             self.stopped.wait(SAMPLE_S)
 
+    def assert_handed_over(self, node: str, to_compound: bool) -> None:
+        """No sample shows a node with pods of both kinds, and `node` held a pod of the one kind before the
+        other kind's first pod there (the GPU changed hands while sampled)."""
+        twice = [(at, adapter & compound) for at, adapter, compound in self.samples if adapter & compound]
+        assert twice == [], f"a node held pods of both kinds at once: {twice[:3]}"
+        giver, taker = (1, 2) if to_compound else (2, 1)
+        taken = next(sample[0] for sample in self.samples if node in sample[taker])
+        assert any(node in sample[giver] for sample in self.samples if sample[0] < taken), \
+            f"no pod of the other kind was seen on {node} before it changed hands"
+        assert len(self.samples) > 20
+
     def __enter__(self) -> "PodSampler":
         self.thread.start()
         return self
@@ -69,6 +80,17 @@ class PodSampler:
     def __exit__(self, *_) -> None:
         self.stopped.set()
         self.thread.join()
+
+
+def wait_preempted(read, operator, what: str) -> dict:
+    """The Degraded condition of the object `read` returns, once its reason is PreemptedByPriority."""
+    def preempted():
+        found = condition(read(), "Degraded") or {}
+        return found if found.get("reason") == "PreemptedByPriority" and found["status"] == "True" else None
+    try:
+        return wait_for(preempted, TIMEOUT_S, f"{what} Degraded PreemptedByPriority")
+    except TimeoutError:
+        raise AssertionError(f"{json.dumps(read().get('status'), indent=1)}\n{operator.log_text()}") from None
 
 
 def one_server_pool() -> str:
@@ -97,15 +119,7 @@ def test_a_higher_priority_compound_system_takes_the_gpu_of_a_lower_priority_ada
         kubectl("apply", "-n", namespace, "-f", "-",
                 input=system_yaml("urgent", demandRequestsPerSecond=60000, poolPriority=10))
 
-        def preempted():
-            found = condition(adapter_pool(custom, namespace) or {}, "Degraded") or {}
-            return found if found.get("reason") == "PreemptedByPriority" else None
-        try:
-            degraded = wait_for(preempted, TIMEOUT_S, "the AdapterPool Degraded PreemptedByPriority")
-        except TimeoutError:
-            raise AssertionError(f"{json.dumps((adapter_pool(custom, namespace) or {}).get('status'), indent=1)}\n"
-                                 f"{operator.log_text()}") from None
-        assert degraded["status"] == "True"
+        degraded = wait_preempted(lambda: adapter_pool(custom, namespace) or {}, operator, "the AdapterPool")
         assert f"{namespace}/urgent (poolPriority 10, 2 GPU(s))" in degraded["message"], degraded["message"]
         assert "higher spec.poolPriority than its 0" in degraded["message"]
         assert "carry 0% of its expected rate" in degraded["message"], degraded["message"]
@@ -120,12 +134,7 @@ def test_a_higher_priority_compound_system_takes_the_gpu_of_a_lower_priority_ada
         assert client.AppsV1Api(custom.api_client).list_namespaced_deployment(
             namespace, label_selector=f"tessera.ai/pool={POOL}").items == []
 
-    twice = [(at, adapter & compound) for at, adapter, compound in sampler.samples if adapter & compound]
-    assert twice == [], f"a node held pods of both kinds at once: {twice[:3]}"
-    first_compound = next(at for at, _, compound in sampler.samples if held in compound)
-    assert any(held in adapter for at, adapter, _ in sampler.samples if at < first_compound), \
-        "the AdapterPool's server was never seen on the GPU the compound system took"
-    assert len(sampler.samples) > 20
+    sampler.assert_handed_over(held, to_compound=True)
 
 
 def test_a_higher_priority_adapter_pool_claims_a_gpu_of_a_lower_priority_compound_system_never_claiming_it_twice(
@@ -148,22 +157,11 @@ def test_a_higher_priority_adapter_pool_claims_a_gpu_of_a_lower_priority_compoun
         claimed = server["node"]
         assert server["ready"] and condition(found, "Degraded")["reason"] != "PreemptedByPriority", found["status"]
 
-        def preempted():
-            steady = systems(custom, namespace).get("steady", {})
-            degraded = condition(steady, "Degraded") or {}
-            return degraded if degraded.get("reason") == "PreemptedByPriority" else None
-        try:
-            degraded = wait_for(preempted, TIMEOUT_S, "the compound system Degraded PreemptedByPriority")
-        except TimeoutError:
-            raise AssertionError(f"{json.dumps(systems(custom, namespace)['steady'].get('status'), indent=1)}\n"
-                                 f"{operator.log_text()}") from None
+        degraded = wait_preempted(lambda: systems(custom, namespace).get("steady", {}), operator,
+                                  "the compound system")
         assert f"AdapterPool {namespace}/{POOL} (poolPriority 20, 1 whole GPU(s))" in degraded["message"], \
             degraded["message"]
         assert compound_nodes(core, operator.state_namespace) == set(operator.pool.nodes) - {claimed}
         assert gpu_states(core.read_node(claimed)) == [None]  # MIG off: the server's whole GPU
 
-    twice = [(at, adapter & compound) for at, adapter, compound in sampler.samples if adapter & compound]
-    assert twice == [], f"a node held pods of both kinds at once: {twice[:3]}"
-    first_adapter = next(at for at, adapter, _ in sampler.samples if claimed in adapter)
-    assert any(claimed in compound for at, _, compound in sampler.samples if at < first_adapter), \
-        "the compound system was never seen on the GPU the AdapterPool took"
+    sampler.assert_handed_over(claimed, to_compound=False)
