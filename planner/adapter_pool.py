@@ -193,9 +193,12 @@ class AdapterPoolSpec(Spec):
     limits: PoolLimits = Field(default_factory=PoolLimits, description="Caps on servers and adapters per server.")
     pool_priority: int = Field(
         default=0, alias="poolPriority", ge=MIN_POOL_PRIORITY, le=MAX_POOL_PRIORITY,
-        description="Rank among the AdapterPools of its GPU pool, in [-1000, 1000]: a higher one takes the GPUs "
-                    "free for new servers first (a running server keeps its GPU). AdapterPools are placed before "
-                    "the pool's compound systems, so this does not rank them against those.",
+        description="Rank in its GPU pool, in [-1000, 1000], in one order with the pool's compound systems' "
+                    "poolPriority: a higher AdapterPool takes free GPUs first (a running server keeps its GPU); it "
+                    "never takes GPUs the compound plan holds for a system of its priority or higher, and may "
+                    "claim those held only by lower priorities; where every compound system of the pool has a "
+                    "higher priority, they may take its GPUs and it is Degraded PreemptedByPriority, naming them. "
+                    "Quotas come first; at equal priority what already runs keeps its GPUs.",
     )
     credentials_secret: SecretReference | None = Field(
         default=None, alias="credentialsSecretRef",

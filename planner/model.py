@@ -347,7 +347,9 @@ class SystemSpec(Spec):
         description="Rank among the systems of its GPU pool, in [-1000, 1000]: where the pool cannot serve "
                     "them all, a lower-priority system loses accuracy, then served demand, before a "
                     "higher-priority one loses either (within each namespace's quotas; equal priorities "
-                    "share by served fractions).",
+                    "share by served fractions). One order with the pool's AdapterPools' poolPriority: a "
+                    "higher-priority AdapterPool may claim GPUs of lower-priority systems, and the GPUs of an "
+                    "AdapterPool that every compound system of the pool outranks are planned on.",
     )
     profiles: list[ProfilePoint] = Field(
         default_factory=list, max_length=MAX_PROFILES,

@@ -2,17 +2,21 @@
 
     .venv/bin/python -P scripts/mutate_decide.py    # from the repository root; prints one line per mutation
 
-Every mutation must be "killed" (its test fails); decide.py is restored after the run, also on error.
-The table in docs/operator.md ("Invariants of a reconcile") names the tests.
+Every mutation must be "killed" (its test fails); each mutated file is restored after the run, also on error.
+The table in docs/operator.md ("Invariants of a reconcile") names the tests; the AdapterPools' rows are its
+decisions (adapter_pool_decide.py) and the priority order over both kinds (docs/operator.md, "Priorities across
+AdapterPools and compound systems").
 """
 
 import pathlib
 import subprocess
 import sys
 
-path = pathlib.Path("operator/reconcile/decide.py")
-original = path.read_text()
-MUTATIONS = [
+DECIDE = ("operator/reconcile/decide.py", "tests/tessera_operator/test_decide.py")
+ADAPTER_POOLS = ("operator/reconcile/adapter_pool_decide.py", "tests/tessera_operator/test_adapter_pool_decide.py")
+PRIORITIES = ("operator/reconcile/decide.py", "tests/tessera_operator/test_priorities.py")
+ADAPTER_PLANNING = ("operator/reconcile/adapter_pools.py", "tests/tessera_operator/test_adapter_pool_decide.py")
+DECIDE_MUTATIONS = [
     ("a failed solve may delete", "    if outcome.solve_error is not None:\n        return actions  # a failed solve never deletes running servers\n", "",
      "test_a_failed_solve_never_deletes_a_running_server"),
     ("equal hash is rewritten", "builders.applied_hash(current) == builders.applied_hash(body)", "builders.applied_hash(current) != builders.applied_hash(body)",
@@ -58,15 +62,74 @@ MUTATIONS = [
     ("failed re-plan reads PlanFound", "    if outcome.solve_error:\n        return st.Condition(st.PLANNED, True, st.LAST_GOOD_PLAN,", "    if False:\n        return st.Condition(st.PLANNED, True, st.LAST_GOOD_PLAN,",
      "test_a_failed_re_plan_keeps_the_last_plan_and_reads_last_good_plan_kept"),
 ]
+ADAPTER_POOL_MUTATIONS = [
+    ("server started on a GPU the compound plan holds", "not first_plan_solving and slot not in compound",
+     "not first_plan_solving", "test_a_server_waits_while_the_compound_plan_in_force_holds_its_gpu"),
+    ("server started before its node's layout", "\n                        and (node_mig is None or node_mig.applied)))", "))",
+     "test_a_server_waits_while_its_node_waits_for_a_mig_layout"),
+    ("server started while the first compound plan is solved", "not first_plan_solving and slot not in compound",
+     "slot not in compound", "test_a_server_waits_while_the_pools_first_compound_plan_is_solved"),
+    ("invalid pool's servers deleted", "    if not valid:\n        return []\n    by_name", "    by_name",
+     "test_a_server_no_placement_wants_is_deleted_but_an_invalid_pools_servers_stay"),
+    ("unchanged server rewritten", "applied_hash(current) != applied_hash(body)", "True",
+     "test_an_unchanged_cluster_gets_no_write_of_a_server"),
+    ("lowest priority places first", "-(o.spec.pool_priority if o.spec else 0)", "(o.spec.pool_priority if o.spec else 0)",
+     "test_adapter_pools_take_free_gpus_invalid_ones_first_then_by_priority_highest_first_then_by_name"),
+    ("running server loses its GPU", "kept[i] if i in kept else next(spare)", "next(spare)",
+     "test_a_running_server_keeps_its_gpu_unless_another_adapter_pool_holds_it"),
+    ("compound-held GPUs taken first", "return [s for s in free if s not in busy] + [s for s in free if s in busy]",
+     "return free", "test_new_servers_take_whole_gpus_no_compound_plan_holds_from_the_pools_last_gpu_backwards"),
+    ("quota ignored", "if quota is None or quota.limit >= free:", "if True:",
+     "test_a_quota_on_whole_gpus_tighter_than_the_free_gpus_caps_the_servers"),
+    ("unchanged pool status rewritten", "    if not st.status_changed(obj.status, new):\n        return []\n", "",
+     "test_an_unchanged_status_is_not_written_again"),
+    ("equal priority takes what runs", "priorities[s] >= priority}", "priorities[s] > priority}",
+     "test_an_adapter_pool_never_takes_a_gpu_held_for_a_compound_system_of_its_priority_or_higher"),
+    ("lower priority's GPUs kept from a higher pool", "priorities[s] >= priority}", "True}",
+     "test_a_higher_priority_adapter_pool_claims_gpus_a_lower_priority_compound_system_holds_and_reserves_them"),
+    ("yields to an equal priority", "return bool(compound) and min(compound) > priority",
+     "return bool(compound) and min(compound) >= priority",
+     "test_an_adapter_pool_leaves_its_gpus_to_the_compound_solve_only_where_every_compound_system_outranks_it"),
+    ("never yields", "return bool(compound) and min(compound) > priority", "return False",
+     "test_an_outranked_adapter_pools_gpus_and_its_live_servers_are_left_to_the_compound_solve"),
+    ("who took the GPUs unnamed", "    if decided.outranked_by:\n", "    if False:\n",
+     "test_an_adapter_pool_a_higher_priority_compound_system_holds_below_its_adapters_is_degraded_naming_it"),
+    ("a fresh node relabelled for a server", "\n            if pool.node(name).advertised_counts()}", "}",
+     "test_a_claimed_gpu_a_compound_plan_left_partitioned_gets_mig_off_for_its_server"),
+    ("a node the compound plan lays out relabelled", " for node, _ in d.slots} - set(placement.nodes)",
+     " for node, _ in d.slots}", "test_a_claimed_gpu_a_compound_plan_left_partitioned_gets_mig_off_for_its_server"),
+    ("a yielding pool named as holding GPUs", "for d in decided if not d.yields and d.gpus}", "for d in decided if d.gpus}",
+     "test_the_compound_status_learns_each_reserved_adapter_pools_priority_and_gpus_but_not_a_yielding_ones"),
+]
+PRIORITY_MUTATIONS = [
+    ("a higher-priority AdapterPool unnamed", "for pool, (priority, gpus) in outcome.adapter_pools.items()",
+     "for pool, (priority, gpus) in {}.items()",
+     "test_a_system_held_below_its_demand_by_a_higher_priority_adapter_pool_reads_preempted_by_priority_naming_it"),
+    ("a lower-priority AdapterPool named", "if priority > mine and gpus > 0]", "if gpus > 0]",
+     "test_a_system_held_below_its_demand_by_a_higher_priority_adapter_pool_reads_preempted_by_priority_naming_it"),
+]
+ADAPTER_PLANNING_MUTATIONS = [
+    ("a higher priority's GPUs free for a lower pool", "blocked = taken | others | set(outranked)",
+     "blocked = taken | others", "test_gpus_a_higher_priority_compound_system_holds_are_not_free_for_a_lower_priority_adapter_pool"),
+    ("a yielding pool's GPUs reserved", "keeping = [d for d in decided if not d.yields]", "keeping = decided",
+     "test_an_outranked_adapter_pools_gpus_and_its_live_servers_are_left_to_the_compound_solve"),
+]
+MUTATIONS = ([(DECIDE, *row) for row in DECIDE_MUTATIONS] + [(ADAPTER_POOLS, *row) for row in ADAPTER_POOL_MUTATIONS]
+             + [(PRIORITIES, *row) for row in PRIORITY_MUTATIONS]
+             + [(ADAPTER_PLANNING, *row) for row in ADAPTER_PLANNING_MUTATIONS])
+originals = {target: pathlib.Path(target).read_text() for (target, _), *_ in MUTATIONS}
 rows = []
 try:
-    for name, old, new, test in MUTATIONS:
+    for (target, tests), name, old, new, test in MUTATIONS:
+        path, original = pathlib.Path(target), originals[target]
         assert original.count(old) == 1, name
         path.write_text(original.replace(old, new))
-        run = subprocess.run([sys.executable, "-P", "-m", "pytest", "-q", "-p", "no:randomly",
-                              f"tests/tessera_operator/test_decide.py::{test}"], capture_output=True, text=True)
+        run = subprocess.run([sys.executable, "-P", "-m", "pytest", "-q", "-p", "no:randomly", f"{tests}::{test}"],
+                             capture_output=True, text=True)
+        path.write_text(original)
         rows.append((name, test, "killed" if run.returncode == 1 else f"SURVIVED (rc {run.returncode})"))
         print(f"{rows[-1][2]:>10}  {name}: {test}", flush=True)
 finally:
-    path.write_text(original)
+    for target, original in originals.items():
+        pathlib.Path(target).write_text(original)
 sys.exit(0 if all(verdict == "killed" for _, _, verdict in rows) else 1)

@@ -9,6 +9,16 @@ The rules (docs/operator.md, "AdapterPools"):
   the compound solve as reserved: the adapter placement is a fast packing
   that needs whole GPUs, the compound solve already plans around reserved
   GPUs (an invalid system's last good share), so the two never claim one GPU.
+- One priority order over both kinds (docs/operator.md, "Priorities across
+  AdapterPools and compound systems"): an AdapterPool of spec.poolPriority p
+  never takes a GPU the compound plan in force holds for a system of
+  priority p or higher (`outranking`; at equal priority what already runs
+  keeps it), and may claim one held only by lower priorities (reserved
+  against the next solve, its server waiting until the plan in force leaves
+  it). Its GPUs are not reserved where every compound system of the pool
+  outranks it (`yields_to_compound`): the joint solve may take them, and it
+  is placed on what that plan leaves, Degraded PreemptedByPriority naming
+  who took them.
 - A server keeps its GPU across reconciles (read back from its Deployment's
   annotation); new servers take free GPUs that no compound plan holds first,
   from the pool's last GPU backwards, so adapter servers fill nodes from one
@@ -64,6 +74,7 @@ from tessera.operator.api.adapter_pools import PLURAL, AdapterPoolObject, PoolRe
 from tessera.operator.api.v1alpha1 import (AdapterPlacementSummary, ReplacementSummary, RouteNames, ServerSummary,
                                            child_name)
 from tessera.operator.gpus.discovery import HOSTNAME_LABEL, WHOLE_GPU_RESOURCE, Pool
+from tessera.operator.gpus.node_plans import NodePlan
 from tessera.operator.gpus.node_plans import Placement as NodePlacement
 from tessera.operator.gpus.node_plans import Share, placed_gpus
 from tessera.operator.pod_security import RESTRICTED_CONTAINER_SECURITY, RESTRICTED_POD_SECURITY
@@ -72,6 +83,7 @@ from tessera.operator.reconcile.adapter_pool_demand import RatesDecision, rates_
 from tessera.operator.reconcile.builders import SERVER_CONTAINER, applied_hash, with_applied_hash
 # the one rule for an available server Deployment, the compound systems' servers' too
 from tessera.operator.reconcile.decide import NodeMig, stored_pool_plan
+from tessera.operator.reconcile.decide import node_mig as layout_of_node
 from tessera.operator.reconcile.decide import _available as available
 from tessera.operator.reconcile.quotas import WholeGpuQuota
 from tessera.operator.settings import OperatorSettings
@@ -178,10 +190,15 @@ class PoolServers:
     """What this placement changed of the one in force (None: none recorded)."""
     demand: RatesDecision | None = None
     """A pool with a demandSource: the rates placed for and why (None: the spec's rates)."""
+    outranked_by: dict[str, tuple[int, int]] = dataclasses.field(default_factory=dict)
+    """Compound systems of a higher spec.poolPriority whose plan in force holds GPUs of the pool that are not free
+    for it: system key -> (its poolPriority, the GPUs it holds)."""
+    yields: bool = False
+    """Every compound system of the pool outranks it: its GPUs are not reserved against the compound solve."""
 
     @property
     def gpus(self) -> set[Slot]:
-        """The GPUs the compound solve must leave alone for this pool."""
+        """The GPUs its servers plan on or hold (no other AdapterPool takes them)."""
         return set(self.slots) | set(self.held)
 
 
@@ -211,12 +228,55 @@ def placing_order(objects: list[AdapterPoolObject]) -> list[AdapterPoolObject]:
     return sorted(objects, key=lambda o: (o.valid, -(o.spec.pool_priority if o.spec else 0), o.ref.key))
 
 
+def compound_holders(state: Mapping[str, str]) -> dict[Slot, set[str]]:
+    """Each GPU the pool's stored compound plan and its kept shares hold -> the systems with instances on it (read
+    from its stored state; a kept share's GPUs are its system's)."""
+    plan = stored_pool_plan(state)
+    holders: dict[Slot, set[str]] = {}
+    for gpu in placed_gpus(plan) if plan else []:
+        holders.setdefault((gpu.node, gpu.gpu), set()).update(i.system for i in gpu.instances if i.system)
+    for key, share in json.loads(state.get("kept", "{}")).items():
+        for gpu in Share.model_validate(share).gpus:
+            holders.setdefault((gpu.node, gpu.gpu), set()).add(key)
+    return holders
+
+
 def compound_gpus(state: Mapping[str, str]) -> set[Slot]:
     """The GPUs the pool's stored compound plan and its kept shares hold (read from its stored state)."""
-    plan = stored_pool_plan(state)
-    kept = [Share.model_validate(v) for v in json.loads(state.get("kept", "{}")).values()]
-    return ({(g.node, g.gpu) for g in placed_gpus(plan)} if plan else set()) | {
-        (g.node, g.gpu) for share in kept for g in share.gpus}
+    return set(compound_holders(state))
+
+
+def outranking(holders: Mapping[Slot, set[str]], priorities: Mapping[str, int], priority: int) -> dict[Slot, set[str]]:
+    """The GPUs an AdapterPool of `priority` may not take: those the compound plan in force holds for a system of
+    that priority or higher (`priorities`: the pool's compound systems' spec.poolPriority; at equal priority what
+    already runs keeps its GPUs) -> those systems. A GPU held only by lower priorities, or by systems whose priority
+    is not known (deleted, or a spec too broken to read), it may claim."""
+    found = {slot: {s for s in systems if s in priorities and priorities[s] >= priority}
+             for slot, systems in holders.items()}
+    return {slot: systems for slot, systems in found.items() if systems}
+
+
+def higher_holders(outranked: Mapping[Slot, set[str]], priorities: Mapping[str, int],
+                   priority: int) -> dict[str, tuple[int, int]]:
+    """Of the GPUs not free for an AdapterPool of `priority`, those held for strictly higher priorities: system ->
+    (its poolPriority, the GPUs it holds), for the status naming who took the capacity."""
+    counts = Counter(s for systems in outranked.values() for s in systems if priorities[s] > priority)
+    return {system: (priorities[system], gpus) for system, gpus in sorted(counts.items())}
+
+
+def yields_to_compound(priority: int, compound: Sequence[int]) -> bool:
+    """Whether an AdapterPool of `priority` leaves its GPUs to the compound solve: where every compound system of
+    the pool (`compound`, their spec.poolPriority) outranks it. The joint solve gives capacity to systems, not GPUs
+    to priorities, so with a compound system of its priority or lower in the pool its GPUs stay reserved: that
+    system must not take them."""
+    return bool(compound) and min(compound) > priority
+
+
+def reserved_for(decided: Sequence[PoolServers]) -> dict[str, tuple[int, int]]:
+    """Each AdapterPool whose GPUs the compound solve leaves alone -> (its spec.poolPriority, those GPUs), for the
+    compound systems' status naming a higher-priority one that holds capacity."""
+    return {d.pool.ref.key: (d.pool.spec.pool_priority if d.pool.spec else 0, len(d.gpus))
+            for d in decided if not d.yields and d.gpus}
 
 
 def placed_compound_gpus(placement: NodePlacement) -> set[Slot]:
@@ -536,6 +596,16 @@ def planned_servers(pool: Pool, decided: PoolServers, settings: OperatorSettings
     return planned
 
 
+def mig_off_for_servers(pool: Pool, decided: Sequence[PoolServers], placement: NodePlacement) -> dict[str, NodeMig]:
+    """MIG off for each node a valid AdapterPool's server is planned on that the compound plan in force lays out
+    nothing on but whose GPUs still advertise MIG instances (a compound plan partitioned it, then a higher-priority
+    AdapterPool claimed it): without the relabel its whole GPU is never advertised and the server never schedules.
+    A node that advertises no instance (MIG off already) gets none."""
+    nodes = {node for d in decided if d.pool.valid for node, _ in d.slots} - set(placement.nodes)
+    return {name: layout_of_node(pool, name, NodePlan(name, pool.node(name).gpu_count)) for name in sorted(nodes)
+            if pool.node(name).advertised_counts()}
+
+
 def owned_by(children: list[Json], ref: PoolRef) -> list[Json]:
     """The children this AdapterPool controls."""
     return [c for c in children if c["metadata"].get("namespace") == ref.namespace and any(
@@ -643,8 +713,10 @@ def unrouted_message(routes: RouteNames | None) -> str | None:
 
 
 def _unplaced(obj: AdapterPoolObject, decided: PoolServers, summary: Json) -> tuple[str, str]:
-    """(reason, message) for adapters that fit no server: the namespace's quota where it held the servers to what
-    it leaves (QuotaReached), else the GPUs free for the pool or limits.maxServers (InsufficientCapacity)."""
+    """(reason, message) for adapters that fit no server, in the order of precedence: the namespace's quota where it
+    held the servers to what it leaves (QuotaReached), compound systems of a higher priority holding GPUs of the
+    pool (PreemptedByPriority, naming them), else the GPUs free for the pool or limits.maxServers
+    (InsufficientCapacity)."""
     assert decided.placement is not None
     placed, unplaced, servers = summary["adaptersPlaced"], summary["adaptersUnplaced"], len(decided.placement.servers)
     share = summary["placedRequestsPerSecond"] / summary["requestsPerSecond"] if summary["requestsPerSecond"] else 1
@@ -655,6 +727,15 @@ def _unplaced(obj: AdapterPoolObject, decided: PoolServers, summary: Json) -> tu
         return st.QUOTA_REACHED, (f"{unplaced} of {placed + unplaced} adapters fit no server within the namespace's "
                                   f"quota: {quota.source} leaves tessera {quota.limit} of the {decided.free} GPU(s) "
                                   f"free for the pool; {servers} server(s) {carried}; raise the quota to serve more")
+    if decided.outranked_by:
+        above = sorted(decided.outranked_by.items(), key=lambda item: (-item[1][0], item[0]))
+        taken = ", ".join(f"{system} (poolPriority {priority}, {gpus} GPU(s))" for system, (priority, gpus) in above[:5])
+        more = f" and {len(above) - 5} more" if len(above) > 5 else ""
+        return st.PREEMPTED_BY_PRIORITY, (
+            f"{unplaced} of {placed + unplaced} adapters fit no server: compound systems of a higher spec.poolPriority "
+            f"than its {obj.spec.pool_priority if obj.spec else 0} took the pool's GPUs first: {taken}{more}; "
+            f"{servers} server(s) on the {decided.free} GPU(s) left free for the pool {carried}; raise its "
+            "poolPriority or add GPUs to serve more")
     return st.INSUFFICIENT_CAPACITY, (f"{unplaced} of {placed + unplaced} adapters fit no server: {servers} server(s) "
                                       f"on the {decided.free} GPU(s) free for the pool (limits.maxServers "
                                       f"{obj.spec.limits.max_servers if obj.spec else '?'}) {carried}; "

@@ -32,8 +32,9 @@ from tessera.operator.reconcile.adapter_loading import (LOAD_RETRY_S, Listed, Pl
                                                         placed_adapters, pod_name, record_failures, server_loads,
                                                         server_of, server_url, serving, unplaced_listed)
 from tessera.operator.reconcile.adapter_pool_decide import (Chosen, PoolServers, ServerLoad, Slot, choose_placement,
-                                                            choose_slots, compound_gpus, decide_placement_record,
-                                                            decide_pool_status, decide_servers, gpus_allowed, owned_by,
+                                                            choose_slots, compound_holders, decide_placement_record,
+                                                            decide_pool_status, decide_servers, gpus_allowed, higher_holders,
+                                                            outranking, owned_by, yields_to_compound,
                                                             kept_placement, placed_compound_gpus, placed_rates,
                                                             planned_servers,
                                                             placing_order, pool_status, previous_placement,
@@ -92,20 +93,27 @@ class AdapterPools:
         """GPU pool key -> some AdapterPool of it has a demandSource: the reconcile comes back every --demand-poll."""
 
     def plan(self, pool: Pool, objects: list[AdapterPoolObject], children: list[Json],
-             state: Mapping[str, str], quotas: dict[str, WholeGpuQuota]) -> list[PoolServers]:
+             state: Mapping[str, str], quotas: dict[str, WholeGpuQuota],
+             priorities: Mapping[str, int] | None = None) -> list[PoolServers]:
         """Each AdapterPool's servers and GPUs on this GPU pool, in `placing_order`; a running server keeps its GPU
-        unless another pool's server holds it. `quotas` (namespace -> what its quota on whole GPUs leaves) is
-        updated as servers take GPUs: it holds for the namespace's AdapterPools of every GPU pool together."""
+        unless another pool's server, or a compound system that outranks the pool, holds it. `quotas` (namespace ->
+        what its quota on whole GPUs leaves) is updated as servers take GPUs: it holds for the namespace's
+        AdapterPools of every GPU pool together. `priorities`: the spec.poolPriority of the pool's valid compound
+        systems (adapter_pool_decide.outranking, yields_to_compound)."""
+        priorities = priorities or {}
         held = {obj.ref.key: server_slots(children, obj.ref) for obj in objects}
-        busy = compound_gpus(state)
+        holders = compound_holders(state)
         in_pool = {(node.name, index) for node, index in pool.slots()}
         taken: set[Slot] = set()
         decided = []
         known, self._placements[pool.key] = self._placements.get(pool.key, {}), {}
         self.watching[pool.key] = any(o.spec is not None and o.spec.demand_source is not None for o in objects)
         for obj in placing_order(objects):
+            priority = obj.spec.pool_priority if obj.spec else 0
+            outranked = outranking(holders, priorities, priority)
+            busy = set(holders) - set(outranked)
             others = {slot for key, slots in held.items() if key != obj.ref.key for slot in slots.values()}
-            blocked = taken | others
+            blocked = taken | others | set(outranked)
             free = len(in_pool - blocked)
             namespace = obj.ref.namespace
             if obj.problem is None:
@@ -125,7 +133,9 @@ class AdapterPools:
                 slots = choose_slots(pool, [s.index for s in chosen.placement.servers], held[obj.ref.key], blocked,
                                      busy)
                 outcome = PoolServers(obj, chosen.placement, slots, free=free, quota=quota, running=running,
-                                      moves=chosen.moves, demand=demand)
+                                      moves=chosen.moves, demand=demand,
+                                      outranked_by=higher_holders(outranked, priorities, priority),
+                                      yields=yields_to_compound(priority, list(priorities.values())))
             taken |= outcome.gpus
             if namespace in quotas:
                 left = quotas[namespace]
@@ -164,9 +174,12 @@ class AdapterPools:
     @staticmethod
     def reserved(decided: list[PoolServers], children: list[Json]) -> set[Slot]:
         """The GPUs the compound solve leaves alone: the AdapterPools' planned servers', and those their live
-        servers hold until they are gone."""
-        live = {slot for d in decided for slot in server_slots(children, d.pool.ref).values()}
-        return live | {slot for d in decided for slot in d.gpus}
+        servers hold until they are gone; but not those of a pool every compound system outranks (`yields`): the
+        solve may take them, and its server waits, or moves, before a compound server starts there (the node's
+        re-partitioning waits for every pod holding its GPUs)."""
+        keeping = [d for d in decided if not d.yields]
+        live = {slot for d in keeping for slot in server_slots(children, d.pool.ref).values()}
+        return live | {slot for d in keeping for slot in d.gpus}
 
     def act(self, pool: Pool, decided: list[PoolServers], children: list[Json], outcome: PoolOutcome) -> list[Acted]:
         """After the compound solve: each AdapterPool's servers where the compound plan in force leaves their GPU

@@ -91,6 +91,8 @@ class PoolOutcome:
     """The namespaces' quotas on MIG instances the plan was kept within (quotas.py)."""
     priorities: dict[str, int] = field(default_factory=dict)
     """system key -> its spec.poolPriority, for the systems planned on the pool."""
+    adapter_pools: dict[str, tuple[int, int]] = field(default_factory=dict)
+    """AdapterPool key -> (its spec.poolPriority, the whole GPUs reserved for it against the compound solve)."""
     pool_gpus: int = 0
     """GPUs of the whole pool (its systems' shares are of these)."""
     first_plan_solving: bool = False
@@ -668,8 +670,7 @@ def _degraded(plan: Plan, key: str, summary: Json, outcome: PoolOutcome) -> st.C
                             f"({summary['servedRequestsPerSecond']:g} of {summary['demandRequestsPerSecond']:g} "
                             f"requests/s): systems of a higher spec.poolPriority than its "
                             f"{outcome.priorities.get(key, 0)} took the pool's capacity first: "
-                            + _some([f"{other} (poolPriority {outcome.priorities[other]}, {slices} slices)"
-                                     for other, slices in above], shown=5)
+                            + _some([holder for _, holder in above], shown=5)
                             + "; raise its poolPriority or add GPU nodes to serve more")
     if plan.running and key not in plan.running:
         kept = sorted(plan.kept_for)
@@ -690,13 +691,18 @@ def _degraded(plan: Plan, key: str, summary: Json, outcome: PoolOutcome) -> st.C
                         + (f": {why}" if why else "") + "; add GPU nodes to the pool")
 
 
-def _higher_priority_holders(plan: Plan, key: str, outcome: PoolOutcome) -> list[tuple[str, int]]:
-    """(system, its slices) of the pool's systems of a higher priority than `key`'s that the plan gives capacity,
-    highest priority first."""
+def _higher_priority_holders(plan: Plan, key: str, outcome: PoolOutcome) -> list[tuple[int, str]]:
+    """(priority, what it holds) of the pool's compound systems of a higher priority than `key`'s that the plan
+    gives capacity (their slices) and of its AdapterPools of a higher priority whose whole GPUs the solve left
+    alone, highest priority first."""
     mine = outcome.priorities.get(key, 0)
-    above = sorted((-priority, other) for other, priority in outcome.priorities.items() if priority > mine)
-    held = [(other, _slices(plan, outcome.gpus_of.get(other, []), other)) for _, other in above]
-    return [(other, slices) for other, slices in held if slices > 0]
+    systems = [(priority, other, _slices(plan, outcome.gpus_of.get(other, []), other))
+               for other, priority in outcome.priorities.items() if priority > mine]
+    held = [(-priority, f"{other} (poolPriority {priority}, {slices} slices)")
+            for priority, other, slices in systems if slices > 0]
+    held += [(-priority, f"AdapterPool {pool} (poolPriority {priority}, {gpus} whole GPU(s))")
+             for pool, (priority, gpus) in outcome.adapter_pools.items() if priority > mine and gpus > 0]
+    return [(-negated, holder) for negated, holder in sorted(held)]
 
 
 def _profiles_estimated(summary: Json) -> st.Condition:

@@ -40,7 +40,7 @@ from tessera.operator.profiling.in_cluster import Profiling
 from tessera.operator.reconcile import mig_failures
 from tessera.operator.reconcile.act import Actor
 from tessera.operator.reconcile.actions import DeletePlan, Json, StorePlan
-from tessera.operator.reconcile.adapter_pool_decide import assign_adapter_pools
+from tessera.operator.reconcile.adapter_pool_decide import assign_adapter_pools, mig_off_for_servers, reserved_for
 from tessera.operator.reconcile.adapter_pools import AdapterPools
 from tessera.operator.reconcile.snapshot import observe
 from tessera.operator.reconcile.decide import (STATE_FORMAT, PoolOutcome, serves_nothing, assign_to_pools,
@@ -190,10 +190,14 @@ class Reconciler:
         for pool in pools:
             outcome = outcomes[pool.key] = PoolOutcome()
             self.profiling.prepare(pool, members.get(pool.key, []))
-            # AdapterPools first, on whole GPUs the compound solve then leaves alone (adapter_pool_decide.py)
+            # AdapterPools first, on whole GPUs the compound solve then leaves alone unless every compound system
+            # outranks them; never on GPUs the plan in force holds for a system of their priority or higher
+            # (adapter_pool_decide.py)
             servers = adapter_servers[pool.key] = self.adapter_pools.plan(
-                pool, adapter_members.get(pool.key, []), children, seen.pool_states[pool.key], gpu_quotas)
+                pool, adapter_members.get(pool.key, []), children, seen.pool_states[pool.key], gpu_quotas,
+                {s.ref.key: s.spec.pool_priority for s in members.get(pool.key, []) if s.valid and s.spec is not None})
             adapter_gpus[pool.key] = self.adapter_pools.reserved(servers, children)
+            outcome.adapter_pools = reserved_for(servers)
             self.plan_pool(pool, members.get(pool.key, []), outcome, configs, seen.pool_states[pool.key],
                            paused[pool.key], pool_paused[pool.key] is not None, adapter_gpus[pool.key],
                            denied(members.get(pool.key, []), pool.key, seen.pool_access),
@@ -205,6 +209,8 @@ class Reconciler:
                 mig = profiling_mig(pool, node_name, node_plan)
                 if mig is not None:
                     outcome.mig[node_name] = mig
+            for node_name, mig in mig_off_for_servers(pool, servers, outcome.placement).items():
+                outcome.mig.setdefault(node_name, mig)  # a profiling Job's layout first: the server waits for it
         # One ConfigMap serves every pool: its configs are decided for all pools at once.
         wanted: dict[str, list[Json]] = {}
         for key, outcome in outcomes.items():

@@ -21,13 +21,16 @@ from tessera.operator.gpus.node_plans import Placement as NodePlacement, NodePla
 from tessera.operator.reconcile.actions import ApplyChild, DeleteChild, PatchStatus, PostEvent
 from tessera.operator.reconcile.adapter_pool_decide import (GPU_ANNOTATION, PoolServers, ServerLoad,
                                                             assign_adapter_pools, placing_order,
-                                                            choose_slots, compound_gpus, decide_pool_status,
-                                                            decide_servers, gpus_allowed, placed_compound_gpus,
-                                                            planned_servers, pool_status, server_slots, within)
+                                                            choose_slots, compound_gpus, compound_holders,
+                                                            decide_pool_status, decide_servers, gpus_allowed,
+                                                            higher_holders, mig_off_for_servers, outranking,
+                                                            placed_compound_gpus,
+                                                            planned_servers, pool_status, reserved_for, server_slots,
+                                                            within, yields_to_compound)
 from tessera.operator.reconcile.act import Actor
 from tessera.operator.reconcile.adapter_pools import AdapterPools
 from tessera.operator.reconcile.adapter_routes import route_summaries
-from tessera.operator.reconcile.decide import NodeMig
+from tessera.operator.reconcile.decide import STATE_FORMAT, NodeMig
 from tessera.operator.reconcile.quotas import WholeGpuQuota
 from tessera.operator.settings import OperatorSettings
 from tessera.operator.vllm import VllmClient
@@ -391,3 +394,123 @@ def test_a_pool_the_free_gpus_hold_below_its_quota_reads_insufficient_capacity()
     servers, planned = servers_of(obj, pool)
     phase, conditions, _ = pool_status(obj, servers, planned, [live(b) for b, _ in planned])
     assert next(c for c in conditions if c.type == st.DEGRADED).reason == st.INSUFFICIENT_CAPACITY
+
+
+# -- one priority order over AdapterPools and compound systems (issue 29 item 1, issue 30 item 7) ----------------
+
+def held_for(*pairs: tuple[str, str, int]) -> dict[str, str]:
+    """A pool's stored state whose kept shares hold GPUs: (system, node, GPU index)."""
+    shares: dict[str, dict] = {}
+    for system, node, gpu in pairs:
+        shares.setdefault(system, {"tasks": [], "gpus": []})["gpus"].append(
+            {"node": node, "gpu": gpu, "layout": [], "instances": []})
+    return {"kept": json.dumps(shares)}
+
+
+def test_the_compound_plans_gpus_name_the_systems_that_hold_them(plan):
+    state = {"plan": plan.model_dump_json(), "format": str(STATE_FORMAT), **held_for(("shop/x", "gpu-a", 1))}
+    assert compound_holders(state) == {("gpu-a", 3): {"shop/traffic"}, ("gpu-b", 0): {"shop/traffic"},
+                                       ("gpu-a", 1): {"shop/x"}}
+
+
+def test_an_adapter_pool_never_takes_a_gpu_held_for_a_compound_system_of_its_priority_or_higher():
+    holders = {("gpu-a", 0): {"t/high"}, ("gpu-a", 1): {"t/equal"}, ("gpu-b", 0): {"t/low"}, ("gpu-b", 1): {"t/gone"}}
+    priorities = {"t/high": 10, "t/equal": 5, "t/low": 0}
+    assert outranking(holders, priorities, 5) == {("gpu-a", 0): {"t/high"}, ("gpu-a", 1): {"t/equal"}}
+    # held only by a lower priority, or by a system no longer planned: claimable
+    assert outranking(holders, priorities, 11) == {}
+    assert higher_holders(outranking(holders, priorities, 5), priorities, 5) == {"t/high": (10, 1)}
+
+
+def test_an_adapter_pool_leaves_its_gpus_to_the_compound_solve_only_where_every_compound_system_outranks_it():
+    assert yields_to_compound(0, [5, 10])
+    assert not yields_to_compound(5, [5, 10])  # an equal priority would take them too: what runs keeps them
+    assert not yields_to_compound(0, [-1, 10])  # a lower one would take them too
+    assert not yields_to_compound(0, [])
+
+
+def planning(pool, objects, state, priorities, live_children=()):
+    pools = AdapterPools(Actor(None, VllmClient(2)), SETTINGS)  # type: ignore[arg-type]  # plans only, acts never
+    return pools.plan(pool, objects, list(live_children), state, {}, priorities)
+
+
+def test_gpus_a_higher_priority_compound_system_holds_are_not_free_for_a_lower_priority_adapter_pool():
+    pool = gpu_pool(nodes=2, gpus=1)
+    (decided,) = planning(pool, [named_pool("support")], held_for(("t/high", "gpu-a", 0)), {"t/high": 10})
+    assert decided.free == 1 and decided.slots == [("gpu-b", 0)]
+    assert decided.outranked_by == {"t/high": (10, 1)} and decided.yields
+
+
+def test_a_running_server_whose_gpu_a_higher_priority_compound_plan_took_moves_off_it():
+    pool = gpu_pool(nodes=2, gpus=1)
+    (before,) = planning(pool, [named_pool("support")], {}, {})
+    body = planned_servers(pool, before, SETTINGS, set(), {})[0][0]
+    gpu = before.slots[0]
+    (after,) = planning(pool, [named_pool("support")], held_for(("t/high", *gpu)), {"t/high": 10}, [live(body)])
+    assert gpu not in after.slots and after.slots
+
+
+def test_a_higher_priority_adapter_pool_claims_gpus_a_lower_priority_compound_system_holds_and_reserves_them():
+    pool = gpu_pool(nodes=1, gpus=2)
+    high = read_adapter_pool({**pool_object(poolPriority=20, limits={"maxServers": 4, "maxLoraSlotsPerServer": 4})})
+    (decided,) = planning(pool, [high], held_for(("t/low", "gpu-a", 0), ("t/low", "gpu-a", 1)), {"t/low": 10})
+    assert decided.free == 2 and set(decided.slots) == {("gpu-a", 0), ("gpu-a", 1)} and not decided.outranked_by
+    assert not decided.yields and AdapterPools.reserved([decided], []) == {("gpu-a", 0), ("gpu-a", 1)}
+    # its servers wait while the compound plan in force still holds their GPUs
+    assert [now for _, now in planned_servers(pool, decided, SETTINGS, set(decided.slots), {})] == [False, False]
+
+
+def test_at_equal_priority_what_already_runs_keeps_its_gpus():
+    pool = gpu_pool(nodes=1, gpus=2)
+    (decided,) = planning(pool, [named_pool("support")], held_for(("t/same", "gpu-a", 0)), {"t/same": 0})
+    assert ("gpu-a", 0) not in decided.slots and decided.free == 1 and not decided.yields
+    assert decided.outranked_by == {}  # not a higher priority: not named as one
+
+
+def test_an_outranked_adapter_pools_gpus_and_its_live_servers_are_left_to_the_compound_solve():
+    pool = gpu_pool(nodes=2, gpus=1)
+    low, equal = named_pool("low"), named_pool("equal")
+    (decided,) = planning(pool, [low], {}, {"t/high": 10})
+    body = planned_servers(pool, decided, SETTINGS, set(), {})[0][0]
+    assert decided.yields and AdapterPools.reserved([decided], [live(body)]) == set()
+    (kept,) = planning(pool, [equal], {}, {"t/high": 10, "t/same": 0})
+    assert not kept.yields and AdapterPools.reserved([kept], []) == set(kept.slots)
+
+
+def test_an_adapter_pool_a_higher_priority_compound_system_holds_below_its_adapters_is_degraded_naming_it():
+    obj, pool = named_pool("support"), gpu_pool(nodes=2, gpus=1)
+    (decided,) = planning(pool, [obj], held_for(("t/high", "gpu-a", 0)), {"t/high": 10})
+    planned = planned_servers(pool, decided, SETTINGS, set(), {})
+    phase, conditions, summary = pool_status(obj, decided, planned, [live(b) for b, _ in planned])
+    degraded = next(c for c in conditions if c.type == st.DEGRADED)
+    assert phase == st.PHASE_DEGRADED and degraded.reason == st.PREEMPTED_BY_PRIORITY
+    assert "t/high (poolPriority 10, 1 GPU(s))" in degraded.message
+    assert "higher spec.poolPriority than its 0" in degraded.message
+    assert f"({summary['placedRequestsPerSecond']:g} of {summary['requestsPerSecond']:g} requests/s)" in degraded.message
+    assert next(c for c in conditions if c.type == st.ADAPTERS_PLACED).reason == st.PREEMPTED_BY_PRIORITY
+
+
+def test_the_compound_status_learns_each_reserved_adapter_pools_priority_and_gpus_but_not_a_yielding_ones():
+    pool = gpu_pool(nodes=2, gpus=1)
+    high = read_adapter_pool(pool_object(poolPriority=20))
+    (kept,) = planning(pool, [high], {}, {"t/low": 0})
+    (yielding,) = planning(pool, [named_pool("low")], {}, {"t/high": 10})
+    assert reserved_for([kept, yielding]) == {high.ref.key: (20, len(kept.gpus))} and kept.gpus
+
+
+PARTITIONED = {"nvidia.com/mig.config": "tessera-v1-abc", "nvidia.com/mig.config.state": "success",
+               "nvidia.com/mig-1g.10gb.count": "7"}
+
+
+def test_a_claimed_gpu_a_compound_plan_left_partitioned_gets_mig_off_for_its_server():
+    pool = pool_of(gpu_node("gpu-a", gpus=1), gpu_node("gpu-b", gpus=1, extra_labels=PARTITIONED))
+    (decided,) = planning(pool, [named_pool("support")], {}, {})
+    assert {node for node, _ in decided.slots} == {"gpu-a", "gpu-b"}
+    (node,) = mig_off_for_servers(pool, [decided], NodePlacement({}, {}, {})).items()
+    assert node[0] == "gpu-b" and node[1].entries == [{"devices": [0], "mig-enabled": False}]
+    # the compound plan in force still lays the node out: the server waits for it (no relabel of its own)
+    laid_out = NodePlacement({"gpu-b": NodePlan("gpu-b", 1, {0: (("1g.10gb", 7),)})}, {}, {})
+    assert mig_off_for_servers(pool, [decided], laid_out) == {}
+    # an invalid pool's kept servers change nothing
+    assert mig_off_for_servers(pool, [dataclasses.replace(decided, pool=dataclasses.replace(
+        decided.pool, problem=None, error="broken"))], NodePlacement({}, {}, {})) == {}

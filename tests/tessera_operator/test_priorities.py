@@ -136,3 +136,17 @@ def test_served_demand_lost_to_a_higher_priority_is_not_put_on_a_quota(plan):
     degraded = next(c for c in conditions if c.type == st.DEGRADED)
     assert degraded.reason == st.PREEMPTED_BY_PRIORITY and "lowered quota" not in degraded.message
     assert "servedBeforeQuotaRequestsPerSecond" not in summary
+
+
+def test_a_system_held_below_its_demand_by_a_higher_priority_adapter_pool_reads_preempted_by_priority_naming_it(plan):
+    degraded = degraded_of(half_served(plan), priorities={"shop/traffic": 0},
+                           adapter_pools={"team/bots": (5, 2), "team/lower": (-1, 1)})
+    assert degraded.reason == st.PREEMPTED_BY_PRIORITY
+    assert "AdapterPool team/bots (poolPriority 5, 2 whole GPU(s))" in degraded.message
+    assert "team/lower" not in degraded.message
+
+
+def test_compound_systems_and_adapter_pools_above_are_named_highest_priority_first(plan):
+    degraded = degraded_of(half_served(plan), priorities={"shop/traffic": 0, HIGH: 10},
+                           adapter_pools={"team/bots": (20, 1)})
+    assert degraded.message.index("AdapterPool team/bots") < degraded.message.index(f"{HIGH} (poolPriority 10")
