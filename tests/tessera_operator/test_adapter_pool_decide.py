@@ -480,6 +480,20 @@ def test_an_outranked_adapter_pools_gpus_and_its_live_servers_are_lent_to_the_sy
     assert not kept.yields and AdapterPools.reserved([kept], []) == dict.fromkeys(kept.slots)
 
 
+def test_a_gpu_two_adapter_pools_name_is_reserved_where_one_keeps_it():
+    """A lent pool's live server still on a GPU a pool none outranks now plans on (a server moving)."""
+    pool = gpu_pool(nodes=2, gpus=1)
+    high = read_adapter_pool(pool_object(poolPriority=20))
+    (kept,) = planning(pool, [high], {}, {"t/mid": 10})
+    (lent,) = planning(pool, [named_pool("low")], {}, {"t/mid": 10})
+    body = planned_servers(pool, lent, SETTINGS, set(), {})[0][0]
+    node, gpu = kept.slots[0]
+    on_kept = {**body, "metadata": {**body["metadata"], "annotations": {
+        **body["metadata"]["annotations"], GPU_ANNOTATION: f"{node}/{gpu}"}}}
+    assert AdapterPools.reserved([kept, lent], [live(on_kept)])[(node, gpu)] is None
+    assert AdapterPools.reserved([lent, kept], [live(on_kept)])[(node, gpu)] is None  # in either order
+
+
 def test_in_a_mixed_pool_an_adapter_pools_gpus_are_lent_only_above_its_priority():
     """Compound systems both above and at or below it: lent above its priority (the planner keeps the lower one off
     them: tests/planner/test_lent_gpus.py), not reserved against all."""
