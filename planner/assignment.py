@@ -6,13 +6,20 @@ gets which. It keeps every GPU whose current layout is still wanted (a
 re-partition stops its pods), whole nodes first (mig-manager re-partitions
 a node at a time): first as many nodes of each group as the MILP's change
 price kept (change_cost.py), GPUs without instances there included, and
-every replica on the instance it already has.
+every replica on the instance it already has. GPUs lent only to systems
+above a priority (`usable_above`) get at least the layouts the MILP counted
+for each lower level moved off them (`lend`), and take only those systems'
+replicas: replicas go lowest priority first, onto the GPUs lent to the
+fewest first, which finds a placement wherever the MILP's counts allow one
+(the GPUs a priority may use contain those of every lower one).
 """
 
 from __future__ import annotations
 
+import math
 from collections import Counter, deque
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from types import MappingProxyType
 
 from tessera.planner.catalog import Layout
 from tessera.planner.change_cost import NodeGroup
@@ -126,6 +133,35 @@ class _Chooser:
                     raise PlannerBug(f"the plan uses more GPUs than the pool has free (layout {layout})")
                 self._take(rest.pop(0), layout, wanted)
 
+    def lend(self, levels: Sequence[tuple[int, Mapping[Layout, int]]]) -> None:
+        """Each level's layouts (poolPriority q -> the MILP's layouts on GPUs systems of priority q may use) onto
+        such GPUs, lowest level first: a layout short there swaps with a GPU of the pool lent past q. The GPU
+        given up is a surplus one, left blank or else lent above the highest priority (usable by the fewest
+        lower levels), so no lower level loses a layout it needs."""
+        for q, needed in levels:
+            inside = [g for g in self.pool.free if g.usable_by(q)]
+            outside = [g for g in self.pool.free if not g.usable_by(q)]
+            have = Counter(self.chosen.get(g.index) for g in inside)
+            for layout, count in sorted(needed.items()):
+                while have[layout] < count:
+                    donor = next(g for g in outside if self.chosen.get(g.index) == layout)
+                    spare = max((g for g in inside if self._surplus(g, have, needed)),
+                                key=lambda g: (g.index not in self.chosen,
+                                               g.usable_above if g.usable_above is not None else -math.inf))
+                    given = self.chosen.pop(spare.index, None)
+                    self.blank.discard(spare.index)
+                    del self.chosen[donor.index]
+                    if given is not None:
+                        self.chosen[donor.index] = given
+                    self.chosen[spare.index] = layout
+                    have[layout] += 1
+                    have[given] -= 1
+
+    def _surplus(self, gpu: PlannableGpu, have: Counter[Layout | None], needed: Mapping[Layout, int]) -> bool:
+        """Whether a level has more GPUs of this GPU's layout than it needs (one left blank: always)."""
+        layout = self.chosen.get(gpu.index)
+        return layout is None or have[layout] > needed.get(layout, 0)
+
     def _take(self, gpu: PlannableGpu, layout: Layout, wanted: Counter[Layout]) -> None:
         self.chosen[gpu.index] = layout
         wanted[layout] -= 1
@@ -133,11 +169,30 @@ class _Chooser:
 
 def assign_gpus(tasks: list[TaskPlan], pool: PoolGpus, layout_counts: list[tuple[Layout, int]],
                 fixed_counts: Sequence[tuple[Layout, Layout, int]] = (), current: Plan | None = None,
-                kept_nodes: Sequence[tuple[NodeGroup, int]] = ()) -> list[GpuPlan]:
+                kept_nodes: Sequence[tuple[NodeGroup, int]] = (),
+                restricted: Sequence[tuple[int, Mapping[Layout, int]]] = (),
+                priorities: Mapping[str, int] = MappingProxyType({})) -> list[GpuPlan]:
+    """`restricted`: the MILP's layouts on the GPUs each poolPriority may use (milp.restricted_counts);
+    `priorities`: each system's poolPriority (0 where not given)."""
     chooser = _Chooser(pool, current)
     chooser.fixed(list(fixed_counts))
     chooser.free(layout_counts, kept_nodes)
+    chooser.lend(restricted)
     gpus = {g.index: g for g in pool.gpus}
+    slots = _filled(tasks, chooser, gpus, current, priorities)
+    if slots is None and current is not None:
+        # Replicas kept on their instances can fill what a lower priority needed: placed afresh they fit.
+        slots = _filled(tasks, chooser, gpus, None, priorities)
+    if slots is None:
+        raise PlannerBug("replicas found no MIG instance: layout counts and replicas disagree")
+    return [GpuPlan(index=i, node=gpus[i].node, device=gpus[i].device, layout=list(chooser.chosen[i]),
+                    instances=slots[i]) for i in sorted(slots)]
+
+
+def _filled(tasks: list[TaskPlan], chooser: _Chooser, gpus: Mapping[int, PlannableGpu], current: Plan | None,
+            priorities: Mapping[str, int]) -> dict[int, list[InstancePlan]] | None:
+    """Each chosen GPU's instances with the replicas placed (those of `current` kept where they run); None where
+    some replica finds no instance."""
     waiting: dict[ConfigKey, deque[Replica]] = {}
     for task in tasks:
         for index, config in enumerate(task.configs):
@@ -151,20 +206,28 @@ def assign_gpus(tasks: list[TaskPlan], pool: PoolGpus, layout_counts: list[tuple
     # Fixed GPUs: at most their usable instances (the rest are held by others).
     room = {index: Counter(dict(usable)) for index in slots if (usable := gpus[index].usable) is not None}
     if current:
-        _keep_current_instances(slots, room, waiting, current, {chooser.key(g): g.index for g in pool.gpus})
-    by_profile: dict[str, deque[Replica]] = {}
+        _keep_current_instances(slots, room, waiting, current, {chooser.key(g): g.index for g in gpus.values()},
+                                gpus, priorities)
+    by_profile: dict[str, list[Replica]] = {}
     for key, queued in waiting.items():
-        by_profile.setdefault(key[3].mig_profile, deque()).extend(queued)
-    for index in sorted(slots):
+        by_profile.setdefault(key[3].mig_profile, []).extend(queued)
+    # Lowest priority first, onto the GPUs every priority may use, then by threshold: the places a priority
+    # may use come first, so where one is not usable, none left is.
+    order = sorted(slots, key=lambda i: (gpus[i].usable_above is not None, gpus[i].usable_above or 0, i))
+    free: dict[str, deque[tuple[int, int]]] = {}
+    for index in order:
         for slot, instance in enumerate(slots[index]):
-            queue = by_profile.get(instance.mig_profile)
-            if instance.config is None and queue and _has_room(room, index, instance.mig_profile):
-                _place(slots, room, index, slot, queue.popleft())
-    leftover = sum(len(q) for q in by_profile.values())
-    if leftover:
-        raise PlannerBug(f"{leftover} replicas found no MIG instance: layout counts and replicas disagree")
-    return [GpuPlan(index=i, node=gpus[i].node, device=gpus[i].device, layout=list(chooser.chosen[i]),
-                    instances=slots[i]) for i in sorted(slots)]
+            if instance.config is None:
+                free.setdefault(instance.mig_profile, deque()).append((index, slot))
+    for profile, queue in by_profile.items():
+        places = free.get(profile, deque())
+        for replica in sorted(queue, key=lambda r: priorities.get(r[0], 0)):
+            while places and not _has_room(room, places[0][0], profile):
+                places.popleft()
+            if not places or not gpus[places[0][0]].usable_by(priorities.get(replica[0], 0)):
+                return None
+            _place(slots, room, *places.popleft(), replica)
+    return slots
 
 
 def _has_room(room: dict[int, Counter[str]], index: int, profile: str) -> bool:
@@ -182,7 +245,7 @@ def _place(slots: dict[int, list[InstancePlan]], room: dict[int, Counter[str]], 
 
 def _keep_current_instances(slots: dict[int, list[InstancePlan]], room: dict[int, Counter[str]],
                             waiting: dict[ConfigKey, deque[Replica]], current: Plan, index_of: dict[GpuKey, int],
-                            ) -> None:
+                            gpus: Mapping[int, PlannableGpu], priorities: Mapping[str, int]) -> None:
     """A replica stays on the instance it runs on when that GPU keeps its layout."""
     current_tasks: dict[tuple[str | None, str | None], TaskPlan] = {(t.system, t.task): t for t in current.tasks}
     for gpu in current.gpus:
@@ -192,5 +255,6 @@ def _keep_current_instances(slots: dict[int, list[InstancePlan]], room: dict[int
         for slot, instance in enumerate(gpu.instances):
             key = _config_key(current_tasks, instance)
             queue = waiting.get(key) if key else None
-            if queue and _has_room(room, index, instance.mig_profile):
+            if queue and _has_room(room, index, instance.mig_profile) \
+                    and gpus[index].usable_by(priorities.get(queue[0][0], 0)):
                 _place(slots, room, index, slot, queue.popleft())

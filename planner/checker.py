@@ -31,7 +31,7 @@ from tessera.planner.latency import Routing
 from tessera.planner.model import Pool, SystemSpec
 from tessera.planner.nodes import NodePool
 from tessera.planner.quota import InstanceQuota, quota_violations
-from tessera.planner.plan import ConfigPlan, PathPlan, Plan, SystemSummary, TaskPlan
+from tessera.planner.plan import ConfigPlan, GpuPlan, PathPlan, Plan, SystemSummary, TaskPlan
 from tessera.planner.profiles import ProfileSource, ProfileStore
 
 REL_TOL = 1e-6
@@ -187,7 +187,8 @@ def check_plan(
     On a NodePool every GPU of the plan must be a named GPU of a node that is
     not left out, with a known layout; nodes where others hold instances
     keep their layouts and leave the held instances free, and so do nodes
-    kept for running systems (`kept_for`, nothing held).
+    kept for running systems (`kept_for`, nothing held); a GPU lent only to
+    systems above a poolPriority (`usable_above`) carries none of the others.
 
     `options` is a `PlannerOptions` (or anything with `headroom`,
     `budget_levels` and `batches`); without it the plan's own headroom and 20
@@ -620,6 +621,7 @@ class _Checker:
                 why = "is kept for running systems" if node.kept_for else "has instances held by others"
                 self.fail(f"{where}: node {node.name} {why}, so its layout {current} "
                           f"must stay, not become {dict(gpu_plan.layout)}")
+            self.check_lent(where, gpu_plan, node.usable_above.get(gpu_plan.device))
             occupied.setdefault(node.name, Counter()).update(
                 i.mig_profile for i in gpu_plan.instances if i.task is not None)
         for (name, device), count in seen.items():
@@ -634,6 +636,17 @@ class _Checker:
                 if used[profile] + held > total[profile]:
                     self.fail(f"node {name}: tessera uses {used[profile]} {profile} instances and others hold "
                               f"{held}, but its GPUs have {total[profile]}")
+
+
+    def check_lent(self, where: str, gpu_plan: GpuPlan, above: int | None) -> None:
+        """A GPU lent only to systems above a poolPriority carries no instance of a system at or below it."""
+        if above is None:
+            return
+        priorities = {s.name: s.pool_priority for s in self.systems}
+        for system in sorted({i.system for i in gpu_plan.instances if i.system in priorities}):
+            if priorities[system] <= above:
+                self.fail(f"{where}: only systems of poolPriority above {above} may use it, but {system} "
+                          f"(poolPriority {priorities[system]}) has an instance there")
 
 
 def _task_stage(task_plan: TaskPlan, routing: Routing, connections: int) -> float:

@@ -93,6 +93,9 @@ class MilpInput:
     max_nodes_changed: int | None = None
     # At most so many instances of a profile for a set of systems (a namespace's ResourceQuota, quota.py).
     quotas: list[InstanceQuota] = field(default_factory=list)
+    # poolPriority -> GPUs that may be re-partitioned and only systems of a higher priority may use
+    # (NodeState.usable_above; _priority_thresholds).
+    usable_above: dict[int, int] = field(default_factory=dict)
 
     @property
     def splits_bulks(self) -> bool:
@@ -379,6 +382,8 @@ class CompoundMilp:
         self._routing_and_capacity()
         self._budgets_and_paths()
         self._resources()
+        if data.usable_above:
+            self._priority_thresholds()
         m.full_demand_cuts = pyo.ConstraintList()
         if not data.maximise_common_scale:
             self._full_demand_cuts()
@@ -836,6 +841,51 @@ class CompoundMilp:
     @property
     def prices_change(self) -> bool:
         return bool(self.data.node_groups)
+
+    def restricted_levels(self) -> list[int]:
+        """The systems' poolPriority values that some GPU is not lent to (a threshold at or above them), lowest
+        first."""
+        top = max(self.data.usable_above, default=None)
+        return sorted({s.pool_priority for s in self.data.systems if top is not None and s.pool_priority <= top})
+
+    def _priority_thresholds(self) -> None:
+        """GPUs lent only to systems above a priority: for each priority q some are not lent to, how many GPUs of
+        each layout lie among those its systems and all lower ones may use (integer gq), nested level to level
+        and within g, and those systems' instances of each profile fit there (with the fixed GPUs, never lent:
+        nodes.py). The GPUs of the lower levels being a subset of the higher ones', this is exact: a layout
+        choice and a placement exist (assignment.py places them, lowest level first)."""
+        m, d = self.m, self.data
+        levels = self.restricted_levels()
+        m.gq = pyo.Var([(q, j) for q in levels for j in range(len(d.layouts))], domain=pyo.NonNegativeIntegers)
+        for rank, q in enumerate(levels):
+            lent = sum(count for above, count in d.usable_above.items() if above >= q)
+            m.cons.add(sum(m.gq[q, j] for j in range(len(d.layouts))) <= d.repartitionable_gpus - lent)
+            for j in range(len(d.layouts)):
+                m.cons.add(m.gq[q, j] <= (m.gq[levels[rank + 1], j] if rank + 1 < len(levels) else m.g[j]))
+            for profile in d.gpu.profiles:
+                users = [o for o in range(len(self.options)) if self.candidate(o).segment.mig_profile == profile.name
+                         and self._priority(self.candidate(o).system) <= q]
+                if users:
+                    m.cons.add(sum(m.n[o] for o in users)
+                               <= sum(dict(layout).get(profile.name, 0) * m.gq[q, j]
+                                      for j, layout in enumerate(d.layouts))
+                               + sum(dict(usable).get(profile.name, 0) * m.h[k]
+                                     for k, (_, usable, _) in enumerate(d.fixed_groups)))
+
+    def _priority(self, system: str) -> int:
+        return self.data.systems[self._system_index[system]].pool_priority
+
+    def restricted_counts(self) -> list[tuple[int, dict[Layout, int]]]:
+        """(poolPriority q, layout -> GPUs that systems of priority q or lower may use) of each restricted level,
+        lowest first (empty without lent GPUs)."""
+        if not self.data.usable_above:
+            return []
+        counts = []
+        for q in self.restricted_levels():
+            found = {layout: round(pyo.value(self.m.gq[q, j], exception=False) or 0)
+                     for j, layout in enumerate(self.data.layouts)}
+            counts.append((q, {layout: n for layout, n in found.items() if n > 0}))
+        return counts
 
     def priced_cost(self) -> Any:
         """The cost plus the price of the nodes it changes: a change is made where it pays."""

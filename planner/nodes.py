@@ -16,6 +16,11 @@ They are fixed: every GPU of such a node keeps its current layout, and the
 held instances are subtracted from what tessera may use there.
 A node kept for running systems (`kept_for`) is fixed the same way, with
 nothing held: a re-plan that others caused keeps what it serves.
+A GPU may be lent only to systems above a priority (`usable_above`: an
+AdapterPool's GPU, which only the systems that outrank it may take); on a
+fixed node such a GPU offers nothing (its layout stays, its instances are
+not counted: the restriction is kept without a per-GPU share of the node's
+held instances).
 
 A node cordoned by someone else is left out of the pool; a node tessera
 cordoned itself (to re-partition it) stays in.
@@ -57,6 +62,10 @@ class NodeState(BaseModel):
         description="Running systems this node's layouts are kept for: changing them would stop their pods for a "
                     "re-plan others caused (whom to protect is the caller's choice). Fixed, as where others hold "
                     "instances.")
+    usable_above: dict[int, int] = Field(
+        default_factory=dict,
+        description="GPU index -> a poolPriority: only systems of a higher spec.poolPriority may use that GPU "
+                    "(an AdapterPool's GPU lent to the systems that outrank it). On a fixed node it offers nothing.")
 
     @property
     def left_out(self) -> bool:
@@ -111,6 +120,9 @@ class NodePool(BaseModel):
                     raise ValueError(f"node {node.name} held: {product.name} has no MIG profile {profile!r}")
                 if count < 0:
                     raise ValueError(f"node {node.name} held: negative count {count} of {profile}")
+            outside = sorted(device for device in node.usable_above if not 0 <= device < len(node.gpus))
+            if outside:
+                raise ValueError(f"node {node.name} usable_above: it has no GPUs {outside}")
         return self
 
     def without_kept(self) -> "NodePool":
@@ -188,10 +200,16 @@ class PlannableGpu(BaseModel):
     usable: Layout | None = Field(
         default=None, description="On a fixed node: the instances tessera may use (its layout less the held "
                                   "ones); None where the GPU may be re-partitioned.")
+    usable_above: int | None = Field(
+        default=None, description="Only systems of a higher poolPriority may use it (NodeState.usable_above).")
 
     @property
     def fixed(self) -> bool:
         return self.usable is not None
+
+    def usable_by(self, priority: int) -> bool:
+        """Whether a system of this poolPriority may have instances here."""
+        return self.usable_above is None or priority > self.usable_above
 
 
 class PoolGpus(BaseModel):
@@ -214,6 +232,10 @@ class PoolGpus(BaseModel):
     def current_free_layouts(self) -> dict[Layout, int]:
         return dict(Counter(g.current for g in self.free if g.current))
 
+    def usable_above_counts(self) -> dict[int, int]:
+        """poolPriority -> the GPUs that may be re-partitioned and only systems above it may use."""
+        return dict(Counter(g.usable_above for g in self.free if g.usable_above is not None))
+
 
 def pool_gpus(pool: Pool | NodePool) -> PoolGpus:
     """The plannable GPUs of a NodePool, or of a plain Pool (a count of GPUs, nothing known about them)."""
@@ -225,9 +247,11 @@ def pool_gpus(pool: Pool | NodePool) -> PoolGpus:
         usable = _usable_after_held(node, devices) if node.fixed else {}
         for device in devices:
             layout = node.gpus[device]
+            above = node.usable_above.get(device)
             gpus.append(PlannableGpu(index=len(gpus), node=node.name, device=device,
                                      current=as_layout(layout) if layout is not None else None,
-                                     usable=usable.get(device)))
+                                     usable=() if node.fixed and above is not None else usable.get(device),
+                                     usable_above=above))
     return PoolGpus(gpu=pool.gpu, gpus=tuple(gpus))
 
 

@@ -329,7 +329,7 @@ def plan(
 
     result = extract_plan(milp, features, options.headroom, options.latency_spread)
     placed = assign_gpus(result.tasks, gpus, milp.layout_counts(), milp.fixed_counts(), current,
-                         milp.kept_nodes())
+                         milp.kept_nodes(), milp.restricted_counts(), {s.name: s.pool_priority for s in systems})
     report = _solver_report(solver, milp, build_s, options)
     plan_ = result.finish(placed, report)
     if milp.prices_change:
@@ -603,6 +603,7 @@ def _milp_input(systems: list[SystemSpec], pool: PoolGpus, store: ProfileStore, 
         node_groups=node_groups(pool, serving_nodes(current)) if options.prices_change else [],
         change_share=options.change_share, max_nodes_changed=options.max_nodes_changed,
         quotas=[q for q in quotas if q.systems & {s.name for s in systems}],
+        usable_above=pool.usable_above_counts(),
     )
     check_milp_input(data)
     return data

@@ -87,19 +87,22 @@ ADAPTER_POOL_MUTATIONS = [
      "test_an_adapter_pool_never_takes_a_gpu_held_for_a_compound_system_of_its_priority_or_higher"),
     ("lower priority's GPUs kept from a higher pool", "priorities[s] >= priority}", "True}",
      "test_a_higher_priority_adapter_pool_claims_gpus_a_lower_priority_compound_system_holds_and_reserves_them"),
-    ("yields to an equal priority", "return bool(compound) and min(compound) > priority",
-     "return bool(compound) and min(compound) >= priority",
-     "test_an_adapter_pool_leaves_its_gpus_to_the_compound_solve_only_where_every_compound_system_outranks_it"),
-    ("never yields", "return bool(compound) and min(compound) > priority", "return False",
-     "test_an_outranked_adapter_pools_gpus_and_its_live_servers_are_left_to_the_compound_solve"),
+    ("yields to an equal priority", "return bool(compound) and max(compound) > priority",
+     "return bool(compound) and max(compound) >= priority",
+     "test_an_adapter_pool_lends_its_gpus_to_the_compound_solve_where_a_compound_system_outranks_it"),
+    ("never yields", "return bool(compound) and max(compound) > priority", "return False",
+     "test_an_outranked_adapter_pools_gpus_and_its_live_servers_are_lent_to_the_systems_above_its_priority"),
+    ("a mixed pool's GPUs reserved against all", "return bool(compound) and max(compound) > priority",
+     "return bool(compound) and min(compound) > priority",
+     "test_in_a_mixed_pool_an_adapter_pools_gpus_are_lent_only_above_its_priority"),
     ("who took the GPUs unnamed", "    if decided.outranked_by:\n", "    if False:\n",
      "test_an_adapter_pool_a_higher_priority_compound_system_holds_below_its_adapters_is_degraded_naming_it"),
     ("a fresh node relabelled for a server", "\n            if pool.node(name).advertised_counts()}", "}",
      "test_a_claimed_gpu_a_compound_plan_left_partitioned_gets_mig_off_for_its_server"),
     ("a node the compound plan lays out relabelled", " for node, _ in d.slots} - set(placement.nodes)",
      " for node, _ in d.slots}", "test_a_claimed_gpu_a_compound_plan_left_partitioned_gets_mig_off_for_its_server"),
-    ("a yielding pool named as holding GPUs", "for d in decided if not d.yields and d.gpus}", "for d in decided if d.gpus}",
-     "test_the_compound_status_learns_each_reserved_adapter_pools_priority_and_gpus_but_not_a_yielding_ones"),
+    ("a lent pool unnamed to lower priorities", "for d in decided if d.gpus}", "for d in decided if not d.yields and d.gpus}",
+     "test_the_compound_status_learns_each_adapter_pools_priority_and_gpus_reserved_or_lent"),
 ]
 PRIORITY_MUTATIONS = [
     ("a higher-priority AdapterPool unnamed", "for pool, (priority, gpus) in outcome.adapter_pools.items()",
@@ -111,8 +114,10 @@ PRIORITY_MUTATIONS = [
 ADAPTER_PLANNING_MUTATIONS = [
     ("a higher priority's GPUs free for a lower pool", "blocked = taken | others | set(outranked)",
      "blocked = taken | others", "test_gpus_a_higher_priority_compound_system_holds_are_not_free_for_a_lower_priority_adapter_pool"),
-    ("a yielding pool's GPUs reserved", "keeping = [d for d in decided if not d.yields]", "keeping = decided",
-     "test_an_outranked_adapter_pools_gpus_and_its_live_servers_are_left_to_the_compound_solve"),
+    ("a yielding pool's GPUs reserved", "if d.yields else None\n", "if False else None\n",
+     "test_an_outranked_adapter_pools_gpus_and_its_live_servers_are_lent_to_the_systems_above_its_priority"),
+    ("a GPU one pool keeps lent by another", "found[slot] = None if before is None or above is None else max(before, above)",
+     "found[slot] = above", "test_a_gpu_two_adapter_pools_name_is_reserved_where_one_keeps_it"),
 ]
 MUTATIONS = ([(DECIDE, *row) for row in DECIDE_MUTATIONS] + [(ADAPTER_POOLS, *row) for row in ADAPTER_POOL_MUTATIONS]
              + [(PRIORITIES, *row) for row in PRIORITY_MUTATIONS]

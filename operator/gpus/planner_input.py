@@ -35,14 +35,33 @@ def mig_configs(text: str | None) -> MigConfigs:
         if isinstance(configs, dict) else {}
 
 
+AdapterGpus = Mapping[tuple[str, int], int | None]
+"""The AdapterPools' GPUs, (node, GPU index) -> None: reserved against the compound solve; a poolPriority: lent only
+to the systems above it (adapter_pool_decide.py)."""
+
+
+def reserved_of(adapters: AdapterGpus) -> set[tuple[str, int]]:
+    """The AdapterPools' GPUs the compound solve leaves alone."""
+    return {slot for slot, above in adapters.items() if above is None}
+
+
+def lent_of(adapters: AdapterGpus) -> dict[tuple[str, int], int]:
+    """The AdapterPools' GPUs lent only to systems above a poolPriority -> that priority."""
+    return {slot: above for slot, above in adapters.items() if above is not None}
+
+
 def planner_pool(pool: Pool, configs: MigConfigs, reserved: Iterable[tuple[str, int]] = (),
-                 kept_for: Mapping[str, list[str]] | None = None) -> NodePool:
+                 kept_for: Mapping[str, list[str]] | None = None, adapters: AdapterGpus | None = None) -> NodePool:
     """The pool as the planner takes it; `reserved` (node, GPU index) pairs are left out of the solve; `kept_for`
-    (node -> running systems) keeps those nodes' layouts (running_decide.py)."""
-    left_out, kept = set(reserved), kept_for or {}
+    (node -> running systems) keeps those nodes' layouts (running_decide.py); `adapters`, the AdapterPools' GPUs,
+    are left out or lent (NodeState.usable_above)."""
+    left_out, kept = set(reserved) | reserved_of(adapters or {}), kept_for or {}
+    lent = {slot: above for slot, above in lent_of(adapters or {}).items() if slot not in left_out}
     return NodePool(gpu=pool.gpu.name, nodes=[
         _without(_node_state(pool, node, configs), {device for name, device in left_out if name == node.name})
-        .model_copy(update={"kept_for": list(kept.get(node.name, []))})
+        .model_copy(update={"kept_for": list(kept.get(node.name, [])),
+                            "usable_above": {device: above for (name, device), above in lent.items()
+                                             if name == node.name}})
         for node in pool.nodes])
 
 

@@ -15,10 +15,11 @@ The rules (docs/operator.md, "AdapterPools"):
   priority p or higher (`outranking`; at equal priority what already runs
   keeps it), and may claim one held only by lower priorities (reserved
   against the next solve, its server waiting until the plan in force leaves
-  it). Its GPUs are not reserved where every compound system of the pool
-  outranks it (`yields_to_compound`): the joint solve may take them, and it
-  is placed on what that plan leaves, Degraded PreemptedByPriority naming
-  who took them.
+  it). Where a compound system of the pool outranks it (`yields_to_compound`)
+  its GPUs are not reserved but lent only to systems above its priority
+  (the planner's NodeState.usable_above): those may take them, no system of
+  its priority or lower can, and it is placed on what that plan leaves,
+  Degraded PreemptedByPriority naming who took them.
 - A server keeps its GPU across reconciles (read back from its Deployment's
   annotation); new servers take free GPUs that no compound plan holds first,
   from the pool's last GPU backwards, so adapter servers fill nodes from one
@@ -194,7 +195,8 @@ class PoolServers:
     """Compound systems of a higher spec.poolPriority whose plan in force holds GPUs of the pool that are not free
     for it: system key -> (its poolPriority, the GPUs it holds)."""
     yields: bool = False
-    """Every compound system of the pool outranks it: its GPUs are not reserved against the compound solve."""
+    """A compound system of the pool outranks it: its GPUs are lent to the compound solve, only for the systems
+    above its spec.poolPriority."""
 
     @property
     def gpus(self) -> set[Slot]:
@@ -265,18 +267,18 @@ def higher_holders(outranked: Mapping[Slot, set[str]], priorities: Mapping[str, 
 
 
 def yields_to_compound(priority: int, compound: Sequence[int]) -> bool:
-    """Whether an AdapterPool of `priority` leaves its GPUs to the compound solve: where every compound system of
-    the pool (`compound`, their spec.poolPriority) outranks it. The joint solve gives capacity to systems, not GPUs
-    to priorities, so with a compound system of its priority or lower in the pool its GPUs stay reserved: that
-    system must not take them."""
-    return bool(compound) and min(compound) > priority
+    """Whether an AdapterPool of `priority` lends its GPUs to the compound solve: where a compound system of the
+    pool (`compound`, their spec.poolPriority) outranks it. They are lent only to the systems above `priority`
+    (the planner's NodeState.usable_above), so one of its priority or lower, in a mixed pool, never takes them."""
+    return bool(compound) and max(compound) > priority
 
 
 def reserved_for(decided: Sequence[PoolServers]) -> dict[str, tuple[int, int]]:
-    """Each AdapterPool whose GPUs the compound solve leaves alone -> (its spec.poolPriority, those GPUs), for the
-    compound systems' status naming a higher-priority one that holds capacity."""
+    """Each AdapterPool with GPUs -> (its spec.poolPriority, those GPUs): no compound system of its priority or
+    lower gets them (reserved, or lent only above it), for those systems' status naming a higher-priority one that
+    holds capacity."""
     return {d.pool.ref.key: (d.pool.spec.pool_priority if d.pool.spec else 0, len(d.gpus))
-            for d in decided if not d.yields and d.gpus}
+            for d in decided if d.gpus}
 
 
 def placed_compound_gpus(placement: NodePlacement) -> set[Slot]:

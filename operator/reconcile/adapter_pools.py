@@ -172,14 +172,20 @@ class AdapterPools:
                                 {a.name for a in obj.spec.adapters})
 
     @staticmethod
-    def reserved(decided: list[PoolServers], children: list[Json]) -> set[Slot]:
-        """The GPUs the compound solve leaves alone: the AdapterPools' planned servers', and those their live
-        servers hold until they are gone; but not those of a pool every compound system outranks (`yields`): the
-        solve may take them, and its server waits, or moves, before a compound server starts there (the node's
-        re-partitioning waits for every pod holding its GPUs)."""
-        keeping = [d for d in decided if not d.yields]
-        live = {slot for d in keeping for slot in server_slots(children, d.pool.ref).values()}
-        return live | {slot for d in keeping for slot in d.gpus}
+    def reserved(decided: list[PoolServers], children: list[Json]) -> dict[Slot, int | None]:
+        """The AdapterPools' GPUs as the compound solve gets them: their planned servers', and those their live
+        servers hold until they are gone -> None, left alone; or, for a pool some compound system outranks
+        (`yields`), its spec.poolPriority: lent only to the systems above it, which may take them, and its server
+        waits, or moves, before a compound server starts there (the node's re-partitioning waits for every pod
+        holding its GPUs). A GPU two pools name (a server moving) is left alone where one keeps it, else lent
+        above the higher priority."""
+        found: dict[Slot, int | None] = {}
+        for d in decided:
+            above = (d.pool.spec.pool_priority if d.pool.spec else 0) if d.yields else None
+            for slot in set(server_slots(children, d.pool.ref).values()) | d.gpus:
+                before = found.get(slot, above)
+                found[slot] = None if before is None or above is None else max(before, above)
+        return found
 
     def act(self, pool: Pool, decided: list[PoolServers], children: list[Json], outcome: PoolOutcome) -> list[Acted]:
         """After the compound solve: each AdapterPool's servers where the compound plan in force leaves their GPU

@@ -35,7 +35,7 @@ from tessera.operator.cluster import Cluster, dumps
 from tessera.operator.demand.planning import DemandPlanner
 from tessera.operator.gpus.discovery import Pool, grace_left_s
 from tessera.operator.gpus.node_plans import Share, place, placed_gpus, share_of
-from tessera.operator.gpus.planner_input import MigConfigs, planner_pool
+from tessera.operator.gpus.planner_input import AdapterGpus, MigConfigs, lent_of, planner_pool, reserved_of
 from tessera.operator.profiling.in_cluster import Profiling
 from tessera.operator.reconcile import mig_failures
 from tessera.operator.reconcile.act import Actor
@@ -97,7 +97,7 @@ class PoolJob:
     invalid: dict[str, tuple[str, str]]
     spec_hash: dict[str, str]
     stored_plan: Plan | None
-    adapter_gpus: set[tuple[str, int]]
+    adapter_gpus: AdapterGpus
     quotas: list[InstanceQuota]
     state: dict[str, str]
     paused: dict[str, str]
@@ -149,6 +149,13 @@ def quota_key(quotas: list[InstanceQuota]) -> dict[str, list[tuple[list[str], st
     before quotas). Their hard limits (in `source`), not the room they leave: the room moves for a moment with each
     pod of tessera's the API server admits before its Deployment's status counts it, and must not re-plan then."""
     return {"quotas": [(sorted(q.systems), q.mig_profile, q.source) for q in quotas]} if quotas else {}
+
+
+def lent_key(adapter_gpus: AdapterGpus) -> dict[str, list[tuple[str, int, int]]]:
+    """The AdapterPools' GPUs lent only to systems above a poolPriority, as part of the pool's hashes: absent where
+    there are none (the hashes stay the ones from before lending)."""
+    lent = lent_of(adapter_gpus)
+    return {"lent": sorted((node, index, above) for (node, index), above in lent.items())} if lent else {}
 
 
 class Reconciler:
@@ -274,12 +281,12 @@ class Reconciler:
     # -- one pool's plan ---------------------------------------------------------
     def plan_pool(self, pool: Pool, systems: list[SystemObject], outcome: PoolOutcome, configs: MigConfigs,
                   state: Mapping[str, str], paused: Mapping[str, str], pool_paused: bool,
-                  adapter_gpus: set[tuple[str, int]], not_allowed: Mapping[str, tuple[str, str]],
+                  adapter_gpus: AdapterGpus, not_allowed: Mapping[str, tuple[str, str]],
                   quotas: list[InstanceQuota]) -> None:
         """The pool's plan: the stored one while its inputs are unchanged or the pool is paused, else a new solve,
         started here and taken by a later reconcile (pool_solves.py): the stored plan is shown meanwhile.
         Paused systems keep their last plan's share (pause.py); `adapter_gpus`, the AdapterPools' servers' GPUs,
-        are left out of it; `not_allowed` systems (pool_access.py) are invalid here, whatever their spec; the plan
+        are left out of it or lent only to the systems that outrank them; `not_allowed` systems (pool_access.py) are invalid here, whatever their spec; the plan
         keeps within the namespaces' `quotas` (quotas.py)."""
         finished = self.solves.take(pool.key)
         if finished is not None and not pool_paused:
@@ -361,7 +368,7 @@ class Reconciler:
             return False, None  # replicas-only re-sizing knows no quotas: with any, a demand move re-plans in full
         resized = self.demand.replicas_only(
             job.stored_plan, job.candidates,
-            planner_pool(job.pool, job.configs, reserved=reserved_gpus(job.kept) | job.adapter_gpus),
+            planner_pool(job.pool, job.configs, reserved=reserved_gpus(job.kept), adapters=job.adapter_gpus),
             self.settings.planner, job.measured)
         return resized is not None, resized
 
@@ -390,8 +397,8 @@ class Reconciler:
         plan, error = job.stored_plan, None
         while candidates:
             protect = protection(job.stored_plan, json.loads(job.state.get("systems", "{}")), candidates, job.spec_hash)
-            node_pool = planner_pool(job.pool, job.configs, reserved=reserved_gpus(kept) | job.adapter_gpus,
-                                     kept_for=protect.kept_for)
+            node_pool = planner_pool(job.pool, job.configs, reserved=reserved_gpus(kept), kept_for=protect.kept_for,
+                                     adapters=job.adapter_gpus)
             plan, found, error = self.solve(job, candidates, node_pool, cancel, protect.floors)
             if not found:
                 break
@@ -409,7 +416,7 @@ class Reconciler:
 
     def measure_pool(self, job: PoolJob, systems: list[SystemObject], cancel: threading.Event) -> PoolSolve:
         """The pool's stored plan again, the TooLargeToPlan messages of `systems` with the size measured to fit."""
-        whole = planner_pool(job.pool, job.configs, reserved=job.adapter_gpus)
+        whole = planner_pool(job.pool, job.configs, adapters=job.adapter_gpus)
         invalid = {**job.invalid, **{s.ref.key: (st.TOO_LARGE_TO_PLAN, self.measure_fit(job, s, whole, cancel))
                                      for s in systems}}
         return PoolSolve(job.inputs, self.plan_data(replace(job, invalid=invalid), job.stored_plan), None, time.time())
@@ -435,23 +442,25 @@ class Reconciler:
         return (f"memory cap {self.settings.solve_memory_mb} MiB, "
                 f"time limit {self.settings.planner.time_limit_s:g} s")
 
-    def pool_hash(self, pool: Pool, adapter_gpus: set[tuple[str, int]], quotas: list[InstanceQuota],
+    def pool_hash(self, pool: Pool, adapter_gpus: AdapterGpus, quotas: list[InstanceQuota],
                   measured: str) -> str:
         """The GPUs a plan is made on: the pool's, less the AdapterPools', and the quotas it keeps within (a stored
         plan stands only on the same: a lowered quota re-plans though no spec changed); `measured`, the digest of
         the pool's measured profiles."""
         return naming.digest({"format": STATE_FORMAT, "gpu": pool.gpu.name,
-                              "slots": [(n.name, i) for n, i in pool.slots() if (n.name, i) not in adapter_gpus],
+                              "slots": [(n.name, i) for n, i in pool.slots() if (n.name, i) not in reserved_of(adapter_gpus)],
+                              **lent_key(adapter_gpus),
                               "options": self.settings.planner.model_dump(mode="json"),
                               "measured": measured, **quota_key(quotas)})
 
     def inputs_hash(self, pool: Pool, candidates: list[SystemObject], spec_hash: dict[str, str],
-                    kept: dict[str, Share], adapter_gpus: set[tuple[str, int]], quotas: list[InstanceQuota],
+                    kept: dict[str, Share], adapter_gpus: AdapterGpus, quotas: list[InstanceQuota],
                     measured: str) -> str:
         """Everything the plan depends on: equal hash, the stored plan stands."""
         return naming.digest({
             "format": STATE_FORMAT, "gpu": pool.gpu.name,
-            "free": [slot for slot in free_slots(pool, kept) if slot not in adapter_gpus],
+            "free": [slot for slot in free_slots(pool, kept) if slot not in reserved_of(adapter_gpus)],
+            **lent_key(adapter_gpus),
             "systems": sorted((s.ref.key, spec_hash[s.ref.key]) for s in candidates),
             "quotas": quota_list(quotas),
             "options": self.settings.planner.model_dump(mode="json"), "measured": measured})

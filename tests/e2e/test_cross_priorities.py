@@ -10,9 +10,13 @@ ever holds a pod of each kind (terminating pods count: they hold their GPU until
 - The reverse: the compound system (poolPriority 10) runs on both nodes first; an AdapterPool of poolPriority 20
   is applied. It claims one GPU: the compound plan leaves that node, the node is relabelled MIG off, the
   AdapterPool's server runs there, and the compound system reads Degraded PreemptedByPriority naming it.
+- A mixed pool: the low-priority AdapterPool runs first; a compound system of poolPriority 10 that needs more
+  than one GPU and one of poolPriority 0 that needs a third of one are applied together. The AdapterPool's GPU
+  is lent only above 0: the higher one takes it, the other plans and runs on the other node only.
 
 What makes them fail if tessera did not do it: before these rules the AdapterPool's GPU was reserved against
-the compound solve whatever the priorities (the first test's plan would cover one node, and it waits for two);
+the compound solve whatever the priorities (the first test's plan would cover one node, and it waits for two),
+and in a mixed pool it still is (the third test's plan would cover one node);
 the conditions are written by tessera alone (the stand-ins write no status); the MIG stand-in advertises a whole
 GPU only on a node relabelled MIG off, so the second test's server runs only after tessera's relabel; and the
 sampler must have seen a pod of one kind on the node the other kind then runs on, so a test in which no GPU
@@ -99,10 +103,25 @@ def one_server_pool() -> str:
     return yaml.safe_dump(document)
 
 
-def compound_nodes(core, state_namespace: str) -> set[str]:
+def compound_nodes(core, state_namespace: str, system: str | None = None) -> set[str]:
+    """The nodes the stored compound plan lays out (with `system`: those it has instances on)."""
     found = [c for c in core.list_namespaced_config_map(state_namespace).items
              if c.metadata.name.startswith("tessera-pool-") and (c.data or {}).get("plan")]
-    return {g["node"] for c in found for g in json.loads(c.data["plan"])["gpus"]}
+    return {g["node"] for c in found for g in json.loads(c.data["plan"])["gpus"]
+            if system is None or any(i.get("system") == system for i in g["instances"])}
+
+
+def preempted_adapter_server(operator, custom, kubectl, compound: list[tuple[str, int, int]]) -> tuple[str, dict]:
+    """The one-server AdapterPool (poolPriority 0) running, then the compound systems (name, demand, poolPriority)
+    applied: its server's node and its Degraded PreemptedByPriority."""
+    kubectl("apply", "-n", operator.namespace, "-f", "-", input=one_server_pool())
+    operator.start()
+    (server,) = wait_pool_ready(custom, operator, kubectl)["status"]["plan"]["servers"]
+    for name, demand, priority in compound:
+        kubectl("apply", "-n", operator.namespace, "-f", "-",
+                input=system_yaml(name, demandRequestsPerSecond=demand, poolPriority=priority))
+    return server["node"], wait_preempted(lambda: adapter_pool(custom, operator.namespace) or {}, operator,
+                                          "the AdapterPool")
 
 
 def test_a_higher_priority_compound_system_takes_the_gpu_of_a_lower_priority_adapter_pool_never_claiming_it_twice(
@@ -110,16 +129,7 @@ def test_a_higher_priority_compound_system_takes_the_gpu_of_a_lower_priority_ada
     operator = run_operator(nodes=2, gpus_per_node=1, adapter_servers=vllm)
     namespace = operator.namespace
     with PodSampler(core, namespace) as sampler:
-        kubectl("apply", "-n", namespace, "-f", "-", input=one_server_pool())
-        operator.start()
-        before = wait_pool_ready(custom, operator, kubectl)
-        (server,) = before["status"]["plan"]["servers"]
-        held = server["node"]
-
-        kubectl("apply", "-n", namespace, "-f", "-",
-                input=system_yaml("urgent", demandRequestsPerSecond=60000, poolPriority=10))
-
-        degraded = wait_preempted(lambda: adapter_pool(custom, namespace) or {}, operator, "the AdapterPool")
+        held, degraded = preempted_adapter_server(operator, custom, kubectl, [("urgent", 60000, 10)])
         assert f"{namespace}/urgent (poolPriority 10, 2 GPU(s))" in degraded["message"], degraded["message"]
         assert "higher spec.poolPriority than its 0" in degraded["message"]
         assert "carry 0% of its expected rate" in degraded["message"], degraded["message"]
@@ -165,3 +175,22 @@ def test_a_higher_priority_adapter_pool_claims_a_gpu_of_a_lower_priority_compoun
         assert gpu_states(core.read_node(claimed)) == [None]  # MIG off: the server's whole GPU
 
     sampler.assert_handed_over(claimed, to_compound=False)
+
+
+def test_in_a_mixed_pool_a_higher_priority_compound_system_takes_the_adapter_pools_gpu_and_a_lower_one_does_not(
+        run_operator, core, custom, kubectl, vllm):
+    """~9400 requests/s fit one GPU (the planner's estimate for the example): 12000 need both, 3000 a third."""
+    operator = run_operator(nodes=2, gpus_per_node=1, adapter_servers=vllm)
+    namespace = operator.namespace
+    with PodSampler(core, namespace) as sampler:
+        held, degraded = preempted_adapter_server(operator, custom, kubectl,
+                                                  [("urgent", 12000, 10), ("modest", 3000, 0)])
+        assert f"{namespace}/urgent (poolPriority 10" in degraded["message"], degraded["message"]
+        assert "modest" not in degraded["message"], degraded["message"]
+        wait_ready(custom, namespace, ["urgent", "modest"], TIMEOUT_S, operator)
+        assert held in compound_nodes(core, operator.state_namespace, f"{namespace}/urgent")
+        assert compound_nodes(core, operator.state_namespace, f"{namespace}/modest") == set(operator.pool.nodes) - {held}
+        wait_for(lambda: sampler.samples and held in sampler.samples[-1][2] or None, TIMEOUT_S,
+                 "a compound pod on the AdapterPool's node")
+
+    sampler.assert_handed_over(held, to_compound=True)

@@ -422,10 +422,10 @@ def test_an_adapter_pool_never_takes_a_gpu_held_for_a_compound_system_of_its_pri
     assert higher_holders(outranking(holders, priorities, 5), priorities, 5) == {"t/high": (10, 1)}
 
 
-def test_an_adapter_pool_leaves_its_gpus_to_the_compound_solve_only_where_every_compound_system_outranks_it():
+def test_an_adapter_pool_lends_its_gpus_to_the_compound_solve_where_a_compound_system_outranks_it():
     assert yields_to_compound(0, [5, 10])
-    assert not yields_to_compound(5, [5, 10])  # an equal priority would take them too: what runs keeps them
-    assert not yields_to_compound(0, [-1, 10])  # a lower one would take them too
+    assert yields_to_compound(0, [-1, 10])  # a mixed pool: lent only above 0, so the one of -1 never gets them
+    assert not yields_to_compound(5, [5, 3])  # none outranks it: what runs keeps them
     assert not yields_to_compound(0, [])
 
 
@@ -455,7 +455,7 @@ def test_a_higher_priority_adapter_pool_claims_gpus_a_lower_priority_compound_sy
     high = read_adapter_pool({**pool_object(poolPriority=20, limits={"maxServers": 4, "maxLoraSlotsPerServer": 4})})
     (decided,) = planning(pool, [high], held_for(("t/low", "gpu-a", 0), ("t/low", "gpu-a", 1)), {"t/low": 10})
     assert decided.free == 2 and set(decided.slots) == {("gpu-a", 0), ("gpu-a", 1)} and not decided.outranked_by
-    assert not decided.yields and AdapterPools.reserved([decided], []) == {("gpu-a", 0), ("gpu-a", 1)}
+    assert not decided.yields and AdapterPools.reserved([decided], []) == {("gpu-a", 0): None, ("gpu-a", 1): None}
     # its servers wait while the compound plan in force still holds their GPUs
     assert [now for _, now in planned_servers(pool, decided, SETTINGS, set(decided.slots), {})] == [False, False]
 
@@ -467,14 +467,40 @@ def test_at_equal_priority_what_already_runs_keeps_its_gpus():
     assert decided.outranked_by == {}  # not a higher priority: not named as one
 
 
-def test_an_outranked_adapter_pools_gpus_and_its_live_servers_are_left_to_the_compound_solve():
+def test_an_outranked_adapter_pools_gpus_and_its_live_servers_are_lent_to_the_systems_above_its_priority():
     pool = gpu_pool(nodes=2, gpus=1)
     low, equal = named_pool("low"), named_pool("equal")
     (decided,) = planning(pool, [low], {}, {"t/high": 10})
     body = planned_servers(pool, decided, SETTINGS, set(), {})[0][0]
-    assert decided.yields and AdapterPools.reserved([decided], [live(body)]) == set()
-    (kept,) = planning(pool, [equal], {}, {"t/high": 10, "t/same": 0})
-    assert not kept.yields and AdapterPools.reserved([kept], []) == set(kept.slots)
+    moved = {**body, "metadata": {**body["metadata"], "annotations": {
+        **body["metadata"]["annotations"], GPU_ANNOTATION: "gpu-z/0"}}}  # its live server still on another GPU
+    assert decided.yields and AdapterPools.reserved([decided], [live(moved)]) == {
+        **dict.fromkeys(decided.slots, 0), ("gpu-z", 0): 0}
+    (kept,) = planning(pool, [equal], {}, {"t/same": 0})
+    assert not kept.yields and AdapterPools.reserved([kept], []) == dict.fromkeys(kept.slots)
+
+
+def test_a_gpu_two_adapter_pools_name_is_reserved_where_one_keeps_it():
+    """A lent pool's live server still on a GPU a pool none outranks now plans on (a server moving)."""
+    pool = gpu_pool(nodes=2, gpus=1)
+    high = read_adapter_pool(pool_object(poolPriority=20))
+    (kept,) = planning(pool, [high], {}, {"t/mid": 10})
+    (lent,) = planning(pool, [named_pool("low")], {}, {"t/mid": 10})
+    body = planned_servers(pool, lent, SETTINGS, set(), {})[0][0]
+    node, gpu = kept.slots[0]
+    on_kept = {**body, "metadata": {**body["metadata"], "annotations": {
+        **body["metadata"]["annotations"], GPU_ANNOTATION: f"{node}/{gpu}"}}}
+    assert AdapterPools.reserved([kept, lent], [live(on_kept)])[(node, gpu)] is None
+    assert AdapterPools.reserved([lent, kept], [live(on_kept)])[(node, gpu)] is None  # in either order
+
+
+def test_in_a_mixed_pool_an_adapter_pools_gpus_are_lent_only_above_its_priority():
+    """Compound systems both above and at or below it: lent above its priority (the planner keeps the lower one off
+    them: tests/planner/test_lent_gpus.py), not reserved against all."""
+    pool = gpu_pool(nodes=2, gpus=1)
+    (decided,) = planning(pool, [named_pool("support")], {}, {"t/high": 10, "t/low": -1, "t/same": 0})
+    assert decided.yields and AdapterPools.reserved([decided], []) == dict.fromkeys(decided.slots, 0)
+    assert reserved_for([decided]) == {decided.pool.ref.key: (0, len(decided.slots))}  # named by t/low, t/same
 
 
 def test_an_adapter_pool_a_higher_priority_compound_system_holds_below_its_adapters_is_degraded_naming_it():
@@ -490,12 +516,14 @@ def test_an_adapter_pool_a_higher_priority_compound_system_holds_below_its_adapt
     assert next(c for c in conditions if c.type == st.ADAPTERS_PLACED).reason == st.PREEMPTED_BY_PRIORITY
 
 
-def test_the_compound_status_learns_each_reserved_adapter_pools_priority_and_gpus_but_not_a_yielding_ones():
+def test_the_compound_status_learns_each_adapter_pools_priority_and_gpus_reserved_or_lent():
+    """Lent ones too: the systems at or below its priority do not get them (decide.py names it only to those)."""
     pool = gpu_pool(nodes=2, gpus=1)
     high = read_adapter_pool(pool_object(poolPriority=20))
     (kept,) = planning(pool, [high], {}, {"t/low": 0})
-    (yielding,) = planning(pool, [named_pool("low")], {}, {"t/high": 10})
-    assert reserved_for([kept, yielding]) == {high.ref.key: (20, len(kept.gpus))} and kept.gpus
+    (lent,) = planning(pool, [named_pool("low")], {}, {"t/high": 10})
+    assert reserved_for([kept, lent]) == {high.ref.key: (20, len(kept.gpus)), lent.pool.ref.key: (0, len(lent.gpus))}
+    assert kept.gpus and lent.gpus
 
 
 PARTITIONED = {"nvidia.com/mig.config": "tessera-v1-abc", "nvidia.com/mig.config.state": "success",

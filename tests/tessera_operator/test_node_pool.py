@@ -62,3 +62,10 @@ def test_gpus_an_invalid_systems_last_good_plan_holds_are_left_out():
     pool = planner_pool(pool_of(gpu_node("gpu-a", gpus=3, extra_labels=DISABLED)), mig_configs(DEFAULTS),
                         reserved={("gpu-a", 1)})
     assert pool.plannable() == [("gpu-a", 0), ("gpu-a", 2)]
+
+
+def test_adapter_pools_gpus_are_left_out_where_reserved_and_lent_above_their_priority_where_outranked():
+    pool = planner_pool(pool_of(gpu_node("gpu-a", gpus=3, extra_labels=DISABLED)), mig_configs(DEFAULTS),
+                        reserved={("gpu-a", 2)}, adapters={("gpu-a", 0): None, ("gpu-a", 1): 5, ("gpu-a", 2): 7})
+    assert pool.plannable() == [("gpu-a", 1)]  # a reserved GPU stays reserved, whatever lends it
+    assert pool.node("gpu-a").usable_above == {1: 5}
