@@ -43,6 +43,7 @@ from dataclasses import asdict, dataclass
 from tessera.operator import naming
 from tessera.operator.reconcile.actions import Json, LoadAdapter, PatchPodStatus, UnloadAdapter
 from tessera.operator.reconcile.adapter_pool_decide import PoolServers, ServerLoad, deployment_name
+from tessera.operator.reconcile.adapter_weights import ADAPTER_DIR
 
 READINESS_GATE = naming.ADAPTERS_LOADED
 LOADED_ANNOTATION = naming.LOADED_ADAPTERS
@@ -60,8 +61,6 @@ LABELLED_MOST = 64
 """Adapters labelled per pod, in the placement's order (about 60 bytes each); the sources annotation and the
 routes count all of them."""
 DEPLOYMENT_LABEL = f"{naming.GROUP}/deployment"
-ADAPTER_DIR = "/adapters"
-"""Where a server finds adapter `name`'s files: `/adapters/<name>` (how they get there is not in this slice)."""
 LOAD_RETRY_S = 5.0
 """Seconds until a pod not yet loaded (its server not answering, or a load refused) is looked at again."""
 MISSING_EXAMPLES = 5

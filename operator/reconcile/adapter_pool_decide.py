@@ -69,6 +69,7 @@ from tessera.operator.gpus.node_plans import Share, placed_gpus
 from tessera.operator.pod_security import RESTRICTED_CONTAINER_SECURITY, RESTRICTED_POD_SECURITY
 from tessera.operator.reconcile.actions import Action, ApplyChild, DeleteChild, Json, PatchStatus, PostEvent
 from tessera.operator.reconcile.adapter_pool_demand import RatesDecision, rates_record, recorded_rates
+from tessera.operator.reconcile.adapter_weights import base_model_path, fetch_containers, server_mounts, weights_volumes
 from tessera.operator.reconcile.builders import SERVER_CONTAINER, applied_hash, with_applied_hash
 # the one rule for an available server Deployment, the compound systems' servers' too
 from tessera.operator.reconcile.decide import NodeMig, stored_pool_plan
@@ -464,9 +465,10 @@ def cpu_loras(server: ServerPlacement, running: Running | None) -> int:
 
 
 def server_args(spec: AdapterPoolSpec, server: ServerPlacement, port: int, max_cpu_loras: int) -> list[str]:
-    """vLLM's arguments: the user's, then tessera's, which win where both set a flag (argparse keeps the last)."""
+    """vLLM's arguments: the user's, then tessera's, which win where both set a flag (argparse keeps the last); the
+    base model from its local folder (adapter_weights.py), served under its name."""
     return [*spec.base_model.args,
-            "--model", spec.base_model.name, "--port", str(port),
+            "--model", base_model_path(spec), "--served-model-name", spec.base_model.name, "--port", str(port),
             "--enable-lora", "--max-loras", str(server.max_loras), "--max-lora-rank", str(server.max_lora_rank),
             "--max-cpu-loras", str(max_cpu_loras), "--max-model-len", str(spec.base_model.max_model_len)]
 
@@ -492,6 +494,7 @@ def server_deployment(ref: PoolRef, spec: AdapterPoolSpec, server: ServerPlaceme
         "ports": [{"name": "http", "containerPort": settings.server_port}],
         "resources": {"limits": {WHOLE_GPU_RESOURCE: "1"}, "requests": {WHOLE_GPU_RESOURCE: "1"}},
         "securityContext": RESTRICTED_CONTAINER_SECURITY,
+        "volumeMounts": server_mounts(spec),
     }
     body = {
         "apiVersion": "apps/v1",
@@ -510,7 +513,10 @@ def server_deployment(ref: PoolRef, spec: AdapterPoolSpec, server: ServerPlaceme
                 "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
                 # Ready (and in its Services) only once its server lists its adapters (adapter_loading.py)
                 "readinessGates": [{"conditionType": naming.ADAPTERS_LOADED}],
+                # the weights reach the pod through tessera's fetchers (adapter_weights.py)
+                "initContainers": fetch_containers(spec, settings.frontend_image),
                 "containers": [container],
+                "volumes": weights_volumes(spec),
             }},
         },
     }
