@@ -25,15 +25,17 @@ from tessera.operator.reconcile.actions import (Action, ApplyChild, CordonNode, 
                                                 LoadAdapter, PatchPodStatus, PatchStatus, PostEvent, RecordMigFailure,
                                                 ScaleToZero, StorePlan, UncordonNode, UnloadAdapter, WriteMigConfigs)
 from tessera.operator.testhooks import checkpoint
+from tessera.operator.fetcher import FetcherClient
 from tessera.operator.vllm import ServerError, VllmClient
 
 log = logging.getLogger("tessera.operator")
 
 
 class Actor:
-    def __init__(self, cluster: Cluster, servers: VllmClient) -> None:
+    def __init__(self, cluster: Cluster, servers: VllmClient, fetcher: FetcherClient) -> None:
         self.cluster = cluster
         self.servers = servers
+        self.fetcher = fetcher
 
     def apply(self, actions: Sequence[Action]) -> None:
         refused: set[str] = set()  # nodes whose cordon the API server refused: their Deployments keep serving
@@ -109,9 +111,11 @@ class Actor:
             self.cluster.patch_pod_status(action.namespace, action.name, action.patch)
 
     def load(self, action: LoadAdapter) -> ServerError | None:
-        """One load; why it failed (the failures recorded after the loads count a refusal), else None."""
+        """One load, once the pod's fetcher holds the adapter's files, checked; why it failed (the failures recorded
+        after the loads count a refusal, and a failed fetch), else None."""
         log.debug("LoadAdapter: %s", action.reason)
         try:
+            self.fetcher.fetch(action.fetch_url, action.adapter, action.uri, action.digest)
             if action.replace:
                 self.servers.unload_adapter(action.url, action.adapter)
             self.servers.load_adapter(action.url, action.adapter, action.path)

@@ -7,8 +7,8 @@
   `{"state": "ready", "path"}` once `<dir>/<name>` holds that source's files,
   checked against its digest; 202 `{"state": "fetching"}` while a fetch runs
   (each request waits up to WAIT_S for it first, so a small adapter is one
-  request); 422 `{"state": "failed", "error"}` once, for a fetch that failed
-  (a digest mismatch, a missing object, an unsupported scheme): the next
+  request); 422 `{"state": "failed", "message"}` once, for a fetch that failed
+  (a digest mismatch, a missing object, an unsupported scheme; `message` says which): the next
   request tries again, so the operator's back-off paces the retries; 400 for
   a request that is not such a body.
 - `GET /healthz`: 200.
@@ -79,7 +79,7 @@ class Fetcher:
             failure = self.failed.get(name)
             if failure is not None and failure[0] == source:
                 del self.failed[name]
-                return (422, {"state": "failed", "error": failure[1]}), None
+                return (422, {"state": "failed", "message": failure[1]}), None
             if name in self.running:
                 return None, self.running[name][1]
             if not start:
@@ -123,16 +123,16 @@ def request_of(body: bytes) -> tuple[str, Source] | str:
 def handler(fetcher: Fetcher) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
-            self.send(*(200, {"state": "ok"}) if self.path == "/healthz" else (404, {"error": "not found"}))
+            self.send(*(200, {"state": "ok"}) if self.path == "/healthz" else (404, {"message": "not found"}))
 
         def do_POST(self) -> None:
             if self.path != FETCH_PATH:
-                self.send(404, {"error": "not found"})
+                self.send(404, {"message": "not found"})
                 return
             body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
             request = request_of(body)
             if isinstance(request, str):
-                self.send(400, {"error": request})
+                self.send(400, {"message": request})
                 return
             self.send(*fetcher.ask(*request))
 

@@ -8,7 +8,7 @@ import urllib.request
 import pytest
 
 from tessera.weights.digest import directory_digest
-from tessera.weights.sidecar import Fetcher, server
+from tessera.weights.sidecar import FETCHES_AT_ONCE, Fetcher, server
 
 from .sources import ADAPTER_FILES, write_files
 
@@ -61,14 +61,15 @@ def test_a_digest_mismatch_is_answered_once_as_failed_then_tried_again(sidecar, 
     url, fetcher = sidecar
     request = {"name": "en", "uri": "pvc://models/en", "digest": "sha256:" + "0" * 64}
     status, body = ask(url, request)
-    assert status == 422 and body["state"] == "failed" and "digest mismatch for pvc://models/en" in body["error"]
+    assert status == 422 and body["state"] == "failed" and "digest mismatch for pvc://models/en" in body["message"]
     assert not (tmp_path / "adapters" / "en").exists()
     assert ask(url, request)[0] == 422  # tried again, failed again: never a copy of other weights
 
 
 def test_a_fetch_longer_than_the_wait_answers_fetching(tmp_path, store):
     fetcher = Fetcher(tmp_path / "adapters", store, wait_s=0.0)
-    fetcher.slots.acquire()  # every fetch slot taken: the fetch waits
+    for _ in range(FETCHES_AT_ONCE):
+        fetcher.slots.acquire()  # every fetch slot taken: the fetch waits
     httpd = server(fetcher, "127.0.0.1", 0)
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     url = f"http://127.0.0.1:{httpd.server_address[1]}"
@@ -76,7 +77,7 @@ def test_a_fetch_longer_than_the_wait_answers_fetching(tmp_path, store):
     try:
         assert ask(url, {"name": "en", "uri": "pvc://models/en", "digest": digest}) == (202, {"state": "fetching"})
         done = fetcher.running["en"][1]
-        fetcher.slots.release()
+        fetcher.slots.release(FETCHES_AT_ONCE)
         done.wait(10)
         assert ask(url, {"name": "en", "uri": "pvc://models/en", "digest": digest})[0] == 200
     finally:
