@@ -92,6 +92,20 @@ def assert_loaded(vllm, pod, adapters: list[str]) -> None:
     assert pod.metadata.annotations[naming.LOADED_ADAPTERS] == loaded_value(adapters)
 
 
+def assert_others_loaded(vllm, core, namespace: str, others) -> None:
+    """Every other server's pod turns Ready holding its placed adapters."""
+    for other, its_adapters in others:
+        assert_loaded(vllm, wait_for(partial(ready_pod, core, namespace, other), WAIT_S, f"{other} Ready",
+                                     interval=0.5), its_adapters)
+
+
+def load_failed(custom, namespace: str) -> dict | None:
+    """The pool's Degraded condition, once its reason is AdapterLoadFailed."""
+    found = adapter_pool(custom, namespace) or {}
+    return next((c for c in found.get("status", {}).get("conditions", [])
+                 if c["type"] == "Degraded" and c["reason"] == ADAPTER_LOAD_FAILED), None)
+
+
 def start_ready_pool(run_operator, vllm, kubectl, custom):
     operator = run_operator(nodes=1, adapter_servers=vllm).start()
     kubectl("apply", "-n", operator.namespace, "-f", str(POOL_FILE))
@@ -248,15 +262,10 @@ def test_an_adapter_the_server_cannot_load_is_failed_after_its_tries_and_its_pod
     assert sorted(vllm.listed(operator.namespace, pod.metadata.name)) == sorted(a for a in adapters if a != broken)
     assert condition(pod, naming.ADAPTERS_LOADED).reason == SOME_FAILED
 
-    def degraded():
-        found = adapter_pool(custom, operator.namespace) or {}
-        return next((c for c in found.get("status", {}).get("conditions", [])
-                     if c["type"] == "Degraded" and c["reason"] == ADAPTER_LOAD_FAILED), None)
-    message = wait_for(degraded, WAIT_S, "the pool Degraded AdapterLoadFailed", interval=0.5)["message"]
+    message = wait_for(partial(load_failed, custom, operator.namespace), WAIT_S,
+                       "the pool Degraded AdapterLoadFailed", interval=0.5)["message"]
     assert f"{broken} on {deployment}: Loading lora {broken} failed: No adapter found for /adapters/{broken}" in message
-    for other, its_adapters in others:
-        assert_loaded(vllm, wait_for(partial(ready_pod, core, operator.namespace, other), WAIT_S, f"{other} Ready",
-                                     interval=0.5), its_adapters)
+    assert_others_loaded(vllm, core, operator.namespace, others)
 
 
 def test_an_adapter_whose_files_do_not_match_its_digest_is_failed_never_loaded_and_the_others_load(
@@ -285,12 +294,7 @@ def test_an_adapter_whose_files_do_not_match_its_digest_is_failed_never_loaded_a
         assert (weights.folder / adapter / "adapter_config.json").read_bytes() == adapter_files(adapter)[
             "adapter_config.json"]
 
-    def degraded():
-        found = adapter_pool(custom, operator.namespace) or {}
-        return next((c for c in found.get("status", {}).get("conditions", [])
-                     if c["type"] == "Degraded" and c["reason"] == ADAPTER_LOAD_FAILED), None)
-    message = wait_for(degraded, WAIT_S, "the pool Degraded AdapterLoadFailed", interval=0.5)["message"]
+    message = wait_for(partial(load_failed, custom, operator.namespace), WAIT_S,
+                       "the pool Degraded AdapterLoadFailed", interval=0.5)["message"]
     assert f"{tampered} on {deployment}: fetching its files: digest mismatch" in message
-    for other, its_adapters in others:
-        assert_loaded(vllm, wait_for(partial(ready_pod, core, operator.namespace, other), WAIT_S, f"{other} Ready",
-                                     interval=0.5), its_adapters)
+    assert_others_loaded(vllm, core, operator.namespace, others)

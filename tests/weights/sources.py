@@ -13,17 +13,17 @@ from __future__ import annotations
 import functools
 import io
 import os
-import socket
 import ssl
 import subprocess
 import sys
 import tarfile
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+
+from cluster.weights_store import S3_ENV, free_port, wait_listening
 
 ADAPTER_FILES = {"adapter_config.json": b'{"r": 8, "lora_alpha": 16}', "adapter_model.safetensors": b"\x00" * 4096}
 
@@ -43,12 +43,6 @@ def tar_of(files: dict[str, bytes], gzip: bool = True) -> bytes:
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
     return out.getvalue()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Quiet(SimpleHTTPRequestHandler):
@@ -81,10 +75,6 @@ def https_store(root: Path, certs: Path) -> Iterator[str]:
             os.environ["SSL_CERT_FILE"] = before
 
 
-S3_ENV = {"AWS_ACCESS_KEY_ID": "tessera-test", "AWS_SECRET_ACCESS_KEY": "tessera-test-secret",
-          "AWS_REGION": "us-east-1"}
-
-
 @contextmanager
 def s3_store() -> Iterator[dict[str, str]]:
     """moto's S3 server in its own process; yields the environment that points boto3 at it."""
@@ -93,15 +83,7 @@ def s3_store() -> Iterator[dict[str, str]]:
     process = subprocess.Popen([str(moto), "-H", "127.0.0.1", "-p", str(port)],
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline or process.poll() is not None:
-                    raise RuntimeError("moto_server did not start") from None
-                time.sleep(0.1)
+        wait_listening(port, process, "moto_server")
         yield {**S3_ENV, "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}"}
     finally:
         process.terminate()
