@@ -1,7 +1,10 @@
 """Fetching pinned weights from real stores here (HTTPS, moto's S3 server, a mounted folder), checked by digest."""
 
 import pytest
+from click.testing import CliRunner
 
+from tessera.cli import main
+from tessera.exit_codes import BAD_INPUT
 from tessera.weights.digest import WeightsError, directory_digest
 from tessera.weights.fetch import fetch, unsupported_scheme
 
@@ -100,3 +103,23 @@ def test_schemes_not_fetched_yet_are_refused_by_name(tmp_path, uri):
     assert unsupported_scheme(uri).startswith(f"{scheme}:// weights are not supported yet")
     with pytest.raises(WeightsError, match="not supported yet"):
         fetch(uri, "sha256:" + "0" * 64, tmp_path / "a", tmp_path / "sources")
+
+
+def test_tessera_weights_fetch_puts_the_checked_copy_where_the_init_container_says(tmp_path, https):
+    dest = tmp_path / "models" / "base" / "model"
+    result = CliRunner().invoke(main, ["weights", "fetch", f"{https}/adapter.tar.gz", digest_of(tmp_path, ADAPTER_FILES),
+                                       str(dest)])
+    assert result.exit_code == 0 and {p.name for p in dest.iterdir()} == set(ADAPTER_FILES)
+
+
+def test_tessera_weights_fetch_of_mismatching_weights_fails_the_init_container_with_the_reason(tmp_path, https):
+    result = CliRunner().invoke(main, ["weights", "fetch", f"{https}/adapter.tar.gz", "sha256:" + "0" * 64,
+                                       str(tmp_path / "model")])
+    assert result.exit_code == BAD_INPUT and "digest mismatch" in result.output and not (tmp_path / "model").exists()
+
+
+def test_tessera_weights_verify_checks_a_mounted_folder_in_place(tmp_path):
+    folder = write_files(tmp_path / "claim" / "qwen", ADAPTER_FILES)
+    digest = directory_digest(folder)
+    assert CliRunner().invoke(main, ["weights", "verify", str(folder), digest]).exit_code == 0
+    assert CliRunner().invoke(main, ["weights", "verify", str(folder), "sha256:" + "0" * 64]).exit_code == BAD_INPUT
