@@ -13,6 +13,10 @@ The rules (docs/weights.md):
   emptyDir when the operator asks it, before each vLLM load; vLLM mounts the
   folder read-only. Every claim a pvc:// adapter names is mounted read-only
   into the sidecar.
+- A running server that keeps its vLLM flags keeps its fetchers' image: a
+  new tessera image (an upgrade) would otherwise change every server's pod
+  template and restart vLLM, fetching its base model again. A server that
+  restarts anyway (new flags), or a new one, gets the operator's image.
 - The pool's credentialsSecretRef is the fetchers' environment only, never
   vLLM's. The fetchers run with a read-only root filesystem: they write only
   into the emptyDirs.
@@ -113,6 +117,11 @@ def adapter_fetcher(spec: AdapterPoolSpec, image: str) -> Json:
     probe = {"httpGet": {"path": "/healthz", "port": FETCHER_PORT}, "periodSeconds": 10}
     return {**container, "restartPolicy": "Always", "ports": [{"name": "fetch", "containerPort": FETCHER_PORT}],
             "readinessProbe": probe}
+
+
+def running_fetcher_image(pod: Json) -> str | None:
+    """The image of a live server's fetcher sidecar, as its Deployment's pod template says."""
+    return next((c.get("image") for c in pod.get("initContainers") or [] if c.get("name") == FETCHER_CONTAINER), None)
 
 
 def fetch_containers(spec: AdapterPoolSpec, image: str) -> list[Json]:

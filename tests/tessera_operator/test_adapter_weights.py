@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from tessera.operator.reconcile.adapter_pool_decide import server_deployment
+from tessera.operator.reconcile.adapter_pool_decide import running_servers, server_deployment
 from tessera.operator.reconcile.adapter_weights import (ADAPTER_DIR, BASE_CONTAINER, FETCHER_CONTAINER,
                                                         FETCHER_PORT)
 from tessera.operator.settings import OperatorSettings
 
-from .test_adapter_pool_decide import adapter_pool, gpu_pool, pool_object, servers_of
+from .test_adapter_pool_decide import adapter_pool, gpu_pool, live, pool_object, servers_of
 
 IMAGE = "registry.example/tessera/tessera:1.2"
 SETTINGS = OperatorSettings(frontend_image=IMAGE)
@@ -110,3 +110,23 @@ def test_a_pool_whose_weights_use_a_scheme_not_fetched_yet_is_invalid_naming_the
     scheme = uri.split(":")[0]
     assert not obj.valid
     assert obj.error == (f"{where}: {scheme}:// weights are not supported yet (supported: https://, s3://, pvc://)")
+
+
+def deployment_under(settings: OperatorSettings, running=None) -> dict:
+    obj = adapter_pool()
+    servers = servers_of(obj, gpu_pool())[0]
+    return server_deployment(obj.ref, obj.spec, servers.placement.servers[0], servers.slots[0], "gpu-a", settings,
+                             running)
+
+
+def test_a_running_server_that_keeps_its_flags_keeps_its_fetchers_image_through_a_tessera_upgrade():
+    obj = adapter_pool()
+    written = deployment_under(SETTINGS)
+    running = running_servers([live(written)], obj.ref)[0]
+    upgraded = deployment_under(OperatorSettings(frontend_image="registry.example/tessera/tessera:1.3"), running)
+    assert upgraded["spec"]["template"] == written["spec"]["template"]  # no restart of vLLM
+
+
+def test_a_new_server_gets_the_operators_image_for_its_fetchers():
+    pod = deployment_under(OperatorSettings(frontend_image="registry.example/tessera/tessera:1.3"))["spec"]["template"]
+    assert {c["image"] for c in pod["spec"]["initContainers"]} == {"registry.example/tessera/tessera:1.3"}
