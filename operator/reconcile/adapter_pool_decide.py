@@ -124,7 +124,7 @@ class Running:
     max_loras: int
     max_lora_rank: int
     max_cpu_loras: int
-    fetcher_image: str | None = None
+    fetcher_image: str | None
     """The image of its weights fetchers (adapter_weights.py), None for a server written without them."""
 
     def keeps_flags(self, server: ServerPlacement) -> bool:
