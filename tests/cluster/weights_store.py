@@ -73,35 +73,24 @@ def wait_listening(port: int, process: subprocess.Popen, what: str) -> None:
             time.sleep(0.1)
 
 
-class WeightsStore:
-    """moto's S3 server with the examples' adapters, and a fetcher process fetching from it into `folder`."""
+class S3Store:
+    """moto's S3 server (a process of its own) holding the examples' adapters."""
 
-    def __init__(self, folder: Path) -> None:
-        self.folder = folder
-        self.processes: list[subprocess.Popen] = []
+    def __init__(self) -> None:
+        self.process: subprocess.Popen | None = None
         self.env: dict[str, str] = {}
-        self.fetcher_url = ""
 
-    def start(self) -> "WeightsStore":
-        bin_dir = Path(sys.executable).parent
-        s3_port, fetch_port = free_port(), free_port()
-        moto = subprocess.Popen([str(bin_dir / "moto_server"), "-H", "127.0.0.1", "-p", str(s3_port)],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        self.processes.append(moto)
-        wait_listening(s3_port, moto, "moto_server")
-        self.env = {**S3_ENV, "AWS_ENDPOINT_URL": f"http://127.0.0.1:{s3_port}"}
+    def start(self) -> "S3Store":
+        port = free_port()
+        self.process = subprocess.Popen([str(Path(sys.executable).parent / "moto_server"), "-H", "127.0.0.1", "-p",
+                                         str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_listening(port, self.process, "moto_server")
+        self.env = {**S3_ENV, "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}"}
         for example in sorted(EXAMPLES.glob("*.yaml")):
             self.upload(yaml.safe_load(example.read_text()))
-        fetcher = subprocess.Popen(
-            [str(bin_dir / "tessera"), "weights", "serve", "--dir", str(self.folder), "--sources",
-             str(self.folder.parent / "sources"), "--host", "127.0.0.1", "--port", str(fetch_port)],
-            env={**os.environ, **self.env, "PYTHONSAFEPATH": "1"}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        self.processes.append(fetcher)
-        wait_listening(fetch_port, fetcher, "tessera weights serve")
-        self.fetcher_url = f"http://127.0.0.1:{fetch_port}"
         return self
 
-    def s3(self):
+    def client(self):
         import boto3
 
         return boto3.client("s3", endpoint_url=self.env["AWS_ENDPOINT_URL"], region_name=self.env["AWS_REGION"],
@@ -111,7 +100,7 @@ class WeightsStore:
     def put(self, uri: str, files: dict[str, bytes]) -> None:
         """Puts `files` as the folder at an s3:// `uri`."""
         parts = urlsplit(uri)
-        s3, prefix = self.s3(), parts.path.strip("/")
+        s3, prefix = self.client(), parts.path.strip("/")
         try:
             s3.create_bucket(Bucket=parts.netloc)
         except s3.exceptions.BucketAlreadyOwnedByYou:
@@ -125,6 +114,32 @@ class WeightsStore:
             self.put(adapter["weights"]["uri"], adapter_files(adapter["name"]))
 
     def stop(self) -> None:
-        for process in reversed(self.processes):
-            process.terminate()
-            process.wait(10)
+        if self.process is not None:
+            self.process.terminate()
+            self.process.wait(10)
+
+
+class WeightsStore:
+    """tessera's fetcher (`tessera weights serve`) in a process of its own, fetching from `s3` into `folder`."""
+
+    def __init__(self, s3: S3Store, folder: Path) -> None:
+        self.s3 = s3
+        self.folder = folder
+        self.process: subprocess.Popen | None = None
+        self.fetcher_url = ""
+
+    def start(self) -> "WeightsStore":
+        port = free_port()
+        self.process = subprocess.Popen(
+            [str(Path(sys.executable).parent / "tessera"), "weights", "serve", "--dir", str(self.folder), "--sources",
+             str(self.folder.parent / "sources"), "--host", "127.0.0.1", "--port", str(port)],
+            env={**os.environ, **self.s3.env, "PYTHONSAFEPATH": "1"}, stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL)
+        wait_listening(port, self.process, "tessera weights serve")
+        self.fetcher_url = f"http://127.0.0.1:{port}"
+        return self
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.terminate()
+            self.process.wait(10)

@@ -7,7 +7,7 @@ from kubernetes import client
 
 from cluster.kube import wait_crd_established
 from cluster.vllm_standin import VllmStandin
-from cluster.weights_store import WeightsStore
+from cluster.weights_store import S3Store, WeightsStore
 
 from .operator_harness import EXAMPLES, OperatorProcess, delete_pool, make_pool, new_namespace
 
@@ -25,11 +25,18 @@ def custom(api_client) -> client.CustomObjectsApi:
     return client.CustomObjectsApi(api_client)
 
 
+@pytest.fixture(scope="module")
+def s3_store():
+    """The examples' adapters in moto's S3 server (tests/cluster/weights_store.py), one per test module."""
+    store = S3Store().start()
+    yield store
+    store.stop()
+
+
 @pytest.fixture
-def weights(tmp_path):
-    """The adapters' files in a real S3 server, and tessera's fetcher filling one folder from it
-    (tests/cluster/weights_store.py)."""
-    store = WeightsStore(tmp_path / "adapters").start()
+def weights(tmp_path, s3_store):
+    """tessera's fetcher filling a folder of this test's from the S3 server (tests/cluster/weights_store.py)."""
+    store = WeightsStore(s3_store, tmp_path / "adapters").start()
     yield store
     store.stop()
 

@@ -37,7 +37,7 @@ from tessera.operator.settings import OperatorSettings
 from tessera.planner.placement import place
 from tessera.planner.placement.pool_file import load_problem
 
-from .operator_fixtures import crds, custom, run_operator, vllm, weights  # noqa: F401  (fixtures)
+from .operator_fixtures import crds, custom, run_operator, s3_store, vllm, weights  # noqa: F401  (fixtures)
 from .test_adapter_pools import POOL, POOL_FILE, adapter_pool, wait_pool_ready
 
 RESTORED_WITHIN_S = 30
@@ -278,9 +278,10 @@ def test_an_adapter_whose_files_do_not_match_its_digest_is_failed_never_loaded_a
     (deployment, adapters), *others = servers.items()
     tampered = adapters[0]
     entry = next(a for a in document["spec"]["adapters"] if a["name"] == tampered)
-    weights.put(entry["weights"]["uri"], {**adapter_files(tampered), "adapter_model.safetensors": b"other weights"})
+    entry["weights"]["uri"] += "-tampered"  # its digest kept: the files there are not the ones it pins
+    weights.s3.put(entry["weights"]["uri"], {**adapter_files(tampered), "adapter_model.safetensors": b"other"})
     operator = run_operator(nodes=1, adapter_servers=vllm).start()
-    kubectl("apply", "-n", operator.namespace, "-f", str(POOL_FILE))
+    kubectl("apply", "-n", operator.namespace, "-f", "-", input=yaml.safe_dump(document))
 
     pod = wait_for(partial(ready_pod, core, operator.namespace, deployment), WAIT_S, "the pod Ready without it",
                    interval=0.5)

@@ -31,7 +31,7 @@ from tessera.operator.reconcile.adapter_routes import SERVICE_NAME_LABEL, SLICE_
 from tessera.operator.vllm import VllmClient
 from tessera.planner.placement import place
 
-from .operator_fixtures import crds, custom, run_operator, vllm, weights  # noqa: F401  (fixtures)
+from .operator_fixtures import crds, custom, run_operator, s3_store, vllm, weights  # noqa: F401  (fixtures)
 from .test_adapter_loading import is_ready, placed, server_pods, start_ready_pool
 from .test_adapter_pools import POOL, POOL_FILE, adapter_pool, wait_pool_ready
 from .test_adapter_replacement import operator_placement, problem_of, rate_changes, servers_by_name
@@ -220,7 +220,7 @@ def test_a_changed_source_reloads_the_adapter_and_the_route_holds_the_new_copy(r
     (pod,) = server_pods(core, operator.namespace, server_of(servers, adapter))
     loads_before = vllm.loads(operator.namespace, pod.metadata.name)
     new_uri = entry["weights"]["uri"] + "-v2"  # a new version of its files, at a new uri with its digest
-    weights.put(new_uri, adapter_files(f"{adapter}-v2"))
+    weights.s3.put(new_uri, adapter_files(f"{adapter}-v2"))
     entry["weights"] = adapter_weights(f"{adapter}-v2", new_uri)
     kubectl("apply", "-n", operator.namespace, "-f", "-", input=yaml.safe_dump(document))
 

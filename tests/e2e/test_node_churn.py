@@ -164,7 +164,7 @@ def test_tessera_never_claims_a_cordon_an_admin_set_after_tessera_read_the_node(
             "metadata": {"labels": labels}, "spec": {"containers": [{"name": "server", "image": "example.org/s:1"}]}}}})
     try:
         kubectl("cordon", name)  # the admin's, after tessera read the node
-        Actor(Cluster(api_client, OperatorSettings()), VllmClient(1.0)).apply([
+        Actor(Cluster(api_client, OperatorSettings()), VllmClient(1.0), FetcherClient(1.0)).apply([
             CordonNode(name, builders.cordon_ops("tessera-v1-next"), reason="re-partition serving node"),
             ScaleToZero(namespace, "server", name, reason=f"node {name} is re-partitioned")])
         node = core.read_node(name)
