@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import shutil
 import threading
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -150,8 +151,17 @@ def handler(fetcher: Fetcher) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
+def clear_leftovers(root: Path) -> None:
+    """Removes the staging folders of fetches a restart of the sidecar cut short (names beginning with a dot, which
+    no adapter name does), keeping the records of checked copies."""
+    for path in root.glob(".*"):
+        if path.name != RECORDS:
+            shutil.rmtree(path, ignore_errors=True)
+
+
 def server(fetcher: Fetcher, host: str, port: int) -> ThreadingHTTPServer:
     fetcher.root.mkdir(parents=True, exist_ok=True)
+    clear_leftovers(fetcher.root)
     httpd = ThreadingHTTPServer((host, port), handler(fetcher))
     httpd.daemon_threads = True
     return httpd

@@ -89,3 +89,15 @@ def test_a_fetch_longer_than_the_wait_answers_fetching(tmp_path, store):
                                   {"name": "en", "uri": "pvc://models/en"}])
 def test_a_name_that_is_not_a_dns_label_or_a_missing_field_is_refused(sidecar, body):
     assert ask(sidecar[0], body)[0] == 400
+
+
+def test_a_restarted_sidecar_clears_staging_left_by_a_cut_fetch_and_keeps_checked_copies(tmp_path, store):
+    root = tmp_path / "adapters"
+    digest = directory_digest(store / "pvc" / "models" / "en")
+    first = Fetcher(root, store)
+    assert first.ask("en", ("pvc://models/en", digest))[0] == 200
+    (root / ".en.cut-short").mkdir()
+    (root / ".en.cut-short" / "part.bin").write_bytes(b"x")
+    httpd = server(Fetcher(root, store), "127.0.0.1", 0)  # the sidecar's container restarted
+    httpd.server_close()
+    assert sorted(p.name for p in root.iterdir()) == [".verified", "en"]
