@@ -25,15 +25,22 @@ from dataclasses import dataclass
 from tessera.operator.vllm import ServerError, call
 
 FETCH_PATH = "/v1/fetch"
+WAIT_S = 10.0
+"""How long the sidecar may wait for a fetch before answering 'fetching' (its own cap)."""
+
+
+class StillFetching(ServerError):
+    """The sidecar is still fetching the adapter's files: no answer about the adapter yet."""
 
 
 @dataclass(frozen=True)
 class FetcherClient:
     timeout_s: float
 
-    def fetch(self, url: str, name: str, uri: str, digest: str) -> None:
-        """Returns once the sidecar at `url` holds adapter `name` from `uri`, checked against `digest`; else raises."""
-        body = json.dumps({"name": name, "uri": uri, "digest": digest}).encode()
+    def fetch(self, url: str, name: str, uri: str, digest: str, wait_s: float) -> None:
+        """Returns once the sidecar at `url` holds adapter `name` from `uri`, checked against `digest`, having let it
+        wait up to `wait_s` for a running fetch; else raises (StillFetching: not yet)."""
+        body = json.dumps({"name": name, "uri": uri, "digest": digest, "waitSeconds": wait_s}).encode()
         request = urllib.request.Request(url + FETCH_PATH, data=body, method="POST",
                                          headers={"Content-Type": "application/json"})
         try:
@@ -41,4 +48,4 @@ class FetcherClient:
         except ServerError as error:
             raise ServerError(f"fetching its files: {error}", error.status) from None
         if status != 200:
-            raise ServerError(f"its files are being fetched from {uri}")
+            raise StillFetching(f"its files are being fetched from {uri}")

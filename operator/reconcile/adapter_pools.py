@@ -49,6 +49,8 @@ from tessera.operator.reconcile.decide import PoolOutcome
 from tessera.operator.reconcile.quotas import WholeGpuQuota
 from tessera.operator.reconcile.snapshot import Snapshot
 from tessera.operator.settings import OperatorSettings
+from tessera.operator.fetcher import WAIT_S as FETCH_WAIT_S
+from tessera.operator.fetcher import StillFetching
 from tessera.operator.vllm import ServerError
 from tessera.planner.placement import Placement, PlacementProblem
 
@@ -239,11 +241,16 @@ class AdapterPools:
         return dict(zip(by_pod, tried))
 
     def load_in_order(self, loads: list[LoadAdapter]) -> dict[str, str | None]:
-        """Each adapter loaded (None) or refused (the engine's error); a load the server did not answer is left
-        out: it says nothing about the adapter, so it does not count towards marking it failed."""
+        """Each adapter loaded (None) or refused (the engine's error); a load the server did not answer, or whose
+        files are still being fetched, is left out: it says nothing about the adapter, so it does not count towards
+        marking it failed. Once one adapter's fetch outlasts the sidecar's wait, the pod's other fetches are only
+        started (no wait): a pod of many slow fetches costs the reconcile one wait, not one per adapter."""
         tried: dict[str, str | None] = {}
+        wait_s = FETCH_WAIT_S
         for load in loads:
-            error = self.actor.load(load)
+            error = self.actor.load(load, wait_s)
+            if isinstance(error, StillFetching):
+                wait_s = 0.0
             if error is None or error.status is not None:
                 tried[load.adapter] = None if error is None else str(error)
         return tried

@@ -3,11 +3,11 @@
 `tessera weights serve` runs it beside vLLM, sharing the `/adapters` emptyDir
 (the operator's side: operator/fetcher.py; the protocol: docs/weights.md).
 
-- `POST /v1/fetch` with JSON `{"name", "uri", "digest"}`: 200
-  `{"state": "ready", "path"}` once `<dir>/<name>` holds that source's files,
-  checked against its digest; 202 `{"state": "fetching"}` while a fetch runs
-  (each request waits up to WAIT_S for it first, so a small adapter is one
-  request); 422 `{"state": "failed", "message"}` once, for a fetch that failed
+- `POST /v1/fetch` with JSON `{"name", "uri", "digest"}` and optionally
+  `"waitSeconds"`: 200 `{"state": "ready", "path"}` once `<dir>/<name>` holds
+  that source's files, checked against its digest; 202 `{"state": "fetching"}`
+  while a fetch runs (each request waits for it first, `waitSeconds` or at
+  most WAIT_S, so a small adapter is one request; 0 only starts it); 422 `{"state": "failed", "message"}` once, for a fetch that failed
   (a digest mismatch, a missing object, an unsupported scheme; `message` says which): the next
   request tries again, so the operator's back-off paces the retries; 400 for
   a request that is not such a body.
@@ -65,11 +65,12 @@ class Fetcher:
             return None
         return uri, digest
 
-    def ask(self, name: str, source: Source) -> tuple[int, dict]:
-        """The answer to a fetch request: ready, failed (once), or fetching (started here if not running)."""
+    def ask(self, name: str, source: Source, wait_s: float | None = None) -> tuple[int, dict]:
+        """The answer to a fetch request: ready, failed (once), or fetching (started here if not running), after
+        waiting up to `wait_s` (at most the fetcher's own wait) for a running fetch."""
         answer, done = self.state(name, source, start=True)
         if answer is None and done is not None:
-            done.wait(self.wait_s)
+            done.wait(self.wait_s if wait_s is None else min(wait_s, self.wait_s))
             answer, _ = self.state(name, source, start=False)
         return answer or (202, {"state": "fetching"})
 
@@ -109,16 +110,19 @@ class Fetcher:
             done.set()
 
 
-def request_of(body: bytes) -> tuple[str, Source] | str:
-    """(name, source) of a fetch request, or why it is refused."""
+def request_of(body: bytes) -> tuple[str, Source, float | None] | str:
+    """(name, source, wait) of a fetch request, or why it is refused."""
     try:
         request = json.loads(body)
         name, uri, digest = request["name"], request["uri"], request["digest"]
-    except (ValueError, TypeError, KeyError):
-        return 'the body must be JSON {"name", "uri", "digest"}'
+        wait = request.get("waitSeconds")
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return 'the body must be JSON {"name", "uri", "digest"[, "waitSeconds"]}'
     if not all(isinstance(v, str) for v in (name, uri, digest)) or not ADAPTER_NAME.match(name):
         return "name must be a DNS-1035 label, uri and digest strings"
-    return name, (uri, digest)
+    if wait is not None and (not isinstance(wait, (int, float)) or not 0 <= wait <= WAIT_S):
+        return f"waitSeconds must be a number in [0, {WAIT_S:g}]"
+    return name, (uri, digest), wait
 
 
 def handler(fetcher: Fetcher) -> type[BaseHTTPRequestHandler]:

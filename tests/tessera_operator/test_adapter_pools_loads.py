@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 
 import pytest
 
@@ -17,7 +18,7 @@ from tessera.operator.reconcile.adapter_loading import Listed
 from tessera.operator.reconcile.adapter_pools import AdapterPools
 from tessera.operator.settings import OperatorSettings
 from tessera.operator.vllm import VllmClient
-from tessera.weights.sidecar import Fetcher, server
+from tessera.weights.sidecar import FETCHES_AT_ONCE, Fetcher, server
 
 from .test_adapter_loading import RETRY, SERVER, pod
 
@@ -125,3 +126,30 @@ def test_an_unplaced_adapter_is_unloaded_from_the_server_only_once_its_route_no_
         assert standin.listed("shop", "server") == []
     finally:
         standin.stop()
+
+
+def test_fetches_that_outlast_the_sidecars_wait_cost_the_pod_one_wait_and_are_all_started(standin, tmp_path):
+    """With the sidecar's fetch slots all taken, every fetch outlasts its wait: the first load waits for it, the
+    others only start theirs, and none counts against its adapter."""
+    names = ("billing", "returns", "shipping")
+    sidecar = Fetcher(tmp_path / "adapters", tmp_path / "sources", wait_s=2.0)
+    for _ in range(FETCHES_AT_ONCE):
+        sidecar.slots.acquire()
+    httpd = server(sidecar, "127.0.0.1", 0)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    slow = pod("slow")
+    weights = {SERVER: {name: (f"pvc://store/{name}", "sha256:" + "0" * 64) for name in names}}
+    try:
+        started = time.monotonic()
+        errors = pools().load_missing([slow], {SERVER: {name: "s" for name in names}},
+                                      {slow["metadata"]["uid"]: listed_at(standin, "slow",
+                                                                          f"http://127.0.0.1:{httpd.server_address[1]}")},
+                                      RETRY, weights)
+        elapsed = time.monotonic() - started
+        assert errors["shop/slow"] == {} and standin.loads("shop", "slow") == 0
+        assert sorted(sidecar.running) == sorted(names)
+        assert 2.0 <= elapsed < 4.0  # one wait of 2 s, not three
+    finally:
+        sidecar.slots.release(FETCHES_AT_ONCE)
+        httpd.shutdown()
+        httpd.server_close()

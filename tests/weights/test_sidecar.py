@@ -86,8 +86,9 @@ def test_a_fetch_longer_than_the_wait_answers_fetching(tmp_path, store):
 
 
 @pytest.mark.parametrize("body", [{"name": "../etc", "uri": "pvc://models/en", "digest": "x"},
-                                  {"name": "en", "uri": "pvc://models/en"}])
-def test_a_name_that_is_not_a_dns_label_or_a_missing_field_is_refused(sidecar, body):
+                                  {"name": "en", "uri": "pvc://models/en"},
+                                  {"name": "en", "uri": "pvc://models/en", "digest": "x", "waitSeconds": 60}])
+def test_a_name_that_is_not_a_dns_label_a_missing_field_or_a_wait_beyond_the_cap_is_refused(sidecar, body):
     assert ask(sidecar[0], body)[0] == 400
 
 
@@ -101,3 +102,15 @@ def test_a_restarted_sidecar_clears_staging_left_by_a_cut_fetch_and_keeps_checke
     httpd = server(Fetcher(root, store), "127.0.0.1", 0)  # the sidecar's container restarted
     httpd.server_close()
     assert sorted(p.name for p in root.iterdir()) == [".verified", "en"]
+
+
+def test_a_request_with_no_wait_only_starts_the_fetch(tmp_path, store):
+    fetcher = Fetcher(tmp_path / "adapters", store, wait_s=10.0)
+    digest = directory_digest(store / "pvc" / "models" / "en")
+    for _ in range(FETCHES_AT_ONCE):
+        fetcher.slots.acquire()
+    try:
+        assert fetcher.ask("en", ("pvc://models/en", digest), wait_s=0.0) == (202, {"state": "fetching"})
+        assert "en" in fetcher.running
+    finally:
+        fetcher.slots.release(FETCHES_AT_ONCE)
