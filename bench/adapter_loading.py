@@ -3,7 +3,9 @@
     .venv/bin/python -P bench/adapter_loading.py [--adapters 2000] [--servers 8,40] [--load-ms 0,20] [--repeat 2]
 
 Against the vLLM stand-in (tests/cluster/vllm_standin.py, one process per
-fake pod, in this process), through the reconcile's own code: AdapterPools'
+fake pod, in this process) and tessera's fetcher sidecar (in this process,
+copying each adapter from a folder: pvc://, its files fetched before its
+first load, the way the pods do), through the reconcile's own code: AdapterPools'
 `list_servers` (GET /v1/models) and `load_missing` (the decided loads, one
 pod's in order), as `keep_loaded` runs them; the gate patches (API writes)
 are left out. Each case runs with
@@ -20,18 +22,25 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
+import tempfile
+import threading
 import time
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from cluster.vllm_standin import VllmStandin
+from cluster.weights_store import adapter_files, files_digest
 
 from tessera.operator.reconcile import adapter_pools
 from tessera.operator.reconcile.act import Actor
 from tessera.operator.reconcile.adapter_loading import Retry
 from tessera.operator.settings import OperatorSettings
+from tessera.operator.fetcher import FetcherClient
 from tessera.operator.vllm import VllmClient
+from tessera.weights.sidecar import Fetcher, server
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -42,11 +51,27 @@ def fake_pods(servers: int) -> list[dict]:
              "status": {"phase": "Running", "podIP": "10.0.0.1"}} for i in range(servers)]
 
 
+def fetcher(folder: Path, adapters: int) -> tuple[ThreadingHTTPServer, str]:
+    """tessera's fetcher sidecar over folders as a pod mounts a claim (pvc://store/a<j>), and their digest."""
+    source = folder / "sources" / "pvc" / "store"
+    for j in range(adapters):
+        (source / f"a{j}").mkdir(parents=True)
+        for rel, data in adapter_files("a").items():  # one content: one digest for all
+            (source / f"a{j}" / rel).write_bytes(data)
+    httpd = server(Fetcher(folder / "adapters", folder / "sources"), "127.0.0.1", 0)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    return httpd, files_digest(adapter_files("a"))
+
+
 def one_case(adapters: int, servers: int, at_once: int, load_s: float) -> dict:
-    standin = VllmStandin(max_cpu_loras=adapters, load_s=load_s).start()
+    folder = Path(tempfile.mkdtemp(prefix="bench-loading-"))
+    httpd, digest = fetcher(folder, adapters)
+    standin = VllmStandin(max_cpu_loras=adapters, load_s=load_s, adapter_root=folder / "adapters").start()
     try:
-        settings = OperatorSettings(adapter_server_url=standin.url_template)
-        actor = Actor(None, VllmClient(settings.adapter_server_timeout_s))  # type: ignore[arg-type]  # loads only
+        settings = OperatorSettings(adapter_server_url=standin.url_template,
+                                    adapter_fetcher_url=f"http://127.0.0.1:{httpd.server_address[1]}")
+        actor = Actor(None, VllmClient(settings.adapter_server_timeout_s),  # type: ignore[arg-type]  # loads only
+                      FetcherClient(settings.adapter_server_timeout_s))
         pools = adapter_pools.AdapterPools(actor, settings)
         pools.at_once = at_once
         pods = fake_pods(servers)
@@ -54,7 +79,8 @@ def one_case(adapters: int, servers: int, at_once: int, load_s: float) -> dict:
                   for i in range(servers)}
         retry = Retry(settings.adapter_load_failures, settings.adapter_load_backoff_max_s, time.time())
         started = time.perf_counter()
-        pools.load_missing(pods, placed, pools.list_servers(pods), retry)
+        weights = {server: {name: (f"pvc://store/{name}", digest) for name in names} for server, names in placed.items()}
+        pools.load_missing(pods, placed, pools.list_servers(pods), retry, weights)
         after = pools.list_servers(pods)
         first = time.perf_counter() - started
         assert all(after[p["metadata"]["uid"]].adapters == set(placed[("bench", p["metadata"]["labels"]
@@ -67,6 +93,9 @@ def one_case(adapters: int, servers: int, at_once: int, load_s: float) -> dict:
                 "per_adapter_ms": round(first / adapters * 1000, 3), "idle_pass_s": round(idle, 4)}
     finally:
         standin.stop()
+        httpd.shutdown()
+        httpd.server_close()
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def main() -> None:

@@ -55,6 +55,7 @@ from cluster.gpu_operator import install_cluster_policy  # noqa: E402
 from cluster.kube import ensure_namespace, wait_crd_established, wait_for  # noqa: E402
 from cluster.mig_manager_standin import MigManagerStandIn  # noqa: E402
 from cluster.vllm_standin import VllmStandin  # noqa: E402
+from cluster.weights_store import S3Store, WeightsStore  # noqa: E402
 from e2e.operator_harness import (OperatorProcess, audit_lines, is_true, make_pool, new_namespace,  # noqa: E402
                                   operator_writes)
 from e2e.scale_pool import kopf_annotation_bytes, placed, plan_bound, routes, scale_pool  # noqa: E402
@@ -103,7 +104,7 @@ def reconciles(log: Path) -> list[dict]:
 def run(adapters: int, rate: float, nodes: int, gpus_per_node: int, workdir: Path) -> dict:
     bins = bin_dir()
     cluster = ControlPlane(workdir / "cluster", bins=bins).start()
-    mig = vllm = operator = None
+    mig = vllm = operator = s3 = store = None
     try:
         api = config.new_client_from_config(config_file=str(cluster.kubeconfig))
         core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
@@ -114,15 +115,19 @@ def run(adapters: int, rate: float, nodes: int, gpus_per_node: int, workdir: Pat
         ensure_namespace(core, "gpu-operator")
         install_cluster_policy(api, "tessera-mig-parted-config")
         mig = MigManagerStandIn(core, namespace="gpu-operator", configmap_delay=1.0).start()
-        vllm = VllmStandin().start()
+        s3 = S3Store().start()
+        store = WeightsStore(s3, workdir / "adapters").start()
+        vllm = VllmStandin(adapter_root=store.folder).start()
         pool = make_pool(core, nodes, gpus_per_node)
         operator = OperatorProcess(cluster.kubeconfig, workdir, new_namespace(core, "bench"), pool,
                                    state_namespace=f"tessera-{pool.id}", resync_s=RESYNC_S,
-                                   extra_args=["--adapter-server-url", vllm.url_template]).start()
+                                   extra_args=["--adapter-server-url", vllm.url_template,
+                                               "--adapter-fetcher-url", store.fetcher_url]).start()
         namespace = operator.namespace
         wait_for(lambda: b"reconciled" in operator.log.read_bytes(), 120, "the operator's first reconcile")
 
         document = scale_pool(adapters, rate, max_servers=nodes * gpus_per_node)
+        s3.upload(document)
         name = document["metadata"]["name"]
         servers = placed(document, nodes * gpus_per_node)
         text = yaml.safe_dump(document)
@@ -185,7 +190,7 @@ def run(adapters: int, rate: float, nodes: int, gpus_per_node: int, workdir: Pat
     finally:
         if operator is not None:
             operator.stop()
-        for standin in (vllm, mig):
+        for standin in (vllm, mig, store, s3):
             if standin is not None:
                 standin.stop()
         cluster.stop()

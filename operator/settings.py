@@ -86,6 +86,12 @@ class OperatorSettings(BaseModel):
                     "template with {pod_ip}, {port} (--server-port), {namespace} and {pod}. The default is the "
                     "pod's own address; the end-to-end tests point it at a stand-in server (their fake pods run "
                     "nothing).")
+    adapter_fetcher_url: str = Field(
+        default="http://{pod_ip}:{port}", max_length=512, pattern=r"^https?://",
+        description="How tessera reaches an AdapterPool server pod's fetcher sidecar, which fetches an adapter's "
+                    "files and checks their digest before each load (docs/weights.md): a template with {pod_ip}, "
+                    "{port} (the sidecar's, 8001), {namespace} and {pod}. The end-to-end tests point it at a "
+                    "fetcher process of their own (their fake pods run nothing).")
     adapter_server_timeout_s: float = Field(
         default=30.0, gt=0, le=600,
         description="Seconds tessera waits for one answer of a server's vLLM API (a load reads the adapter's files).")
@@ -98,7 +104,8 @@ class OperatorSettings(BaseModel):
         default=300.0, ge=5, le=86400, description="The longest wait between tries of a failed adapter, seconds.")
     frontend_image: str = Field(
         default="registry.invalid/tessera/tessera:unset", max_length=512,
-        description="tessera's own image, which runs `tessera frontend` for systems with spec.frontend.")
+        description="tessera's own image, which runs `tessera frontend` for systems with spec.frontend, and the "
+                    "weights fetchers of AdapterPool servers (`tessera weights`).")
     frontend_port: int = Field(default=8080, ge=1, le=65535, description="Port of each system's frontend Service.")
     frontend_rps_per_replica: float = Field(
         default=2000.0, gt=0, le=1e6,

@@ -74,13 +74,18 @@ class VllmClient:
                 raise
 
     def _call(self, request: urllib.request.Request) -> str:
-        try:
-            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
-                return str(response.read().decode())
-        except urllib.error.HTTPError as error:
-            raise ServerError(error_message(error.read().decode(errors="replace")), error.code) from None
-        except (OSError, ValueError) as error:  # refused, reset, timed out, not HTTP
-            raise ServerError(f"no answer from {request.full_url}: {error}") from None
+        return call(request, self.timeout_s)[1]
+
+
+def call(request: urllib.request.Request, timeout_s: float) -> tuple[int, str]:
+    """(HTTP status, body) of a request answered with success; a ServerError for an error answer or none."""
+    try:
+        with urllib.request.urlopen(request, timeout=timeout_s) as response:
+            return response.status, str(response.read().decode())
+    except urllib.error.HTTPError as error:
+        raise ServerError(error_message(error.read().decode(errors="replace")), error.code) from None
+    except (OSError, ValueError) as error:  # refused, reset, timed out, not HTTP
+        raise ServerError(f"no answer from {request.full_url}: {error}") from None
 
 
 def error_message(text: str) -> str:

@@ -46,11 +46,11 @@ class WeightsSource(Spec):
 
     uri: str = Field(
         max_length=512, pattern=WEIGHTS_URI,
-        description="Location of the weights: s3://, gs://, hf://, https://, oci:// or pvc:// (a PersistentVolumeClaim in the pool's namespace).",
+        description="Location of the weights' folder: https:// (a tar archive), s3:// (a prefix) or pvc://<claim>/<folder> (a PersistentVolumeClaim in the pool's namespace); gs://, hf:// and oci:// are not fetched yet (the pool is Invalid).",
     )
     digest: str = Field(
         max_length=71, pattern=SHA256_DIGEST,
-        description="sha256:<64 hex> of the weights' files (safetensors) as the server verifies them; a mismatch fails that server, never silently loads other weights.",
+        description="sha256:<64 hex> of the weights' folder, as `tessera weights digest` prints it (sha256 over sha256sum's lines of its files, sorted by path); the server pod's fetcher checks it, and a mismatch fails that adapter (or the base model's fetch), never loads other weights.",
     )
 
 
@@ -202,7 +202,7 @@ class AdapterPoolSpec(Spec):
     )
     credentials_secret: SecretReference | None = Field(
         default=None, alias="credentialsSecretRef",
-        description="Secret with the weight store's credentials, mounted into the servers (never read by the operator).",
+        description="Secret with the weight store's credentials (e.g. AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_ENDPOINT_URL): the environment of the server pods' weight fetchers only, never vLLM's, never read by the operator.",
     )
     endpoint_picker: EndpointPickerRef | None = Field(
         default=None, alias="endpointPickerRef",

@@ -26,6 +26,7 @@ from tessera.render import capacity_markdown, capacity_rich, render_plan
 from tessera.cli_inputs import BadInput, _console, _load, _measured, _naming_files, _pool_options, _store
 from tessera.simulate_cli import simulate
 from tessera.twin_cli import twin
+from tessera.weights_cli import weights
 
 
 class _Main(click.Group):
@@ -53,6 +54,7 @@ main.add_command(operator)
 main.add_command(frontend)
 main.add_command(frontend_config_command)
 main.add_command(profiles)
+main.add_command(weights)
 
 
 @main.command("plan")

@@ -91,6 +91,10 @@ def _selector(_ctx, _param, values: tuple[str, ...]) -> dict[str, str]:
 @click.option("--adapter-server-url", default=DEFAULTS.adapter_server_url, show_default=True,
               help="How tessera reaches an AdapterPool server pod's vLLM API: a template with {pod_ip}, {port}, "
                    "{namespace} and {pod} (the end-to-end tests' stand-in address).")
+@click.option("--adapter-fetcher-url", default=DEFAULTS.adapter_fetcher_url, show_default=True,
+              help="How tessera reaches an AdapterPool server pod's fetcher sidecar, asked to fetch an adapter's "
+                   "files and check their digest before each load: a template with {pod_ip}, {port} (8001), "
+                   "{namespace} and {pod} (the end-to-end tests' fetcher address).")
 @click.option("--adapter-server-timeout", "adapter_server_timeout_s",
               type=field_range(OperatorSettings, "adapter_server_timeout_s"),
               default=DEFAULTS.adapter_server_timeout_s, show_default=True,

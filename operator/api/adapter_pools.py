@@ -14,6 +14,7 @@ from tessera.operator.api.systems import SystemRef
 from tessera.planner.adapter_pool import AdapterPoolSpec
 from tessera.planner.placement import PlacementProblem
 from tessera.planner.placement.pool_file import PoolFileError, problem_from_spec, spec_from_object
+from tessera.weights.fetch import unsupported_scheme
 
 KIND = "AdapterPool"
 PLURAL = "adapterpools"
@@ -49,6 +50,17 @@ def with_prior_placeholders(spec: AdapterPoolSpec) -> AdapterPoolSpec:
     return spec.model_copy(update={"adapters": adapters})
 
 
+def unsupported_sources(spec: AdapterPoolSpec) -> str | None:
+    """Why the pool's weights cannot reach its servers (a scheme tessera does not fetch yet), naming the field."""
+    fields = [("spec.baseModel.weights.uri", spec.base_model.weights),
+              *((f"spec.adapters[{i}].weights.uri", a.weights) for i, a in enumerate(spec.adapters))]
+    for field, weights in fields:
+        reason = unsupported_scheme(weights.uri)
+        if reason is not None:
+            return f"{field}: {reason}"
+    return None
+
+
 def read_adapter_pool(obj: dict) -> AdapterPoolObject:
     """The object's spec and placement problem, or the reason (with the field) the placement refuses it."""
     metadata = obj["metadata"]
@@ -63,4 +75,7 @@ def read_adapter_pool(obj: dict) -> AdapterPoolObject:
         problem = problem_from_spec(with_prior_placeholders(spec))
     except PoolFileError as error:
         return AdapterPoolObject(ref, spec, None, str(error).removeprefix(prefix), status)
+    unsupported = unsupported_sources(spec)
+    if unsupported is not None:
+        return AdapterPoolObject(ref, spec, None, unsupported, status)
     return AdapterPoolObject(ref, spec, problem, None, status)

@@ -25,15 +25,18 @@ from tessera.operator.reconcile.actions import (Action, ApplyChild, CordonNode, 
                                                 LoadAdapter, PatchPodStatus, PatchStatus, PostEvent, RecordMigFailure,
                                                 ScaleToZero, StorePlan, UncordonNode, UnloadAdapter, WriteMigConfigs)
 from tessera.operator.testhooks import checkpoint
+from tessera.operator.fetcher import WAIT_S as FETCH_WAIT_S
+from tessera.operator.fetcher import FetcherClient, StillFetching
 from tessera.operator.vllm import ServerError, VllmClient
 
 log = logging.getLogger("tessera.operator")
 
 
 class Actor:
-    def __init__(self, cluster: Cluster, servers: VllmClient) -> None:
+    def __init__(self, cluster: Cluster, servers: VllmClient, fetcher: FetcherClient) -> None:
         self.cluster = cluster
         self.servers = servers
+        self.fetcher = fetcher
 
     def apply(self, actions: Sequence[Action]) -> None:
         refused: set[str] = set()  # nodes whose cordon the API server refused: their Deployments keep serving
@@ -102,19 +105,25 @@ class Actor:
             self.cluster.post_event(action.body)
             checkpoint("after-event")
         elif isinstance(action, LoadAdapter):
-            self.load(action)
+            self.load(action, FETCH_WAIT_S)
         elif isinstance(action, UnloadAdapter):
             self.unload(action)
         elif isinstance(action, PatchPodStatus):
             self.cluster.patch_pod_status(action.namespace, action.name, action.patch)
 
-    def load(self, action: LoadAdapter) -> ServerError | None:
-        """One load; why it failed (the failures recorded after the loads count a refusal), else None."""
+    def load(self, action: LoadAdapter, fetch_wait_s: float) -> ServerError | None:
+        """One load, once the pod's fetcher holds the adapter's files, checked (waiting up to `fetch_wait_s` for a
+        running fetch); why it failed (the failures recorded after the loads count a refusal, and a failed fetch;
+        StillFetching: not yet), else None."""
         log.debug("LoadAdapter: %s", action.reason)
         try:
+            self.fetcher.fetch(action.fetch_url, action.adapter, action.uri, action.digest, fetch_wait_s)
             if action.replace:
                 self.servers.unload_adapter(action.url, action.adapter)
             self.servers.load_adapter(action.url, action.adapter, action.path)
+        except StillFetching as error:
+            log.debug("pod %s: adapter %s not loaded yet: %s", action.pod, action.adapter, error)
+            return error
         except ServerError as error:
             log.warning("pod %s: adapter %s not loaded: %s", action.pod, action.adapter, error)
             return error

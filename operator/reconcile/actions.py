@@ -134,12 +134,16 @@ class PostEvent:
 
 @dataclass(frozen=True)
 class LoadAdapter:
-    """Ask one AdapterPool server pod's vLLM to register a LoRA adapter (`POST /v1/load_lora_adapter`)."""
+    """Ask one AdapterPool server pod's fetcher sidecar to fetch a LoRA adapter's files and check their digest
+    (`POST /v1/fetch`), then its vLLM to register it (`POST /v1/load_lora_adapter`)."""
 
     url: str
     pod: str
     adapter: str
     path: str
+    fetch_url: str
+    uri: str
+    digest: str
     reason: str
     replace: bool = False
     """The server lists a copy of another (or an unknown) source: unload it first (`/v1/unload_lora_adapter`)."""

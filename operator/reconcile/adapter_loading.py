@@ -43,6 +43,7 @@ from dataclasses import asdict, dataclass
 from tessera.operator import naming
 from tessera.operator.reconcile.actions import Json, LoadAdapter, PatchPodStatus, UnloadAdapter
 from tessera.operator.reconcile.adapter_pool_decide import PoolServers, ServerLoad, deployment_name
+from tessera.operator.reconcile.adapter_weights import ADAPTER_DIR
 
 READINESS_GATE = naming.ADAPTERS_LOADED
 LOADED_ANNOTATION = naming.LOADED_ADAPTERS
@@ -60,8 +61,6 @@ LABELLED_MOST = 64
 """Adapters labelled per pod, in the placement's order (about 60 bytes each); the sources annotation and the
 routes count all of them."""
 DEPLOYMENT_LABEL = f"{naming.GROUP}/deployment"
-ADAPTER_DIR = "/adapters"
-"""Where a server finds adapter `name`'s files: `/adapters/<name>` (how they get there is not in this slice)."""
 LOAD_RETRY_S = 5.0
 """Seconds until a pod not yet loaded (its server not answering, or a load refused) is looked at again."""
 MISSING_EXAMPLES = 5
@@ -77,6 +76,8 @@ class Listed:
     url: str
     adapters: frozenset[str] | None = None
     error: str | None = None
+    fetch_url: str = ""
+    """Where the pod's fetcher sidecar answers (docs/weights.md)."""
 
 
 ServerKey = tuple[str, str]
@@ -100,6 +101,8 @@ class Failure:
 
 Failures = dict[str, Failure]
 """A pod's failing adapters, by name."""
+Weights = Mapping[ServerKey, Mapping[str, tuple[str, str]]]
+"""Each placed server's adapters: name -> (weights.uri, weights.digest), what its pods' fetchers are asked for."""
 Held = Mapping[str, Mapping[str, str]]
 """Pod uid -> each placed adapter its server lists -> the source digest of that copy (held_copies)."""
 
@@ -132,20 +135,26 @@ def source_digest(uri: str, digest: str) -> str:
     return naming.digest([uri, digest])[:12]
 
 
-def placed_adapters(decided: list[PoolServers]) -> dict[ServerKey, dict[str, str]]:
-    """The adapters each placed server's pods must hold, by its Deployment, with their sources' digests; an invalid
-    pool's: its kept placement's (adapter_pool_decide.kept_placement), those its spec still names (the others'
-    sources are unknown: not loaded, and not unloaded while their route, kept as it was, lists the pod)."""
+def placed_weights(decided: list[PoolServers]) -> dict[ServerKey, dict[str, tuple[str, str]]]:
+    """The adapters each placed server's pods must hold, by its Deployment, with their weights (uri, digest); an
+    invalid pool's: its kept placement's (adapter_pool_decide.kept_placement), those its spec still names (the
+    others' sources are unknown: not loaded, and not unloaded while their route, kept as it was, lists the pod)."""
     placed = {}
     for servers in decided:
         if servers.placement is None or servers.pool.spec is None:
             continue
         ref = servers.pool.ref
-        sources = {a.name: source_digest(a.weights.uri, a.weights.digest) for a in servers.pool.spec.adapters}
+        sources = {a.name: (a.weights.uri, a.weights.digest) for a in servers.pool.spec.adapters}
         for server in servers.placement.servers:
             placed[(ref.namespace, deployment_name(ref, server.index))] = {name: sources[name] for name in server.adapters
                                                                           if name in sources}
     return placed
+
+
+def placed_adapters(decided: list[PoolServers]) -> dict[ServerKey, dict[str, str]]:
+    """placed_weights with each adapter's source digest."""
+    return {key: {name: source_digest(*weights) for name, weights in adapters.items()}
+            for key, adapters in placed_weights(decided).items()}
 
 
 def recorded_failures(pod: Json) -> Failures:
@@ -202,9 +211,11 @@ def pod_name(pod: Json) -> str:
     return f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
 
 
-def decide_loads(pods: list[Json], placed: Placed, listed: Mapping[str, Listed], retry: Retry) -> list[LoadAdapter]:
+def decide_loads(pods: list[Json], placed: Placed, listed: Mapping[str, Listed], retry: Retry,
+                 weights: Weights) -> list[LoadAdapter]:
     """A load for each placed adapter a running pod's server does not list (in the placement's order), but for
-    failing adapters whose wait for the next try has not passed."""
+    failing adapters whose wait for the next try has not passed; each names the weights its pod's fetcher is asked
+    for first."""
     loads = []
     for pod in pods:
         seen = listed.get(pod["metadata"]["uid"])
@@ -225,8 +236,9 @@ def decide_loads(pods: list[Json], placed: Placed, listed: Mapping[str, Listed],
                 reason = f"pod {pod_name(pod)} failed to load it {failure.tries} time(s) in a row; trying again"
             else:
                 continue
-            loads.append(LoadAdapter(seen.url, pod_name(pod), name, adapter_path(name), reason=reason,
-                                     replace=listed_now))
+            uri, digest = weights[server_of(pod)][name]
+            loads.append(LoadAdapter(seen.url, pod_name(pod), name, adapter_path(name), seen.fetch_url, uri, digest,
+                                     reason=reason, replace=listed_now))
     return loads
 
 

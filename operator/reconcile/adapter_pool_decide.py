@@ -81,6 +81,8 @@ from tessera.operator.gpus.node_plans import Share, placed_gpus
 from tessera.operator.pod_security import RESTRICTED_CONTAINER_SECURITY, RESTRICTED_POD_SECURITY
 from tessera.operator.reconcile.actions import Action, ApplyChild, DeleteChild, Json, PatchStatus, PostEvent
 from tessera.operator.reconcile.adapter_pool_demand import RatesDecision, rates_record, recorded_rates
+from tessera.operator.reconcile.adapter_weights import (base_model_path, fetch_containers, running_fetcher_image,
+                                                       server_mounts, weights_volumes)
 from tessera.operator.reconcile.builders import SERVER_CONTAINER, applied_hash, with_applied_hash
 # the one rule for an available server Deployment, the compound systems' servers' too
 from tessera.operator.reconcile.decide import NodeMig, stored_pool_plan
@@ -135,6 +137,8 @@ class Running:
     max_loras: int
     max_lora_rank: int
     max_cpu_loras: int
+    fetcher_image: str | None
+    """The image of its weights fetchers (adapter_weights.py), None for a server written without them."""
 
     def keeps_flags(self, server: ServerPlacement) -> bool:
         """The server runs on with the placement's flags: its vLLM process stays."""
@@ -349,12 +353,13 @@ def running_servers(children: list[Json], ref: PoolRef) -> dict[int, Running]:
     for child in owned_by(children, ref):
         annotations = child["metadata"].get("annotations") or {}
         index = annotations.get(SERVER_ANNOTATION, "")
-        containers = ((child.get("spec") or {}).get("template") or {}).get("spec", {}).get("containers") or [{}]
+        pod = ((child.get("spec") or {}).get("template") or {}).get("spec", {})
+        containers = pod.get("containers") or [{}]
         args = [str(a) for a in containers[0].get("args") or []]
         flags = [last_flag(args, f) for f in ("--max-loras", "--max-lora-rank", "--max-cpu-loras")]
         if child["kind"] == "Deployment" and index.isdigit() and None not in flags:
             slots, rank, cpu = (int(f or 0) for f in flags)
-            found[int(index)] = Running(int(index), slots, rank, cpu)
+            found[int(index)] = Running(int(index), slots, rank, cpu, running_fetcher_image(pod))
     return found
 
 
@@ -526,9 +531,10 @@ def cpu_loras(server: ServerPlacement, running: Running | None) -> int:
 
 
 def server_args(spec: AdapterPoolSpec, server: ServerPlacement, port: int, max_cpu_loras: int) -> list[str]:
-    """vLLM's arguments: the user's, then tessera's, which win where both set a flag (argparse keeps the last)."""
+    """vLLM's arguments: the user's, then tessera's, which win where both set a flag (argparse keeps the last); the
+    base model from its local folder (adapter_weights.py), served under its name."""
     return [*spec.base_model.args,
-            "--model", spec.base_model.name, "--port", str(port),
+            "--model", base_model_path(spec), "--served-model-name", spec.base_model.name, "--port", str(port),
             "--enable-lora", "--max-loras", str(server.max_loras), "--max-lora-rank", str(server.max_lora_rank),
             "--max-cpu-loras", str(max_cpu_loras), "--max-model-len", str(spec.base_model.max_model_len)]
 
@@ -554,7 +560,10 @@ def server_deployment(ref: PoolRef, spec: AdapterPoolSpec, server: ServerPlaceme
         "ports": [{"name": "http", "containerPort": settings.server_port}],
         "resources": {"limits": {WHOLE_GPU_RESOURCE: "1"}, "requests": {WHOLE_GPU_RESOURCE: "1"}},
         "securityContext": RESTRICTED_CONTAINER_SECURITY,
+        "volumeMounts": server_mounts(spec),
     }
+    # a server that keeps its flags keeps its fetchers' image: a new tessera image alone restarts no vLLM
+    kept_image = running.fetcher_image if running is not None and running.keeps_flags(server) else None
     body = {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -572,7 +581,10 @@ def server_deployment(ref: PoolRef, spec: AdapterPoolSpec, server: ServerPlaceme
                 "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
                 # Ready (and in its Services) only once its server lists its adapters (adapter_loading.py)
                 "readinessGates": [{"conditionType": naming.ADAPTERS_LOADED}],
+                # the weights reach the pod through tessera's fetchers (adapter_weights.py)
+                "initContainers": fetch_containers(spec, kept_image or settings.frontend_image),
                 "containers": [container],
+                "volumes": weights_volumes(spec),
             }},
         },
     }

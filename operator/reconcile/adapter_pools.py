@@ -27,9 +27,10 @@ from tessera.operator.demand.prometheus import Reading, Reason, client_of, unkno
 from tessera.operator.gpus.discovery import Pool
 from tessera.operator.reconcile.act import Actor
 from tessera.operator.reconcile.actions import Json, LoadAdapter
-from tessera.operator.reconcile.adapter_loading import (LOAD_RETRY_S, Listed, Placed, Retry, ServerKey, decide_loads,
+from tessera.operator.reconcile.adapter_loading import (LOAD_RETRY_S, Listed, Placed, Retry, ServerKey, Weights, decide_loads,
                                                         decide_readiness, decide_unloads, held_copies, loading_requeue,
-                                                        placed_adapters, pod_name, record_failures, server_loads,
+                                                        placed_adapters, placed_weights, pod_name, record_failures,
+                                                        server_loads,
                                                         server_of, server_url, serving, unplaced_listed)
 from tessera.operator.reconcile.adapter_pool_decide import (Chosen, PoolServers, ServerLoad, Slot, choose_placement,
                                                             choose_slots, compound_holders, decide_placement_record,
@@ -42,12 +43,15 @@ from tessera.operator.reconcile.adapter_pool_decide import (Chosen, PoolServers,
 from tessera.operator.reconcile.adapter_pool_demand import (AdapterReadings, PoolWindows, RatesDecision,
                                                             adapter_readings, decide_rates, demand_query, demand_status,
                                                             metrics_condition, windows_from_status)
+from tessera.operator.reconcile.adapter_weights import FETCHER_PORT
 from tessera.operator.reconcile.adapter_routes import (decide_inference_pools, decide_routes, route_summaries,
                                                        routed_pods)
 from tessera.operator.reconcile.decide import PoolOutcome
 from tessera.operator.reconcile.quotas import WholeGpuQuota
 from tessera.operator.reconcile.snapshot import Snapshot
 from tessera.operator.settings import OperatorSettings
+from tessera.operator.fetcher import WAIT_S as FETCH_WAIT_S
+from tessera.operator.fetcher import StillFetching
 from tessera.operator.vllm import ServerError
 from tessera.planner.placement import Placement, PlacementProblem
 
@@ -224,7 +228,7 @@ class AdapterPools:
         pods = [pod for pod in pods if serving(pod) and server_of(pod) in placed]
         listed = self.list_servers(pods)
         unloads_left = self.unload_unplaced(pods, placed, listed, routed_pods(slices))
-        errors = self.load_missing(pods, placed, listed, retry)
+        errors = self.load_missing(pods, placed, listed, retry, placed_weights(decided))
         listed.update(self.list_servers([pod for pod in pods if pod_name(pod) in errors]))
         records = record_failures(pods, placed, errors, listed, retry)
         held = held_copies(pods, placed, listed, errors)
@@ -245,22 +249,27 @@ class AdapterPools:
         return len(unplaced_listed(pods, placed, listed)) - done
 
     def load_missing(self, pods: list[Json], placed: Placed, listed: Mapping[str, Listed],
-                     retry: Retry) -> dict[str, dict[str, str | None]]:
+                     retry: Retry, weights: Weights) -> dict[str, dict[str, str | None]]:
         """The loads decided, `at_once` servers at a time (one pod's loads in order); by pod, each adapter tried
         and the engine's error (None: loaded), for each pod with a load."""
         by_pod: dict[str, list[LoadAdapter]] = {}
-        for load in decide_loads(pods, placed, listed, retry):
+        for load in decide_loads(pods, placed, listed, retry, weights):
             by_pod.setdefault(load.pod, []).append(load)
         with ThreadPoolExecutor(self.at_once) as workers:
             tried = list(workers.map(self.load_in_order, by_pod.values()))
         return dict(zip(by_pod, tried))
 
     def load_in_order(self, loads: list[LoadAdapter]) -> dict[str, str | None]:
-        """Each adapter loaded (None) or refused (the engine's error); a load the server did not answer is left
-        out: it says nothing about the adapter, so it does not count towards marking it failed."""
+        """Each adapter loaded (None) or refused (the engine's error); a load the server did not answer, or whose
+        files are still being fetched, is left out: it says nothing about the adapter, so it does not count towards
+        marking it failed. Once one adapter's fetch outlasts the sidecar's wait, the pod's other fetches are only
+        started (no wait): a pod of many slow fetches costs the reconcile one wait, not one per adapter."""
         tried: dict[str, str | None] = {}
+        wait_s = FETCH_WAIT_S
         for load in loads:
-            error = self.actor.load(load)
+            error = self.actor.load(load, wait_s)
+            if isinstance(error, StillFetching):
+                wait_s = 0.0
             if error is None or error.status is not None:
                 tried[load.adapter] = None if error is None else str(error)
         return tried
@@ -282,10 +291,11 @@ class AdapterPools:
 
     def list_server(self, pod: Json) -> Listed:
         url = server_url(self.settings.adapter_server_url, pod, self.settings.server_port)
+        fetch_url = server_url(self.settings.adapter_fetcher_url, pod, FETCHER_PORT)
         try:
-            return Listed(url, adapters=self.servers.loaded_adapters(url))
+            return Listed(url, adapters=self.servers.loaded_adapters(url), fetch_url=fetch_url)
         except ServerError as error:
-            return Listed(url, error=str(error))
+            return Listed(url, error=str(error), fetch_url=fetch_url)
 
     def without_pool(self, objects: list[AdapterPoolObject], children: list[Json]) -> None:
         """AdapterPools no GPU pool takes: Pending (or Invalid), their running servers left as they are."""

@@ -66,6 +66,7 @@ from tessera.operator.reconcile.pause import (held_mig_configs, held_nodes, paus
                                               without_paused)
 from tessera.operator.settings import OperatorSettings
 from tessera.operator.testhooks import checkpoint
+from tessera.operator.fetcher import FetcherClient
 from tessera.operator.vllm import VllmClient
 from tessera.planner.contract import (
     Infeasible, InvalidInput, Planned, PlannerFailed, PlanRequest, SystemInput, TimeLimit,
@@ -165,7 +166,8 @@ class Reconciler:
         self.solves: PoolSolves[PoolSolve] = PoolSolves(settings.solve_workers)
         self.failed: dict[str, PoolSolve] = {}
         """The last failed solve of each pool (tried again after a resync, or at once for other inputs)."""
-        self.actor = Actor(cluster, VllmClient(settings.adapter_server_timeout_s))
+        self.actor = Actor(cluster, VllmClient(settings.adapter_server_timeout_s),
+                           FetcherClient(settings.adapter_server_timeout_s))
         self.profiling = Profiling(cluster, settings)
         self.demand = DemandPlanner(settings.demand)
         self.adapter_pools = AdapterPools(self.actor, settings)

@@ -11,8 +11,12 @@ one address-override hook, `--adapter-server-url http://127.0.0.1:<port>/{namesp
   adapter (`parent` the base model, `root` its path).
 - `POST /v1/load_lora_adapter` (JSON only: else 415): 200 and a text line;
   400 `InvalidUserInput` for an empty name or path, or a name registered
-  already; 404 `NotFoundError` when no adapter is at the path (the test
-  says which paths are `missing`). `POST /v1/unload_lora_adapter`: 404 for
+  already; 404 `NotFoundError` when no adapter is at the path: with
+  `adapter_root`, a path `/adapters/<name>` is that folder's `<name>`, and
+  no adapter is there unless it holds `adapter_config.json` (vLLM 0.8.5's
+  `PEFTHelper.from_local_dir` reads it first), so a load before tessera's
+  fetcher put the files there is refused; the test may also name paths
+  `missing`. `POST /v1/unload_lora_adapter`: 404 for
   a name not registered. Both are 404 `{"detail": "Not Found"}` without the
   runtime-update switch (`runtime_updating=False`).
 - The CPU cache: the last `max_cpu_loras` adapters loaded are in it; one
@@ -34,6 +38,7 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 BASE_MODEL = "Qwen/Qwen2.5-7B-Instruct"
 NOT_FOUND = {"detail": "Not Found"}
@@ -70,8 +75,13 @@ class Server(ThreadingHTTPServer):
 
 
 class VllmStandin:
-    def __init__(self, max_cpu_loras: int = 8, runtime_updating: bool = True, load_s: float = 0.0) -> None:
+    def __init__(self, max_cpu_loras: int = 8, runtime_updating: bool = True, load_s: float = 0.0,
+                 adapter_root: Path | None = None) -> None:
         self.max_cpu_loras = max_cpu_loras
+        self.adapter_root = adapter_root
+        """The folder the pods' `/adapters` is (the fetcher's); None: every path but `missing` holds an adapter."""
+        self.fetcher_url: str | None = None
+        """Where the fetcher filling `adapter_root` answers (weights_store.py), for the operator's hook."""
         self.load_s = load_s
         """Seconds each load takes before it is answered (a fixed stand-in for reading the adapter's files)."""
         self.runtime_updating = runtime_updating
@@ -169,10 +179,16 @@ class VllmStandin:
             return _error(400, "Both 'lora_name' and 'lora_path' must be provided.", "InvalidUserInput")
         if name in process.registered:
             return _error(400, f"The lora adapter '{name}' has already been loaded.", "InvalidUserInput")
-        if path in self.missing:
+        if path in self.missing or not self._found(path):
             return _error(404, f"Loading lora {name} failed: No adapter found for {path}", "NotFoundError")
         process.load(name, path)
         return 200, "text/plain", f"Success: LoRA adapter '{name}' added successfully.".encode()
+
+    def _found(self, path: str) -> bool:
+        if self.adapter_root is None:
+            return True
+        rel = Path(path).relative_to("/adapters") if path.startswith("/adapters/") else None
+        return rel is not None and ".." not in rel.parts and (self.adapter_root / rel / "adapter_config.json").is_file()
 
     @staticmethod
     def _unload(process: Process, request: dict) -> tuple[int, str, bytes]:

@@ -13,6 +13,8 @@ import random
 
 import yaml
 
+from cluster.weights_store import adapter_weights
+
 from tessera.operator import naming
 from tessera.operator.api.v1alpha1 import child_name
 from tessera.operator.reconcile.adapter_pool_decide import within
@@ -47,7 +49,7 @@ def scale_pool(adapters: int, rate_rps: float, max_servers: int, seed: int = 30)
     document["spec"]["adapters"] = [
         {"name": adapter_name(i), "rank": RANKS[i % len(RANKS)],
          "expectedRequestsPerSecond": round(weights[i] * scale, 4),
-         "weights": {"uri": f"s3://adapters/{adapter_name(i)}", "digest": f"sha256:{i:064x}"}}
+         "weights": adapter_weights(adapter_name(i), f"s3://adapters/{adapter_name(i)}")}
         for i in range(adapters)]
     return document
 

@@ -23,7 +23,7 @@ from kubernetes import client
 from cluster.kube import wait_for
 from tessera.operator.demand.hysteresis import TOLERANCE
 
-from .operator_fixtures import crds, custom, run_operator, vllm  # noqa: F401  (fixtures)
+from .operator_fixtures import crds, custom, run_operator, s3_store, vllm, weights  # noqa: F401  (fixtures)
 from .test_demand import METRIC, tenant_prometheus  # noqa: F401  (fixture)
 from .test_adapter_pools import POOL_FILE, adapter_pool, wait_pool_ready
 from .test_adapter_replacement import MOST_MOVED, holding, rolled_out, server_states

@@ -22,9 +22,11 @@ import json
 import time
 from functools import partial
 
+import yaml
 from kubernetes import client
 
 from cluster.kube import wait_for
+from cluster.weights_store import adapter_files
 from tessera.operator import naming
 from tessera.operator.api.v1alpha1 import child_name
 from tessera.operator.api.status import ADAPTER_LOAD_FAILED
@@ -35,7 +37,7 @@ from tessera.operator.settings import OperatorSettings
 from tessera.planner.placement import place
 from tessera.planner.placement.pool_file import load_problem
 
-from .operator_fixtures import crds, custom, run_operator, vllm  # noqa: F401  (fixtures)
+from .operator_fixtures import crds, custom, run_operator, s3_store, vllm, weights  # noqa: F401  (fixtures)
 from .test_adapter_pools import POOL, POOL_FILE, adapter_pool, wait_pool_ready
 
 RESTORED_WITHIN_S = 30
@@ -88,6 +90,20 @@ def assert_loaded(vllm, pod, adapters: list[str]) -> None:
     assert vllm.paths(namespace, name) == {a: f"/adapters/{a}" for a in adapters}, name
     assert gate_open(pod) and is_ready(pod), pod.status.conditions
     assert pod.metadata.annotations[naming.LOADED_ADAPTERS] == loaded_value(adapters)
+
+
+def assert_others_loaded(vllm, core, namespace: str, others) -> None:
+    """Every other server's pod turns Ready holding its placed adapters."""
+    for other, its_adapters in others:
+        assert_loaded(vllm, wait_for(partial(ready_pod, core, namespace, other), WAIT_S, f"{other} Ready",
+                                     interval=0.5), its_adapters)
+
+
+def load_failed(custom, namespace: str) -> dict | None:
+    """The pool's Degraded condition, once its reason is AdapterLoadFailed."""
+    found = adapter_pool(custom, namespace) or {}
+    return next((c for c in found.get("status", {}).get("conditions", [])
+                 if c["type"] == "Degraded" and c["reason"] == ADAPTER_LOAD_FAILED), None)
 
 
 def start_ready_pool(run_operator, vllm, kubectl, custom):
@@ -246,12 +262,40 @@ def test_an_adapter_the_server_cannot_load_is_failed_after_its_tries_and_its_pod
     assert sorted(vllm.listed(operator.namespace, pod.metadata.name)) == sorted(a for a in adapters if a != broken)
     assert condition(pod, naming.ADAPTERS_LOADED).reason == SOME_FAILED
 
-    def degraded():
-        found = adapter_pool(custom, operator.namespace) or {}
-        return next((c for c in found.get("status", {}).get("conditions", [])
-                     if c["type"] == "Degraded" and c["reason"] == ADAPTER_LOAD_FAILED), None)
-    message = wait_for(degraded, WAIT_S, "the pool Degraded AdapterLoadFailed", interval=0.5)["message"]
+    message = wait_for(partial(load_failed, custom, operator.namespace), WAIT_S,
+                       "the pool Degraded AdapterLoadFailed", interval=0.5)["message"]
     assert f"{broken} on {deployment}: Loading lora {broken} failed: No adapter found for /adapters/{broken}" in message
-    for other, its_adapters in others:
-        assert_loaded(vllm, wait_for(partial(ready_pod, core, operator.namespace, other), WAIT_S, f"{other} Ready",
-                                     interval=0.5), its_adapters)
+    assert_others_loaded(vllm, core, operator.namespace, others)
+
+
+def test_an_adapter_whose_files_do_not_match_its_digest_is_failed_never_loaded_and_the_others_load(
+        run_operator, core, custom, kubectl, vllm, weights):
+    """The files reach the pods only through tessera's fetcher (the stand-in finds an adapter only where it put
+    them: without the fetch every load is refused); one whose files at its uri do not match its digest is never
+    handed to vLLM, is failed after its tries with the fetcher's error, and the rest load."""
+    document = yaml.safe_load(POOL_FILE.read_text())
+    servers = placed()
+    (deployment, adapters), *others = servers.items()
+    tampered = adapters[0]
+    entry = next(a for a in document["spec"]["adapters"] if a["name"] == tampered)
+    entry["weights"]["uri"] += "-tampered"  # its digest kept: the files there are not the ones it pins
+    weights.s3.put(entry["weights"]["uri"], {**adapter_files(tampered), "adapter_model.safetensors": b"other"})
+    operator = run_operator(nodes=1, adapter_servers=vllm).start()
+    kubectl("apply", "-n", operator.namespace, "-f", "-", input=yaml.safe_dump(document))
+
+    pod = wait_for(partial(ready_pod, core, operator.namespace, deployment), WAIT_S, "the pod Ready without it",
+                   interval=0.5)
+    failures = json.loads(pod.metadata.annotations[FAILURES_ANNOTATION])
+    assert failures[tampered]["tries"] == DEFAULT_FAILURES
+    assert f"digest mismatch for {entry['weights']['uri']}" in failures[tampered]["error"]
+    assert vllm.loads(operator.namespace, pod.metadata.name) == len(adapters) - 1  # never asked to load it
+    assert sorted(vllm.listed(operator.namespace, pod.metadata.name)) == sorted(a for a in adapters if a != tampered)
+    assert not (weights.folder / tampered).exists()  # the mismatching copy never reached /adapters
+    for adapter in adapters[1:]:  # the others' files as fetched and checked
+        assert (weights.folder / adapter / "adapter_config.json").read_bytes() == adapter_files(adapter)[
+            "adapter_config.json"]
+
+    message = wait_for(partial(load_failed, custom, operator.namespace), WAIT_S,
+                       "the pool Degraded AdapterLoadFailed", interval=0.5)["message"]
+    assert f"{tampered} on {deployment}: fetching its files: digest mismatch" in message
+    assert_others_loaded(vllm, core, operator.namespace, others)

@@ -35,7 +35,7 @@ from kubernetes import client
 
 from cluster.kube import wait_for
 
-from .operator_fixtures import crds, custom, run_operator, vllm  # noqa: F401  (fixtures)
+from .operator_fixtures import crds, custom, run_operator, s3_store, vllm, weights  # noqa: F401  (fixtures)
 from .scale_pool import LONG_MIDDLE, kopf_annotation_bytes, placed, plan_bound, routes, scale_pool
 from .test_adapter_loading import assert_loaded, gate_open, is_ready, server_pods, waiting_for_its_server
 from .test_adapter_pools import POOL, adapter_pool, wait_pool_ready
@@ -50,8 +50,9 @@ WAIT_S = 90
 
 
 def test_200_adapters_reach_ready_each_with_its_route_and_kopfs_annotations_and_the_status_stay_small(
-        run_operator, core, custom, kubectl, vllm):
+        run_operator, core, custom, kubectl, vllm, weights):
     document = scale_pool(ADAPTERS, RATE_RPS, max_servers=GPUS)
+    weights.s3.upload(document)  # each adapter's files where its weights.uri says, fetched before its load
     adapters = [a["name"] for a in document["spec"]["adapters"]]
     servers = placed(document, GPUS)
     assert len(servers) >= 3 and sum(map(len, servers.values())) == ADAPTERS

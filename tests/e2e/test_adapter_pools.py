@@ -24,7 +24,7 @@ from tessera.operator.reconcile.adapter_pool_decide import within
 from tessera.planner.placement import place
 from tessera.planner.placement.pool_file import load_problem
 
-from .operator_fixtures import crds, custom, run_operator, vllm  # noqa: F401  (fixtures)
+from .operator_fixtures import crds, custom, run_operator, s3_store, vllm, weights  # noqa: F401  (fixtures)
 from .operator_harness import (EXAMPLES, GROUP, VERSION, OperatorProcess, is_true, pinned_node, pods_not_running,
                                system_yaml, wait_ready)
 

@@ -25,7 +25,7 @@ from tessera.operator.api.v1alpha1 import child_name
 from tessera.operator.reconcile.adapter_pool_decide import choose_placement, moves_between, within
 from tessera.planner.placement import Placement, PlacementProblem, place
 
-from .operator_fixtures import crds, custom, run_operator, vllm  # noqa: F401  (fixtures)
+from .operator_fixtures import crds, custom, run_operator, s3_store, vllm, weights  # noqa: F401  (fixtures)
 from .test_adapter_loading import server_pods, start_ready_pool
 from .test_adapter_pools import POOL, POOL_FILE, adapter_pool
 

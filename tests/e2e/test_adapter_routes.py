@@ -25,12 +25,13 @@ import yaml
 from kubernetes import client
 
 from cluster.kube import wait_crd_established, wait_for
+from cluster.weights_store import adapter_files, adapter_weights
 from tessera.operator.reconcile.adapter_loading import HOLDS_PREFIX, SOURCES_ANNOTATION, source_digest
 from tessera.operator.reconcile.adapter_routes import SERVICE_NAME_LABEL, SLICE_MANAGER, SLICE_MANAGER_LABEL
 from tessera.operator.vllm import VllmClient
 from tessera.planner.placement import place
 
-from .operator_fixtures import crds, custom, run_operator, vllm  # noqa: F401  (fixtures)
+from .operator_fixtures import crds, custom, run_operator, s3_store, vllm, weights  # noqa: F401  (fixtures)
 from .test_adapter_loading import is_ready, placed, server_pods, start_ready_pool
 from .test_adapter_pools import POOL, POOL_FILE, adapter_pool, wait_pool_ready
 from .test_adapter_replacement import operator_placement, problem_of, rate_changes, servers_by_name
@@ -206,8 +207,8 @@ def test_an_adapter_a_server_lists_but_is_not_placed_on_it_is_unloaded_there_and
     assert pod.metadata.name not in (slice_pods(discovery, operator.namespace, stray) or [])
 
 
-def test_a_changed_digest_reloads_the_adapter_and_the_route_holds_the_new_copy(run_operator, core, custom, kubectl,
-                                                                              vllm):
+def test_a_changed_source_reloads_the_adapter_and_the_route_holds_the_new_copy(run_operator, core, custom, kubectl,
+                                                                              vllm, weights):
     operator = start_ready_pool(run_operator, vllm, kubectl, custom)
     discovery = client.DiscoveryV1Api(core.api_client)
     servers = placed()
@@ -215,13 +216,15 @@ def test_a_changed_digest_reloads_the_adapter_and_the_route_holds_the_new_copy(r
              interval=0.5)
     document = yaml.safe_load(POOL_FILE.read_text())
     entry = document["spec"]["adapters"][0]
-    adapter, new_digest = entry["name"], "sha256:" + "e" * 64
+    adapter = entry["name"]
     (pod,) = server_pods(core, operator.namespace, server_of(servers, adapter))
     loads_before = vllm.loads(operator.namespace, pod.metadata.name)
-    entry["weights"]["digest"] = new_digest
+    new_uri = entry["weights"]["uri"] + "-v2"  # a new version of its files, at a new uri with its digest
+    weights.s3.put(new_uri, adapter_files(f"{adapter}-v2"))
+    entry["weights"] = adapter_weights(f"{adapter}-v2", new_uri)
     kubectl("apply", "-n", operator.namespace, "-f", "-", input=yaml.safe_dump(document))
 
-    new_source = source_digest(entry["weights"]["uri"], new_digest)
+    new_source = source_digest(entry["weights"]["uri"], entry["weights"]["digest"])
 
     def reloaded():
         found = core.read_namespaced_pod(pod.metadata.name, operator.namespace)

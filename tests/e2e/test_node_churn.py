@@ -30,6 +30,7 @@ from tessera.operator.reconcile import builders
 from tessera.operator.reconcile.act import Actor
 from tessera.operator.reconcile.actions import CordonNode, ScaleToZero, UncordonNode
 from tessera.operator.settings import OperatorSettings
+from tessera.operator.fetcher import FetcherClient
 from tessera.operator.vllm import VllmClient
 
 from .operator_fixtures import crds, custom, run_operator  # noqa: F401  (fixtures)
@@ -138,13 +139,13 @@ def test_tessera_s_uncordon_leaves_a_cordon_an_admin_took_over_after_tessera_rea
         assert cluster.patch_node_guarded(name, builders.cordon_ops("tessera-v1-next"))  # tessera's cordon
         uncordon = UncordonNode(name, builders.uncordon_ops("tessera-v1-next"), reason="its new layout is applied")
         kubectl("annotate", "node", name, f"{naming.CORDONED}-")  # the admin's, after tessera read the node
-        Actor(cluster, VllmClient(1.0)).apply([uncordon])
+        Actor(cluster, VllmClient(1.0), FetcherClient(1.0)).apply([uncordon])
         node = core.read_node(name)
         assert node.spec.unschedulable, "tessera lifted a cordon that was no longer its own"
 
         kubectl("uncordon", name)  # the admin is done; tessera cordons it again, and its own cordon is lifted
         assert cluster.patch_node_guarded(name, builders.cordon_ops("tessera-v1-next"))
-        Actor(cluster, VllmClient(1.0)).apply([uncordon])
+        Actor(cluster, VllmClient(1.0), FetcherClient(1.0)).apply([uncordon])
         node = core.read_node(name)
         assert not node.spec.unschedulable and naming.CORDONED not in (node.metadata.annotations or {}), \
             "tessera's own cordon, its record unchanged, is lifted"
@@ -163,7 +164,7 @@ def test_tessera_never_claims_a_cordon_an_admin_set_after_tessera_read_the_node(
             "metadata": {"labels": labels}, "spec": {"containers": [{"name": "server", "image": "example.org/s:1"}]}}}})
     try:
         kubectl("cordon", name)  # the admin's, after tessera read the node
-        Actor(Cluster(api_client, OperatorSettings()), VllmClient(1.0)).apply([
+        Actor(Cluster(api_client, OperatorSettings()), VllmClient(1.0), FetcherClient(1.0)).apply([
             CordonNode(name, builders.cordon_ops("tessera-v1-next"), reason="re-partition serving node"),
             ScaleToZero(namespace, "server", name, reason=f"node {name} is re-partitioned")])
         node = core.read_node(name)

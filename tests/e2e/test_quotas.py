@@ -16,7 +16,7 @@ from kubernetes import client
 
 from cluster.kube import wait_crd_established, wait_for
 
-from .operator_fixtures import crds, custom, run_operator, vllm  # noqa: F401  (fixtures)
+from .operator_fixtures import crds, custom, run_operator, s3_store, vllm, weights  # noqa: F401  (fixtures)
 from .operator_harness import EXAMPLES, GROUP, VERSION, children, condition, system_yaml, systems
 
 PROFILES = ("1g.10gb", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb")

@@ -25,6 +25,7 @@ NOW = "2026-12-04T01:00:00Z"
 EARLIER = "2026-12-04T00:00:00Z"
 SERVER = ("shop", "support-server-0")
 PLACED = {SERVER: {"billing": "src-b", "returns": "src-r", "shipping": "src-s"}}
+WEIGHTS = {SERVER: {name: (f"s3://adapters/{name}", f"sha256:{i:064x}") for i, name in enumerate(PLACED[SERVER])}}
 RETRY = Retry(limit=3, cap_s=300.0, now=1_000_000.0)
 URL = "http://10.244.0.7:8000"
 
@@ -46,6 +47,9 @@ def recorded(*names: str) -> dict[str, str]:
     return {SOURCES_ANNOTATION: json.dumps({name: PLACED[SERVER][name] for name in names})}
 
 
+FETCH_URL = "http://10.244.0.7:8001"
+
+
 def listing(*names: str, of=None) -> dict[str, Listed]:
     return {(of or pod())["metadata"]["uid"]: Listed(URL, adapters=frozenset(names))}
 
@@ -59,14 +63,21 @@ ALL_LISTED = gate("True", LOADED, "the server lists all 3 adapters placed on it"
 
 
 def test_a_running_pod_gets_a_load_for_each_placed_adapter_its_server_does_not_list():
-    loads = decide_loads([pod(annotations=recorded("returns"))], PLACED, listing("returns"), RETRY)
+    loads = decide_loads([pod(annotations=recorded("returns"))], PLACED, listing("returns"), RETRY, WEIGHTS)
     assert [(load.url, load.adapter, load.path) for load in loads] == [
         (URL, "billing", "/adapters/billing"), (URL, "shipping", "/adapters/shipping")]
 
 
+def test_each_load_names_the_weights_the_pods_fetcher_is_asked_for_first():
+    seen = {pod()["metadata"]["uid"]: Listed(URL, adapters=frozenset(), fetch_url=FETCH_URL)}
+    loads = decide_loads([pod()], PLACED, seen, RETRY, WEIGHTS)
+    assert [(load.fetch_url, load.uri, load.digest) for load in loads] == [
+        (FETCH_URL, *WEIGHTS[SERVER][name]) for name in ("billing", "returns", "shipping")]
+
+
 def test_a_server_that_lists_every_placed_adapter_gets_no_load():
     held = pod(annotations=recorded("billing", "returns", "shipping"))
-    assert decide_loads([held], PLACED, listing("billing", "returns", "shipping", "extra"), RETRY) == []
+    assert decide_loads([held], PLACED, listing("billing", "returns", "shipping", "extra"), RETRY, WEIGHTS) == []
 
 
 def test_only_a_running_pod_with_an_ip_that_is_not_being_deleted_is_asked():
@@ -83,7 +94,7 @@ def gate_of(patch) -> dict:
 
 def test_a_server_that_does_not_answer_gets_no_load_and_its_gate_says_so():
     listed = {pod()["metadata"]["uid"]: Listed(URL, error="connection refused")}
-    assert decide_loads([pod()], PLACED, listed, RETRY) == []
+    assert decide_loads([pod()], PLACED, listed, RETRY, WEIGHTS) == []
     (patch,) = decide_readiness([pod()], PLACED, listed, NOW, {}, RETRY, {})
     assert (gate_of(patch)["status"], gate_of(patch)["reason"]) == ("False", NOT_ANSWERING)
     assert "connection refused" in gate_of(patch)["message"]
@@ -135,7 +146,7 @@ def test_the_annotation_counts_and_digests_the_placed_adapters_the_server_lists_
 
 def test_a_pod_of_no_placed_server_is_left_alone():
     stray = pod(deployment="support-server-9")
-    assert decide_loads([stray], PLACED, listing(of=stray), RETRY) == []
+    assert decide_loads([stray], PLACED, listing(of=stray), RETRY, WEIGHTS) == []
     assert decide_readiness([stray], PLACED, listing(of=stray), NOW, {}, RETRY, {}) == []
 
 
@@ -169,7 +180,7 @@ def test_server_pods_are_ready_only_through_the_adapters_loaded_readiness_gate()
 
 
 def test_loads_name_the_pod_and_why():
-    (load, *_) = decide_loads([pod()], PLACED, listing(), RETRY)
+    (load, *_) = decide_loads([pod()], PLACED, listing(), RETRY, WEIGHTS)
     assert isinstance(load, LoadAdapter) and load.pod == "shop/support-server-0-abc" and "not listed" in load.reason
 
 
@@ -213,17 +224,17 @@ def test_an_adapter_failed_limit_times_in_a_row_no_longer_holds_the_pods_gate():
 
 def test_a_failed_adapter_is_tried_again_only_once_its_wait_has_passed():
     just_failed = failing(RETRY.limit)
-    assert decide_loads([just_failed], PLACED, listing("billing", "returns", of=just_failed), RETRY) == []
+    assert decide_loads([just_failed], PLACED, listing("billing", "returns", of=just_failed), RETRY, WEIGHTS) == []
     waited = failing(RETRY.limit, at=RETRY.now - RETRY.wait_s(Failure(RETRY.limit, "", "", 0)))
-    (load,) = decide_loads([waited], PLACED, listing("billing", "returns", of=waited), RETRY)
+    (load,) = decide_loads([waited], PLACED, listing("billing", "returns", of=waited), RETRY, WEIGHTS)
     assert load.adapter == "shipping" and "3 time(s) in a row" in load.reason
 
 
 def test_an_adapter_not_yet_failed_is_tried_again_after_the_retry_delay_not_at_every_reconcile():
     just_tried = failing(RETRY.limit - 1)
-    assert decide_loads([just_tried], PLACED, listing("billing", "returns", of=just_tried), RETRY) == []
+    assert decide_loads([just_tried], PLACED, listing("billing", "returns", of=just_tried), RETRY, WEIGHTS) == []
     tried = failing(RETRY.limit - 1, at=RETRY.now - LOAD_RETRY_S)
-    (load,) = decide_loads([tried], PLACED, listing("billing", "returns", of=tried), RETRY)
+    (load,) = decide_loads([tried], PLACED, listing("billing", "returns", of=tried), RETRY, WEIGHTS)
     assert load.adapter == "shipping"
 
 
@@ -237,7 +248,7 @@ def test_the_wait_between_tries_of_a_failed_adapter_doubles_up_to_the_cap():
 def test_a_replacement_pod_starts_with_an_empty_failure_record_and_waits_for_the_adapter_its_predecessor_failed():
     old, new = failing(3), pod("support-server-0-new", annotations=recorded("billing", "returns"))
     seen = {**listing("billing", "returns", of=old), **listing("billing", "returns", of=new)}
-    assert [load.adapter for load in decide_loads([old, new], PLACED, seen, RETRY)] == ["shipping"]  # the new pod's
+    assert [load.adapter for load in decide_loads([old, new], PLACED, seen, RETRY, WEIGHTS)] == ["shipping"]  # the new pod's
     records = record_failures([old, new], PLACED, {}, seen, RETRY)
     assert records[new["metadata"]["uid"]] == {} and records[old["metadata"]["uid"]]["shipping"].tries == 3
     (patch,) = [p for p in decide_readiness([new], PLACED, seen, NOW, records, RETRY, {}) if p.name == new["metadata"]["name"]]
@@ -255,7 +266,7 @@ def test_a_server_pods_template_carries_none_of_the_records_tessera_writes_on_a_
 def test_a_changed_source_or_digest_starts_the_failure_count_afresh():
     edited = failing(RETRY.limit, source="the-old-source")
     listed = listing("billing", "returns", of=edited)
-    (load,) = decide_loads([edited], PLACED, listed, RETRY)
+    (load,) = decide_loads([edited], PLACED, listed, RETRY, WEIGHTS)
     assert load.adapter == "shipping"
     records = record_failures([edited], PLACED, {"shop/support-server-0-abc": {"shipping": NOT_FOUND}}, listed, RETRY)
     assert records["uid-support-server-0-abc"]["shipping"].tries == 1
@@ -296,7 +307,7 @@ def test_each_servers_loaded_and_failed_adapters_are_summed_up_for_the_pools_sta
 
 def test_a_listed_adapter_of_another_or_an_unrecorded_source_is_unloaded_and_loaded_again():
     edited = pod(annotations={SOURCES_ANNOTATION: json.dumps({"billing": "the-old-source", "returns": "src-r"})})
-    loads = decide_loads([edited], PLACED, listing("billing", "returns", "shipping", of=edited), RETRY)
+    loads = decide_loads([edited], PLACED, listing("billing", "returns", "shipping", of=edited), RETRY, WEIGHTS)
     assert [(load.adapter, load.replace) for load in loads] == [("billing", True), ("shipping", True)]
 
 

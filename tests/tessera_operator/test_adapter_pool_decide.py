@@ -33,6 +33,7 @@ from tessera.operator.reconcile.adapter_routes import route_summaries
 from tessera.operator.reconcile.decide import STATE_FORMAT, NodeMig
 from tessera.operator.reconcile.quotas import WholeGpuQuota
 from tessera.operator.settings import OperatorSettings
+from tessera.operator.fetcher import FetcherClient
 from tessera.operator.vllm import VllmClient
 from tessera.planner.placement import place
 
@@ -370,7 +371,7 @@ def test_a_quota_on_whole_gpus_tighter_than_the_free_gpus_caps_the_servers():
 
 
 def test_the_adapter_pools_of_a_namespace_share_its_quota_on_whole_gpus():
-    pools = AdapterPools(Actor(None, VllmClient(2)), SETTINGS)  # type: ignore[arg-type]  # plans only, acts never
+    pools = AdapterPools(Actor(None, VllmClient(2), FetcherClient(2)), SETTINGS)  # type: ignore[arg-type]  # plans only, acts never
     quotas = {"shop": WholeGpuQuota(2, "ResourceQuota shop/gpus: requests.nvidia.com/gpu 2")}
     first, second = pools.plan(gpu_pool(nodes=2, gpus=2), [named_pool("a"), named_pool("b")], [], {}, quotas)
     assert (len(first.placement.servers), len(second.placement.servers)) == (2, 0)

@@ -27,6 +27,7 @@ from tessera.operator.reconcile.adapter_pool_decide import (PLACEMENT_KEY, REPLA
                                                             previous_placement, running_servers, within)
 from tessera.operator.reconcile.adapter_pools import AdapterPools
 from tessera.operator.settings import OperatorSettings
+from tessera.operator.fetcher import FetcherClient
 from tessera.operator.vllm import VllmClient
 from tessera.planner.placement import Placement, ServerPlacement, place
 from tessera.planner.placement.scenarios import Scenario, draw_adapters
@@ -63,7 +64,7 @@ def scenario_adapters(count: int = 200, rate: float = 60.0) -> list[dict]:
 def reconcile(document: dict, live: list[dict]) -> tuple[PoolServers, list[tuple[dict, bool]], list[dict]]:
     """One reconcile of the pool by a fresh operator process: its servers, their Deployments as planned, and the
     pool's children as the API server returns them once it applied what the reconcile wrote."""
-    pools = AdapterPools(Actor(None, VllmClient(2)), SETTINGS)  # type: ignore[arg-type]  # plans only, acts never
+    pools = AdapterPools(Actor(None, VllmClient(2), FetcherClient(2)), SETTINGS)  # type: ignore[arg-type]  # plans only, acts never
     (decided,) = pools.plan(GPUS, [read_adapter_pool(document)], live, {}, {})
     planned = planned_servers(GPUS, decided, SETTINGS, set(), {})
     written = [a.body for a in decide_placement_record(decided, live) + decide_servers(planned, live, True)
@@ -286,7 +287,7 @@ def broken(document: dict) -> dict:
 
 
 def kept_by_invalid(document: dict, live: list[dict]) -> PoolServers:
-    pools = AdapterPools(Actor(None, VllmClient(2)), SETTINGS)  # type: ignore[arg-type]  # plans only, acts never
+    pools = AdapterPools(Actor(None, VllmClient(2), FetcherClient(2)), SETTINGS)  # type: ignore[arg-type]  # plans only, acts never
     obj = read_adapter_pool(document)
     assert not obj.valid
     (decided,) = pools.plan(GPUS, [obj], live, {}, {})
