@@ -35,7 +35,7 @@ from cluster.gpu_nodes import gpu_states
 from cluster.kube import wait_for
 from kubernetes import client
 
-from .operator_fixtures import crds, custom, run_operator, vllm  # noqa: F401  (fixtures)
+from .operator_fixtures import crds, custom, run_operator, s3_store, vllm, weights  # noqa: F401  (fixtures)
 from .operator_harness import condition, is_true, system_yaml, systems, wait_ready
 from .test_adapter_pools import POOL, POOL_FILE, adapter_pool, wait_pool_ready
 

@@ -431,7 +431,7 @@ def test_an_adapter_pool_lends_its_gpus_to_the_compound_solve_where_a_compound_s
 
 
 def planning(pool, objects, state, priorities, live_children=()):
-    pools = AdapterPools(Actor(None, VllmClient(2)), SETTINGS)  # type: ignore[arg-type]  # plans only, acts never
+    pools = AdapterPools(Actor(None, VllmClient(2), FetcherClient(2)), SETTINGS)  # type: ignore[arg-type]  # plans only, acts never
     return pools.plan(pool, objects, list(live_children), state, {}, priorities)
 
 
