@@ -86,7 +86,7 @@ def test_a_serving_node_where_a_pod_tessera_does_not_own_holds_a_gpu_is_never_to
     Everything else of the change goes ahead (the free node's replicas are available, which is when the node
     would be cordoned), but the node is never cordoned nor relabelled, and the system reads
     MigLayoutApplied=False `NodeInUse`, naming the pod. (With the foreign-pod rule of serving_nodes.py removed,
-    tessera cordons the node: this test fails at `untouched`.)"""
+    tessera goes on with the node's change and no NodeInUse comes: this test fails at its first wait.)"""
     operator = run_operator(nodes=2, gpus_per_node=1, resync_s=3.0)
     serving, sampler = riser_serving(operator, api_client, custom, kubectl)
     (free,) = set(operator.pool.nodes) - {serving}
@@ -116,8 +116,8 @@ def test_with_an_approval_only_maintenance_rule_a_serving_node_waits_for_the_adm
     """`--maintenance-window never`: the rise's change of the serving node waits, named in status
     (`NodeChangeHeld`, with the approving command), while the free node changes at once (it serves nothing);
     the node is neither cordoned nor relabelled until the admin annotates it with the waiting config, and then
-    changes and serves again. (With the rule's check removed from NodeHold.waits, or without the setting, the
-    node is cordoned before any approval: this test fails at `untouched`.)"""
+    changes and serves again. (With the rule's check removed from NodeHold.waits the node changes at once and
+    no NodeChangeHeld comes: this test fails at its first wait.)"""
     operator = run_operator(nodes=2, gpus_per_node=1, resync_s=3.0)
     operator.extra_args = ["--maintenance-window", "never", "--without-replacement", "wait"]
     serving, sampler = riser_serving(operator, api_client, custom, kubectl)
@@ -153,8 +153,8 @@ def test_without_replacement_change_re_partitions_the_only_node_one_at_a_time_an
     12,000 requests/s, with 1g.10gb x6 + 1g.20gb where 200 requests/s had one 1g.20gb). With
     `--without-replacement change` (the default) the node is cordoned anyway, its Deployments scaled to zero,
     and it serves again with its new layout; while it changes the status states the replicas lost (MigLayoutApplied=False, the cordon's loss)
-    and a Warning Event says it. (With `--without-replacement wait` the node never changes: this test fails at
-    its first wait; with the loss statement removed it fails on the message.)"""
+    and a Warning Event says it. (With the change's reason left at NodeDraining, a Normal Event, this test fails
+    at its first wait; with `--without-replacement wait` the node never changes and it fails there too.)"""
     operator = run_operator(nodes=1, gpus_per_node=1, resync_s=3.0)
     serving, sampler = riser_serving(operator, api_client, custom, kubectl)
     namespace = operator.namespace
@@ -189,8 +189,9 @@ def test_at_most_one_serving_node_of_a_pool_changes_at_once_by_default(run_opera
     rise to 15,000 at once, which needs both serving nodes re-partitioned (7g.80gb each) besides the two free
     nodes (which carry part of each, so both have replacement capacity and may change once those are
     available). With --max-changing-nodes 1 (the default) they change one after the other: sampled every
-    0.3 s, tessera's cordon is never on both at once, and both are cordoned in turn. (With
-    --max-changing-nodes 2 both are cordoned together, as the rule then allows: this test fails at `overlap`.)"""
+    0.3 s, tessera's cordon is never on both at once, and both are cordoned in turn. (With the rule's check
+    removed from serving_nodes._verdict both are cordoned together, 11 s after the rise: this test fails at
+    `overlap`.)"""
     operator = run_operator(nodes=4, gpus_per_node=1, resync_s=3.0).start()
     namespace = operator.namespace
     for name in ("a", "b"):
