@@ -5,8 +5,9 @@ node; `riser` serves 200 requests/s from one instance on another node; its
 demand then rises past what that node's layout (one small instance) carries,
 so the plan needs the free GPU and a new layout on the serving node, and
 leaves the bystander's node as it is (its layout is full and changing it
-saves less than its price: with `--reconfigure-s 0` the joint plans move the
-bystander too, and the test fails on it). With `--without-replacement wait` the node may change only once
+saves less than its price). The check can fail: with the operator restarted
+with the price off (`--reconfigure-s 0`) once both serve, the rise's plan
+re-partitions the bystander's node too, and this test fails. With `--without-replacement wait` the node may change only once
 what it carries runs elsewhere: the plan's servers on the free node must be
 available first, then tessera cordons the node, scales its Deployments to
 zero, relabels it, brings its new Deployments up and lifts its cordon.
