@@ -80,7 +80,8 @@ def protection(current: Plan | None, planned_for: Mapping[str, str], candidates:
             if instance.system in keeps and gpu.node is not None:
                 kept_for.setdefault(gpu.node, set()).add(instance.system)
     return Protection({s.ref.key: min(1.0, served[s.ref.key] / s.spec.demand_rps)
-                       for s in sorted([*protected, *held], key=lambda s: s.ref.key) if s.spec is not None},
+                       for s in sorted([*protected, *held], key=lambda s: s.ref.key)
+                       if s.spec is not None and s.spec.demand_rps > 0},
                       {node: sorted(systems) for node, systems in sorted(kept_for.items())})
 
 

@@ -50,6 +50,7 @@ def test_a_system_whose_demand_alone_moved_keeps_the_requests_it_serves_against_
     assert plan.systems[0].served_rps == 50
     assert protect(plan, [traffic(demandRequestsPerSecond=500), other()]) == Protection({"shop/traffic": 0.1})
     assert protect(plan, [traffic(demandRequestsPerSecond=25), other()]) == Protection({"shop/traffic": 1.0})
+    assert protect(plan, [traffic(demandRequestsPerSecond=0), other()]) == Protection()  # nothing to hold
 
 
 def test_a_demand_move_alone_is_a_change_of_its_namespace_which_trades_within_itself(plan):
