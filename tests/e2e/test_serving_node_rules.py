@@ -147,7 +147,7 @@ def test_with_an_approval_only_maintenance_rule_a_serving_node_waits_for_the_adm
     assert no_task_below_its_capacity_in_force(sampler.samples)
 
 
-def test_without_replacement_change_re_partitions_the_only_node_one_at_a_time_and_states_the_loss(
+def test_without_replacement_change_re_partitions_the_only_node_and_states_the_loss(
         run_operator, api_client, core, custom, kubectl):
     """A one-node pool: nothing can carry `riser` while its node changes (one GPU serves about 9,400 of the
     12,000 requests/s, with 1g.10gb x6 + 1g.20gb where 200 requests/s had one 1g.20gb). With
