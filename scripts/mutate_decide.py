@@ -70,7 +70,7 @@ ADAPTER_POOL_MUTATIONS = [
     ("server started while the first compound plan is solved", "not first_plan_solving and slot not in compound",
      "slot not in compound", "test_a_server_waits_while_the_pools_first_compound_plan_is_solved"),
     ("invalid pool's servers deleted", "    if not valid:\n        return []\n    by_name", "    by_name",
-     "test_a_server_no_placement_wants_is_deleted_but_an_invalid_pools_servers_stay"),
+     "test_a_server_no_placement_wants_is_deleted_then_its_budget_but_an_invalid_pools_servers_stay"),
     ("unchanged server rewritten", "applied_hash(current) != applied_hash(body)", "True",
      "test_an_unchanged_cluster_gets_no_write_of_a_server"),
     ("lowest priority places first", "-(o.spec.pool_priority if o.spec else 0)", "(o.spec.pool_priority if o.spec else 0)",

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from tessera.operator import naming
-from tessera.operator.api.v1alpha1 import (ConditionType, ConfigurationSummary, Phase, ProfileSourceCounts, SystemPlanSummary,
-                                  TaskPlanSummary)
+from tessera.operator.api.v1alpha1 import (ConditionType, ConfigurationSummary, Phase, PlanChangesSummary,
+                                           ProfileSourceCounts, SystemPlanSummary, TaskPlanSummary)
 from tessera.operator.api.systems import SystemRef
 from tessera.planner.plan import Plan
 from tessera.planner.profiles import ProfileSource
@@ -64,6 +64,8 @@ REPLACED_IN_PLACE = "ReplacedInPlace"
 """Ready=False: old servers deleted before their replacements, which need their MIG instances (the loss stated)."""
 NODE_CHANGE_QUEUED = "NodeChangeQueued"
 NODE_DRAINING = "NodeDraining"
+NODE_CHANGED_WITHOUT_REPLACEMENT = "NodeChangedWithoutReplacement"
+"""MigLayoutApplied=False: a serving node re-partitioned with nothing carrying its replicas meanwhile (the loss stated)."""
 PAUSED = "Paused"
 ESTIMATED = "BuiltInEstimate"
 MEASURED_OR_GIVEN = "MeasuredOrGiven"
@@ -110,7 +112,7 @@ VIOLATIONS_ABOVE_TARGET = "ViolationsAboveTarget"
 WARNING_REASONS = {INVALID_SPEC, SLO_UNREACHABLE, TOO_LARGE_TO_PLAN, NO_GPU_POOL, SOLVE_FAILED, LAST_GOOD_PLAN,
                    INSUFFICIENT_CAPACITY, MIG_FAILED, NODE_IN_USE, SERVERS_UNAVAILABLE, PROFILING_FAILED,
                    POOL_NOT_ALLOWED, VIOLATIONS_ABOVE_TARGET, QUOTA_REACHED, PREEMPTED_BY_PRIORITY, ADAPTER_LOAD_FAILED,
-                   ROUTE_NAME_TAKEN, REPLACED_IN_PLACE, HELD_FOR_RUNNING_SYSTEMS, *PREREQUISITE_REASONS}
+                   ROUTE_NAME_TAKEN, REPLACED_IN_PLACE, NODE_CHANGED_WITHOUT_REPLACEMENT, HELD_FOR_RUNNING_SYSTEMS, *PREREQUISITE_REASONS}
 
 
 @dataclass(frozen=True)
@@ -213,6 +215,14 @@ def event_body(system: SystemRef, event: EventSpec, now: str) -> dict:
     }
 
 
+def _changes(plan: Plan) -> PlanChangesSummary | None:
+    """The pool plan's change summary in brief (its node lists bounded to examples)."""
+    if plan.changes is None:
+        return None
+    return PlanChangesSummary(summary=plan.changes.summary[:512], nodes_changed=len(plan.changes.nodes_changed),
+                              nodes_kept=len(plan.changes.nodes_kept), changed_examples=plan.changes.nodes_changed[:8])
+
+
 def plan_summary(plan: Plan, system_key: str, gpus: int, slices: int, pool_slices: int) -> dict:
     """What `kubectl describe` shows of a system's share of its pool's plan, in the API's typed shape
     (SystemPlanSummary): small at 50 tasks. `pool_slices`: the whole pool's (its share's denominator)."""
@@ -232,5 +242,5 @@ def plan_summary(plan: Plan, system_key: str, gpus: int, slices: int, pool_slice
         predicted_latency_ms=round(summary.worst_path_latency_ms, 1),
         predicted_accuracy=round(min(summary.worst_path_accuracy, 1.0), 4),
         demand_rps=round(summary.demand_rps, 3), served_rps=round(summary.served_rps, 3),
-        profile_sources=ProfileSourceCounts(**sources), tasks=tasks)
+        profile_sources=ProfileSourceCounts(**sources), tasks=tasks, changes=_changes(plan))
     return typed.model_dump(by_alias=True, mode="json", exclude_none=True)

@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import hashlib
 from datetime import datetime
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
-from pydantic import Field
+from pydantic import Field, StringConstraints
 
 from tessera.planner.model import DNS_1035_LABEL, MAX_TASKS, MIG_PROFILE_NAME, Name, Spec, list_map
 
 MAX_NAME_LENGTH = 63
+NodeName = Annotated[str, StringConstraints(min_length=1, max_length=253)]
 CHILD_HASH_LENGTH = 10
 
 
@@ -132,6 +133,24 @@ class ProfileSourceCounts(Spec):
     )
 
 
+class PlanChangesSummary(Spec):
+    """What the pool's plan in force changed on nodes that already carried MIG instances, and why (the planner's
+    change price, docs/planner.md "What a change costs"); the whole pool's, the same on each of its systems."""
+
+    summary: str = Field(
+        max_length=512, description="One line: the nodes changed and the slices (and GPUs) that saves, or the changes "
+                                    "declined because they save less than their price, e.g. `changes 1 node: "
+                                    "saves 9 slices; keeps 1 more: changing them would save 2 slices, less than their "
+                                    "price`.")
+    nodes_changed: int = Field(alias="nodesChanged", ge=0, le=100_000,
+                               description="Nodes whose layouts the plan changed (each stops its pods meanwhile).")
+    nodes_kept: int = Field(alias="nodesKept", ge=0, le=100_000,
+                            description="Nodes carrying instances whose layouts the plan kept.")
+    changed_examples: list[NodeName] = Field(
+        default_factory=list, alias="nodesChangedExamples", max_length=8,
+        description="Up to 8 of the nodes changed (all of them: the pool's stored plan, in its ConfigMap's `plan`).")
+
+
 class SystemPlanSummary(Spec):
     """The plan in force for a CompoundInferenceSystem, in brief."""
 
@@ -165,6 +184,9 @@ class SystemPlanSummary(Spec):
     tasks: list[TaskPlanSummary] = Field(
         max_length=MAX_TASKS, json_schema_extra=list_map("name"), description="Per task: variant and configurations.",
     )
+    changes: PlanChangesSummary | None = Field(
+        default=None, description="What the pool's plan changed on nodes that already carried MIG instances, and "
+                                  "why; absent for a plan made with no layout in place.")
 
 
 class ServerSummary(Spec):

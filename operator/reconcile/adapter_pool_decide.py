@@ -83,9 +83,9 @@ from tessera.operator.reconcile.actions import Action, ApplyChild, DeleteChild, 
 from tessera.operator.reconcile.adapter_pool_demand import RatesDecision, rates_record, recorded_rates
 from tessera.operator.reconcile.adapter_weights import (base_model_path, fetch_containers, running_fetcher_image,
                                                        server_mounts, weights_volumes)
-from tessera.operator.reconcile.builders import SERVER_CONTAINER, applied_hash, with_applied_hash
+from tessera.operator.reconcile.builders import SERVER_CONTAINER, applied_hash, disruption_budget, with_applied_hash
 # the one rule for an available server Deployment, the compound systems' servers' too
-from tessera.operator.reconcile.decide import NodeMig, stored_pool_plan
+from tessera.operator.reconcile.decide import BUDGET, NodeMig, stored_pool_plan
 from tessera.operator.reconcile.decide import node_mig as layout_of_node
 from tessera.operator.reconcile.decide import _available as available
 from tessera.operator.reconcile.quotas import WholeGpuQuota
@@ -628,20 +628,26 @@ def owned_by(children: list[Json], ref: PoolRef) -> list[Json]:
 
 
 def decide_servers(planned: list[tuple[Json, bool]], live: list[Json], valid: bool) -> list[Action]:
-    """Apply each server that differs from its live Deployment and may go now; delete the pool's Deployments no
-    placement wants. An invalid pool gets neither: its last good servers keep running."""
+    """Apply each server that differs from its live Deployment and may go now, and its PodDisruptionBudget with it
+    (builders.disruption_budget, as a compound system's servers get); delete the pool's Deployments no placement
+    wants, each budget after its Deployment (the same reconcile). An invalid pool gets neither: its last good
+    servers keep running."""
     if not valid:
         return []
     by_name = {c["metadata"]["name"]: c for c in live if c["kind"] == "Deployment"}
+    budgets = {c["metadata"]["name"]: c for c in live if c["kind"] == BUDGET}
     actions: list[Action] = []
     for body, now in planned:
-        current = by_name.get(body["metadata"]["name"])
-        if now and (current is None or applied_hash(current) != applied_hash(body)):
-            actions.append(ApplyChild(body, reason="not there yet" if current is None else "differs from the placement"))
-    wanted = {body["metadata"]["name"] for body, _ in planned}
-    for name, child in sorted(by_name.items()):
-        if name not in wanted:
-            actions.append(DeleteChild(child, reason="no server of the placement wants it"))
+        name = body["metadata"]["name"]
+        for wanted, current in ((body, by_name.get(name)), (disruption_budget(body), budgets.get(name))):
+            if now and (current is None or applied_hash(current) != applied_hash(wanted)):
+                actions.append(ApplyChild(wanted, reason="not there yet" if current is None
+                                          else "differs from the placement"))
+    wanted_names = {body["metadata"]["name"] for body, _ in planned}
+    for children in (by_name, budgets):
+        for name, child in sorted(children.items()):
+            if name not in wanted_names:
+                actions.append(DeleteChild(child, reason="no server of the placement wants it"))
     return actions
 
 

@@ -10,6 +10,16 @@ changed. When no system changed (a node joined or left, a quota, a
 measurement), the systems the plan in force protected and that are still
 unchanged stay protected, so the next unrelated re-plan does not undo it.
 
+A demand move (a `demandSource` reading, or an edit of
+demandRequestsPerSecond alone) is a change of its system, and so of its
+namespace: that system is re-planned for its new demand, and within its
+namespace the systems may trade capacity as for any change there. But when
+other namespaces changed too, no running system of a changed namespace whose
+spec is unchanged or whose demand alone moved loses what it serves because of
+them: it keeps the requests/s the plan in force serves it as a floor (no
+nodes kept: its own new demand may need its nodes' layouts changed). A spec
+edited beyond its demand is re-planned as asked, with no floor.
+
 For each protected system the planner gets:
 - its served fraction as a floor (planner plan()'s `running`), held before
   the others of its priority are served; higher priorities and quotas still
@@ -25,9 +35,10 @@ the candidates), plain data out.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from tessera.operator.api.systems import SystemObject
+from tessera.operator.reconcile.decide import spec_digest
 from tessera.planner.plan import Plan
 
 
@@ -47,25 +58,39 @@ def protection(current: Plan | None, planned_for: Mapping[str, str], candidates:
     (system key -> digest) it was made for; `spec_hash` the candidates' digests now."""
     if current is None:
         return Protection()
-    changed = [s for s in candidates if planned_for.get(s.ref.key) != spec_hash.get(s.ref.key)]
-    served = {s.system: s.served_rps / s.demand_rps for s in current.systems if s.demand_rps > 0 and s.served_rps > 0}
-    unchanged = [s for s in candidates if s.ref.key not in {c.ref.key for c in changed} and s.ref.key in served]
+    changed = {s.ref.key for s in candidates if planned_for.get(s.ref.key) != spec_hash.get(s.ref.key)}
+    served = {s.system: s.served_rps for s in current.systems if s.demand_rps > 0 and s.served_rps > 0}
+    running = [s for s in candidates if s.ref.key in served and s.spec is not None]
+    unchanged = [s for s in running if s.ref.key not in changed]
+    namespaces = {s.ref.namespace for s in candidates if s.ref.key in changed}
     if changed:
-        namespaces = {s.ref.namespace for s in changed}
         protected = [s for s in unchanged if s.ref.namespace not in namespaces]
+        demands = {s.system: s.demand_rps for s in current.systems}
+        held = [s for s in running if s.ref.namespace in namespaces and namespaces - {s.ref.namespace}
+                and (s.ref.key not in changed or _demand_alone_moved(s, demands[s.ref.key], planned_for))]
     else:
-        protected = [s for s in unchanged if s.ref.key in current.running]
-    if not protected:
+        protected, held = [s for s in unchanged if s.ref.key in current.running], []
+    if not protected and not held:
         return Protection()
-    above = max((_priority(s) for s in changed), default=None)
+    above = max((_priority(s) for s in candidates if s.ref.key in changed), default=None)
     keeps = {s.ref.key for s in protected if above is None or _priority(s) >= above}
     kept_for: dict[str, set[str]] = {}
     for gpu in current.gpus:
         for instance in gpu.instances:
             if instance.system in keeps and gpu.node is not None:
                 kept_for.setdefault(gpu.node, set()).add(instance.system)
-    return Protection({s.ref.key: min(1.0, served[s.ref.key]) for s in sorted(protected, key=lambda s: s.ref.key)},
+    return Protection({s.ref.key: min(1.0, served[s.ref.key] / s.spec.demand_rps)
+                       for s in sorted([*protected, *held], key=lambda s: s.ref.key)
+                       if s.spec is not None and s.spec.demand_rps > 0},
                       {node: sorted(systems) for node, systems in sorted(kept_for.items())})
+
+
+def _demand_alone_moved(system: SystemObject, planned_demand: float, planned_for: Mapping[str, str]) -> bool:
+    """Its spec is the one the plan in force was made for but for demandRequestsPerSecond (a demandSource's
+    reading replaces it in the spec the operator plans)."""
+    assert system.spec is not None
+    before = replace(system, spec=system.spec.model_copy(update={"demand_rps": planned_demand}))
+    return spec_digest(before) == planned_for.get(system.ref.key)
 
 
 def _priority(system: SystemObject) -> int:

@@ -95,7 +95,7 @@ def decide_serving_nodes(pool: Pool, states: dict[str, NodeMig], pods: Mapping[s
         unserved = _capacity(own, state.hostname, planned_servers, live, set()).missing
         # the loss the cordon recorded: once the Deployments are at zero they no longer show it
         loss = node.change_loss or (f"until then no other node serves {_tasks(unserved)}" if unserved else "")
-        states[node.name] = replace(state, serving_change=(st.NODE_DRAINING, (
+        states[node.name] = replace(state, serving_change=(_draining(loss), (
             f"node {node.name} is cordoned by tessera for its new layout {state.config}: its Deployments are scaled "
             "to zero until mig-manager applies it, then they return" + (f"; {loss}" if loss else ""))))
     waiting_hosts = {m.hostname for m in states.values() if m.blocked_by}
@@ -121,7 +121,7 @@ def decide_serving_nodes(pool: Pool, states: dict[str, NodeMig], pods: Mapping[s
                                                                      "; what it carries runs elsewhere"))))
         actions.extend(_scale_to_zero(own, name))
         in_progress += 1
-        states[name] = replace(state, serving_change=(st.NODE_DRAINING, (
+        states[name] = replace(state, serving_change=(_draining(loss), (
             f"node {name} is cordoned by tessera for its new layout {state.config}: its Deployments are scaled to "
             "zero until mig-manager applies it" + (f"; {loss}" if loss else ""))))
     return states, actions
@@ -174,6 +174,11 @@ def _scale_to_zero(own: list[Json], node: str) -> list[Action]:
 
 def _key(body: Json) -> ChildKey:
     return body["kind"], body["metadata"]["namespace"], body["metadata"]["name"]
+
+
+def _draining(loss: str) -> str:
+    """The reason of a change under way: a Warning where it carries a loss (no replacement capacity)."""
+    return st.NODE_CHANGED_WITHOUT_REPLACEMENT if loss else st.NODE_DRAINING
 
 
 def _loss(missing: dict[Task, int]) -> str:

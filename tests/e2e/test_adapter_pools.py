@@ -89,6 +89,11 @@ def test_an_adapter_pool_gets_its_planned_vllm_servers_a_ready_status_and_printe
         pods = core.list_namespaced_pod(operator.namespace,
                                         label_selector=f"tessera.ai/deployment={deployment.metadata.name}").items
         assert [(p.status.phase, p.spec.node_name) for p in pods] == [("Running", pinned_node(deployment))]
+        # its PodDisruptionBudget, as a compound system's server has (builders.disruption_budget)
+        budget = client.PolicyV1Api(api_client).read_namespaced_pod_disruption_budget(deployment.metadata.name,
+                                                                                       operator.namespace)
+        assert budget.spec.selector.match_labels == deployment.spec.selector.match_labels
+        assert budget.spec.max_unavailable == 1 and budget.metadata.owner_references[0].kind == "AdapterPool"
 
     status = found["status"]
     assert status["phase"] == "Ready" and is_true(found, "AdaptersPlaced") and not is_true(found, "Degraded")

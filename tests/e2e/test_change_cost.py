@@ -52,5 +52,9 @@ def test_a_second_system_is_served_on_free_capacity_without_touching_the_first_s
     changes = ChangeSummary.model_validate(json.loads(state.data["plan"])["changes"])
     assert first_node in changes.nodes_kept and changes.nodes_changed == []
     assert "less than their price" in changes.summary, changes.summary
+    # ... and so does each system's status, in brief.
+    for name in ("first", "second"):
+        shown = found[name]["status"]["plan"]["changes"]
+        assert shown["summary"] == changes.summary and shown["nodesChanged"] == 0, shown
     # Not checked: which of `first`'s replicas stay on their instances. The cost stage may move them (the
     # price counts layouts, not replica moves): docs/planner.md, "What a change costs".

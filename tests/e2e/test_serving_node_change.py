@@ -1,9 +1,13 @@
 """Make before break on the test cluster: a demand rise re-partitions a serving node after its replicas moved.
 
-Two nodes of one GPU each. `riser` serves 200 requests/s from one instance on
-the first node; its demand then rises past what that node's layout (one small
-instance) carries, so the plan needs both GPUs and a new layout on the
-serving node. With `--without-replacement wait` the node may change only once
+Three nodes of one GPU each. `bystander` serves 6,000 requests/s from its own
+node; `riser` serves 200 requests/s from one instance on another node; its
+demand then rises past what that node's layout (one small instance) carries,
+so the plan needs the free GPU and a new layout on the serving node, and
+leaves the bystander's node as it is (its layout is full and changing it
+saves less than its price). The check can fail: with the operator restarted
+with the price off (`--reconfigure-s 0`) once both serve, the rise's plan
+re-partitions the bystander's node too, and this test fails. With `--without-replacement wait` the node may change only once
 what it carries runs elsewhere: the plan's servers on the free node must be
 available first, then tessera cordons the node, scales its Deployments to
 zero, relabels it, brings its new Deployments up and lifts its cordon.
@@ -26,7 +30,7 @@ import time
 from kubernetes import client
 
 from .operator_fixtures import crds, custom, run_operator  # noqa: F401  (fixtures)
-from .operator_harness import MANAGED, pinned_node, system_yaml, wait_ready
+from .operator_harness import MANAGED, pinned_node, server_fingerprints, system_yaml, wait_ready
 
 READY_TIMEOUT_S = 120
 CORDONED = "tessera.ai/cordoned"
@@ -63,16 +67,22 @@ class Sampler(threading.Thread):
 
 def test_a_demand_rise_moves_replicas_first_then_re_partitions_the_serving_node(run_operator, api_client, custom,
                                                                                    kubectl):
-    operator = run_operator(nodes=2, gpus_per_node=1)
+    operator = run_operator(nodes=3, gpus_per_node=1)
     operator.extra_args = ["--without-replacement", "wait"]
     operator.start()
     namespace = operator.namespace
-    kubectl("apply", "-n", namespace, "-f", "-", input=system_yaml("riser", demandRequestsPerSecond=200))
-    wait_ready(custom, namespace, ["riser"], READY_TIMEOUT_S, operator)
+    for name, rps in (("bystander", 6000), ("riser", 200)):
+        kubectl("apply", "-n", namespace, "-f", "-", input=system_yaml(name, demandRequestsPerSecond=rps))
+        wait_ready(custom, namespace, [name], READY_TIMEOUT_S, operator)
     apps = client.AppsV1Api(api_client)
-    (serving,) = {pinned_node(d) for d in apps.list_namespaced_deployment(namespace, label_selector=MANAGED).items
-                  if d.metadata.labels.get("tessera.ai/component") == "model-server"}
-    (free,) = set(operator.pool.nodes) - {serving}
+    placed: dict[str, set[str]] = {}
+    for d in apps.list_namespaced_deployment(namespace, label_selector=MANAGED).items:
+        if d.metadata.labels.get("tessera.ai/component") == "model-server":
+            placed.setdefault(d.metadata.labels["tessera.ai/system"], set()).add(pinned_node(d))
+    (serving,), (other,) = placed["riser"], placed["bystander"]
+    assert serving != other, f"the check needs the bystander on a node of its own: {placed}"
+    (free,) = set(operator.pool.nodes) - {serving, other}
+    bystander = server_fingerprints(api_client, namespace, "bystander")
 
     sampler = Sampler(api_client, namespace, operator.pool.nodes)
     sampler.start()
@@ -95,6 +105,10 @@ def test_a_demand_rise_moves_replicas_first_then_re_partitions_the_serving_node(
     _, _, nodes = sampler.samples[-1]
     assert nodes[serving][:2] == (False, None), "tessera lifted its cordon and its record"
     assert no_deployment_deleted_while_it_served_before_its_replacements(sampler.samples)
+    # Other nodes untouched: the bystander's node never cordoned nor relabelled, its Deployments as they were.
+    touched = [nodes[other] for _, _, nodes in sampler.samples if nodes[other] != sampler.samples[0][2][other]]
+    assert not touched and sampler.samples[0][2][other][:2] == (False, None), touched[:3]
+    assert server_fingerprints(api_client, namespace, "bystander") == bystander
 
 
 def wait_for_change(custom, namespace, operator, sampler: Sampler, serving: str) -> dict:

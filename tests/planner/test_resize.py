@@ -103,3 +103,33 @@ def test_a_running_plan_serving_nothing_of_a_system_re_plans_in_full_rather_than
     summary = base.systems[0].model_copy(update={"system": other.name, "served_rps": 0.0})
     current = base.model_copy(update={"tasks": base.tasks + empty, "systems": base.systems + [summary]})
     assert resize_replicas(current, scaled([systems[0], other], 0.5), pool, store) is None
+
+
+def two_namespaces(systems, a_rps: float, b_rps: float):
+    """The example as two systems of two namespaces, as the operator keys them (namespace/name)."""
+    (system,) = systems
+    return [system.model_copy(update={"name": "x/a", "demand_rps": a_rps}),
+            system.model_copy(update={"name": "y/b", "demand_rps": b_rps})]
+
+
+def test_a_resize_never_serves_a_system_less_than_the_plan_in_force_it_serves_all_in_full_or_returns_none(
+        systems, store):
+    """The operator's replicas-only path (Reconciler.plan_without_solve) passes no floors for the running
+    systems of other namespaces (running_decide.py): it needs none, because a resized plan serves every system's
+    whole demand (the replica counts must carry each task's demand, or there is no resized plan and the pool
+    re-plans in full, with the floors). So `y/b`'s served demand never falls when `x/a`'s moves, whether the plan
+    in force served it in full (8 GPUs) or in part (1 GPU: a rise of `x/a` could only take from it)."""
+    resized = 0
+    for gpus in (8, 1):
+        pool = NodePool(gpu="H100-80GB", nodes=[NodeState(name="n0", gpus=[{}] * gpus)])
+        base = plan(two_namespaces(systems, 5_000, 5_000), pool, store)
+        served = {s.system: s.served_rps for s in base.systems}
+        assert gpus == 8 or served["y/b"] < 5_000, "the 1-GPU case needs a plan in force serving y/b in part"
+        for a_rps in (2_500, 5_500, 50_000):
+            result = resize_replicas(base, two_namespaces(systems, a_rps, 5_000), pool, store)
+            if result is None:
+                continue  # the full re-plan, with the floors
+            resized += 1
+            assert all(s.served_rps == s.demand_rps for s in result.systems), (gpus, a_rps, result.systems)
+            assert {s.system: s.served_rps for s in result.systems}["y/b"] >= served["y/b"], (gpus, a_rps)
+    assert resized >= 2, "the check needs resized plans"

@@ -28,6 +28,7 @@ from tessera.operator.reconcile.adapter_pool_decide import (GPU_ANNOTATION, Pool
                                                             planned_servers, pool_status, reserved_for, server_slots,
                                                             within, yields_to_compound)
 from tessera.operator.reconcile.act import Actor
+from tessera.operator.reconcile.builders import disruption_budget
 from tessera.operator.reconcile.adapter_pools import AdapterPools
 from tessera.operator.reconcile.adapter_routes import route_summaries
 from tessera.operator.reconcile.decide import STATE_FORMAT, NodeMig
@@ -207,20 +208,40 @@ def test_a_server_waits_while_the_pools_first_compound_plan_is_solved():
     assert decide_servers(planned, [], True) == []
 
 
+def with_budgets(planned) -> list[dict]:
+    """The planned servers live, each with its PodDisruptionBudget."""
+    return [live(child) for body, _ in planned for child in (body, disruption_budget(body))]
+
+
 def test_an_unchanged_cluster_gets_no_write_of_a_server():
     obj, pool = adapter_pool(), gpu_pool()
     _, planned = servers_of(obj, pool)
     assert {type(a) for a in decide_servers(planned, [], True)} == {ApplyChild}
-    assert decide_servers(planned, [live(body) for body, _ in planned], True) == []
+    assert decide_servers(planned, with_budgets(planned), True) == []
 
 
-def test_a_server_no_placement_wants_is_deleted_but_an_invalid_pools_servers_stay():
+def test_each_server_gets_its_disruption_budget_applied_with_it_and_none_while_it_waits():
     obj, pool = adapter_pool(), gpu_pool()
     _, planned = servers_of(obj, pool)
-    stale = live({**planned[0][0], "metadata": {**planned[0][0]["metadata"], "name": "support-server-9"}})
-    actions = decide_servers(planned, [live(b) for b, _ in planned] + [stale], True)
-    assert [(type(a), a.child["metadata"]["name"]) for a in actions] == [(DeleteChild, "support-server-9")]
-    assert decide_servers([], [stale], valid=False) == []
+    applied = [a.body for a in decide_servers(planned, [], True)]
+    assert applied == [child for body, _ in planned for child in (body, disruption_budget(body))]
+    budget = applied[1]
+    assert budget["kind"] == "PodDisruptionBudget" and budget["metadata"]["name"] == planned[0][0]["metadata"]["name"]
+    assert budget["spec"]["selector"] == planned[0][0]["spec"]["selector"]
+    assert budget["metadata"]["ownerReferences"][0]["kind"] == "AdapterPool"
+    waiting = [(body, False) for body, _ in planned]
+    assert decide_servers(waiting, [], True) == []
+
+
+def test_a_server_no_placement_wants_is_deleted_then_its_budget_but_an_invalid_pools_servers_stay():
+    obj, pool = adapter_pool(), gpu_pool()
+    _, planned = servers_of(obj, pool)
+    body = {**planned[0][0], "metadata": {**planned[0][0]["metadata"], "name": "support-server-9"}}
+    stale = [live(body), live(disruption_budget(body))]
+    actions = decide_servers(planned, with_budgets(planned) + stale, True)
+    assert [(type(a), a.child["kind"], a.child["metadata"]["name"]) for a in actions] == [
+        (DeleteChild, "Deployment", "support-server-9"), (DeleteChild, "PodDisruptionBudget", "support-server-9")]
+    assert decide_servers([], stale, valid=False) == []
 
 
 # -- status ------------------------------------------------------------------------

@@ -69,9 +69,10 @@ def reconcile(document: dict, live: list[dict]) -> tuple[PoolServers, list[tuple
     planned = planned_servers(GPUS, decided, SETTINGS, set(), {})
     written = [a.body for a in decide_placement_record(decided, live) + decide_servers(planned, live, True)
                if isinstance(a, ApplyChild)]
-    deleted = {a.child["metadata"]["name"] for a in decide_servers(planned, live, True) if isinstance(a, DeleteChild)}
-    names = {b["metadata"]["name"] for b in written} | deleted
-    return decided, planned, [c for c in live if c["metadata"]["name"] not in names] + as_live(written)
+    deleted = {(a.child["kind"], a.child["metadata"]["name"]) for a in decide_servers(planned, live, True)
+               if isinstance(a, DeleteChild)}
+    names = {(b["kind"], b["metadata"]["name"]) for b in written} | deleted
+    return decided, planned, [c for c in live if (c["kind"], c["metadata"]["name"]) not in names] + as_live(written)
 
 
 def as_live(bodies: list[dict]) -> list[dict]:
@@ -106,7 +107,7 @@ def planned_first_name(decided: PoolServers) -> str:
 
 
 def by_name(bodies) -> dict[str, dict]:
-    return {b["metadata"]["name"]: b for b in bodies}
+    return {b["metadata"]["name"]: b for b in bodies if b["kind"] == "Deployment"}
 
 
 def test_a_10_percent_rate_change_moves_few_adapters_where_a_fresh_placement_moves_most():
@@ -137,7 +138,8 @@ def test_a_server_kept_at_its_flags_keeps_its_deployment_byte_identical_whether_
             for (body, _), server in zip(planned, after.placement.servers)
             if server.index in old and server.index not in after.moves.restarted]
     assert any(changed for _, changed in kept) and not all(changed for _, changed in kept)
-    written = {a.body["metadata"]["name"] for a in decide_servers(planned, live, True) if isinstance(a, ApplyChild)}
+    written = {a.body["metadata"]["name"] for a in decide_servers(planned, live, True)
+               if isinstance(a, ApplyChild) and a.body["kind"] == "Deployment"}
     for body, _ in kept:
         name = body["metadata"]["name"]
         assert json.dumps(body, sort_keys=True) == json.dumps(as_written(by_name(live)[name]), sort_keys=True)
@@ -265,8 +267,8 @@ def test_a_server_emptied_by_removals_is_deleted_and_the_others_keep_their_names
     first = set(before.placement.servers[0].adapters)
     after, planned, _ = reconcile(pool_document([a for a in adapters if a["name"] not in first], generation=2), live)
     actions = decide_servers(planned, live, True)
-    deleted = [a.child["metadata"]["name"] for a in actions if isinstance(a, DeleteChild)]
-    assert deleted == [planned_first_name(before)]
+    deleted = [(a.child["kind"], a.child["metadata"]["name"]) for a in actions if isinstance(a, DeleteChild)]
+    assert deleted == [("Deployment", planned_first_name(before)), ("PodDisruptionBudget", planned_first_name(before))]
     assert [s.index for s in after.placement.servers] == [s.index for s in before.placement.servers[1:]]
     assert not [a for a in actions if isinstance(a, ApplyChild)]
 

@@ -34,9 +34,36 @@ def test_a_re_plan_another_namespace_caused_protects_what_runs_its_served_fracti
     assert found == Protection({"shop/traffic": 1.0}, {"gpu-a": ["shop/traffic"], "gpu-b": ["shop/traffic"]})
 
 
-def test_a_system_whose_own_spec_changed_is_not_protected(plan):
-    assert protect(plan, [read_system({**SYSTEM, "spec": {**SYSTEM["spec"], "demandRequestsPerSecond": 500}}),
-                          other()]) == Protection()
+def traffic(**spec):
+    return read_system({**SYSTEM, "spec": {**SYSTEM["spec"], **spec}})
+
+
+def test_a_system_whose_spec_was_edited_beyond_its_demand_is_not_protected(plan):
+    edited = traffic(slo={**SYSTEM["spec"]["slo"], "latencyMilliseconds": 400})
+    assert protect(plan, [edited, other()]) == Protection()
+
+
+def test_a_system_whose_demand_alone_moved_keeps_the_requests_it_serves_against_another_namespaces_change(plan):
+    """A demandSource reading (or an edit of the demand alone) is its system's change: it is re-planned for
+    the new demand, so none of its nodes is kept, but a tenant's change at the same time does not take what it
+    serves: the 50 requests/s the plan in force serves it, as a share of the new demand."""
+    assert plan.systems[0].served_rps == 50
+    assert protect(plan, [traffic(demandRequestsPerSecond=500), other()]) == Protection({"shop/traffic": 0.1})
+    assert protect(plan, [traffic(demandRequestsPerSecond=25), other()]) == Protection({"shop/traffic": 1.0})
+    assert protect(plan, [traffic(demandRequestsPerSecond=0), other()]) == Protection()  # nothing to hold
+
+
+def test_a_demand_move_alone_is_a_change_of_its_namespace_which_trades_within_itself(plan):
+    """Without another namespace's change nobody of its namespace is held for it, nor it for them; with one, the
+    running systems of its namespace keep what they serve (a floor, no nodes kept)."""
+    moved = traffic(demandRequestsPerSecond=500)
+    sibling = other(namespace="shop", name="second")
+    planned_for = {TRAFFIC.ref.key: spec_digest(TRAFFIC), sibling.ref.key: spec_digest(sibling)}
+    both = plan.model_copy(update={"systems": [*plan.systems, plan.systems[0].model_copy(
+        update={"system": "shop/second"})]})
+    assert protect(both, [moved, sibling], planned_for) == Protection()
+    assert protect(both, [moved, sibling, other()], planned_for) == Protection(
+        {"shop/second": 1.0, "shop/traffic": 0.1})
 
 
 def test_a_re_plan_a_namespace_caused_protects_none_of_its_own_systems(plan):

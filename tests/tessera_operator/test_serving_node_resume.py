@@ -140,13 +140,13 @@ def test_after_the_cordon_the_next_leader_scales_the_nodes_deployments_to_zero_a
     found = reconcile(plan, Stand())
     assert found.steps() == [("ScaleToZero", OLD)]
     assert not [a for a in found.actions if isinstance(a, DeleteChild)], "a serving Deployment is scaled, not deleted"
-    assert found.gpu_a.serving_change is not None and found.gpu_a.serving_change[0] == st.NODE_DRAINING
+    assert found.gpu_a.serving_change is not None and found.gpu_a.serving_change[0] == st.NODE_CHANGED_WITHOUT_REPLACEMENT
 
 
 def test_after_the_scale_to_zero_the_next_leader_waits_for_the_nodes_pods_to_go(plan):
     found = reconcile(plan, Stand(old_replicas=0))
     assert found.steps() == []
-    assert found.gpu_a.blocked_by == [OLD_POD] and found.gpu_a.serving_change[0] == st.NODE_DRAINING
+    assert found.gpu_a.blocked_by == [OLD_POD] and found.gpu_a.serving_change[0] == st.NODE_CHANGED_WITHOUT_REPLACEMENT
 
 
 def test_once_the_pods_are_gone_the_next_leader_relabels_the_node_when_its_config_had_time_to_reach_mig_manager(plan):
@@ -200,7 +200,7 @@ def test_the_next_leader_states_the_loss_the_cordon_recorded_once_the_deployment
     recorded = "without replacement capacity: traffic/object-detection loses 2 replica(s) until the node serves again"
     found = reconcile(plan, Stand(mig="pending", old_replicas=None, pod=False, loss=recorded))
     mig = found.mig_condition()
-    assert (mig.status, mig.reason) == (False, st.NODE_DRAINING) and recorded in mig.message
+    assert (mig.status, mig.reason) == (False, st.NODE_CHANGED_WITHOUT_REPLACEMENT) and recorded in mig.message
 
 
 def test_the_uncordon_lifts_the_loss_the_cordon_recorded_with_it(plan):

@@ -147,7 +147,7 @@ def test_without_replacement_change_re_partitions_the_node_and_states_the_loss(p
     states, actions, _ = decide(plan, Rules(without_replacement="change"))
     assert [type(a) for a in actions] == [CordonNode, ScaleToZero]
     reason, message = states["gpu-a"].serving_change
-    assert reason == st.NODE_DRAINING and "loses 2 replica(s)" in message and "object-detection" in message
+    assert reason == st.NODE_CHANGED_WITHOUT_REPLACEMENT and "loses 2 replica(s)" in message and "object-detection" in message
 
 
 def test_a_change_without_replacement_waits_while_another_serving_node_of_the_pool_changes(plan):
@@ -174,7 +174,7 @@ def test_a_node_tessera_cordoned_keeps_its_deployments_at_zero_until_its_layout_
     assert [(type(a), a.name) for a in actions if isinstance(a, ScaleToZero)] == [(ScaleToZero, "traffic-old-detection")]
     assert not [a for a in actions if isinstance(a, (CordonNode, UncordonNode))]
     reason, message = states["gpu-a"].serving_change
-    assert reason == st.NODE_DRAINING and "no other node serves traffic/object-detection" in message
+    assert reason == st.NODE_CHANGED_WITHOUT_REPLACEMENT and "no other node serves traffic/object-detection" in message
 
 
 def test_tessera_lifts_its_cordon_once_the_new_layout_is_applied_and_only_its_own(plan):

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from tessera.operator.api import status as st
+from tessera.operator.api.v1alpha1 import SystemPlanSummary
+from tessera.planner.change_cost import ChangeSummary
 
 
 def _conditions(ready: bool, reason: str) -> list[st.Condition]:
@@ -75,3 +77,16 @@ def test_a_removed_demand_source_removes_status_demand_once_then_the_status_is_u
     assert "demand" not in stored
     again = st.build_status(2, st.PHASE_READY, _conditions(True, st.SERVERS_READY), None, stored, "t3")
     assert not st.status_changed(stored, again)
+
+
+def test_the_plan_summary_says_what_the_plan_changed_and_why_with_its_node_names_bounded(plan):
+    changed = [f"gpu-{i}" for i in range(12)]
+    why = ChangeSummary(nodes_changed=changed, nodes_kept=["gpu-a"], price=3.0, slices_saved=9, forgone_slices=2,
+                        forgone_nodes=1)
+    summary = st.plan_summary(plan.model_copy(update={"changes": why}), "shop/traffic", gpus=2, slices=13,
+                              pool_slices=14)
+    assert summary["changes"] == {"summary": why.summary, "nodesChanged": 12, "nodesKept": 1,
+                                  "nodesChangedExamples": changed[:8]}
+    assert "changes 12 nodes: saves 9 slices" in summary["changes"]["summary"]
+    SystemPlanSummary.model_validate(summary)  # within the CRD's bounds
+    assert "changes" not in st.plan_summary(plan, "shop/traffic", gpus=2, slices=13, pool_slices=14)
