@@ -129,11 +129,12 @@ def _step(namespace: str, resource: str, room: Room, new: list[Json], old: list[
 
 def step_children(planned: dict[ChildKey, tuple[Json, bool]], live: Mapping[ChildKey, Json],
                   rooms: Mapping[tuple[str, str], Room], systems: list[SystemObject], paused: Collection[str],
-                  now: str) -> tuple[dict[ChildKey, tuple[Json, bool]], list[Action]]:
+                  now: str) -> tuple[dict[ChildKey, tuple[Json, bool]], list[Action], dict[str, str]]:
     """The planned children with the Deployments a quota step applies itself marked not to apply (decide_children
     then neither applies them in full nor takes them for gone: the old ones serve until they are available in
     full), and the step's writes: the plan's Deployments at the replicas of this step, the old one scaled down by
-    one, and a Warning Event on each system a step moves. A paused system's children take no step (nothing
+    one, and a Warning Event on each system a step moves; and each stepped system's key -> the step's message
+    (with_quota_transition states it). A paused system's children take no step (nothing
     changes what runs)."""
     stale = [child for key, child in sorted(live.items())
              if key not in planned and is_model_server(child) and owner_key(child) not in paused]
@@ -142,6 +143,7 @@ def step_children(planned: dict[ChildKey, tuple[Json, bool]], live: Mapping[Chil
     by_key = {system.ref.key: system for system in systems}
     stepped = dict(planned)
     actions: list[Action] = []
+    messages: dict[str, str] = {}
     for step in decide_quota_transitions(servers, stale, by_name, rooms):
         moves: list[Action] = []
         for name, replicas in sorted(step.replicas.items()):
@@ -157,11 +159,21 @@ def step_children(planned: dict[ChildKey, tuple[Json, bool]], live: Mapping[Chil
         actions += moves
         owners = {owner_key(body) for body in servers if f"{body['metadata']['namespace']}/{body['metadata']['name']}"
                   in step.replicas}
-        if moves:
-            actions += [PostEvent(st.event_body(by_key[owner].ref, st.EventSpec("Warning", QUOTA_TRANSITION,
-                                                                                step.message), now),
-                                  reason=step.message) for owner in sorted(o for o in owners if o in by_key)]
-    return stepped, actions
+        for owner in sorted(o for o in owners if o in by_key):
+            messages[owner] = step.message
+            if moves:
+                actions.append(PostEvent(st.event_body(by_key[owner].ref, st.EventSpec(
+                    "Warning", QUOTA_TRANSITION, step.message), now), reason=step.message))
+    return stepped, actions, messages
+
+
+def with_quota_transition(conditions: list[st.Condition], message: str | None) -> list[st.Condition]:
+    """The system's conditions with its change's step stated where a quota steps it: Progressing, reason
+    QuotaTransition, naming the quota and the replicas that serve meanwhile (instead of ReplacementPending)."""
+    if message is None:
+        return conditions
+    return [c for c in conditions if c.type != st.PROGRESSING] + [
+        st.Condition(st.PROGRESSING, True, QUOTA_TRANSITION, message)]
 
 
 def capped(body: Json, replicas: int) -> Json:

@@ -1,9 +1,11 @@
 """A make-before-break change inside a namespace's ResourceQuota: where the old pods and the new ones do not fit
 together, one replica at a time, never a FailedCreate deadlock (operator/reconcile/quota_transitions.py)."""
 
+from tessera.operator.api import status as st
 from tessera.operator.reconcile.actions import ApplyChild, DeleteChild, PostEvent, ScaleDeployment
 from tessera.operator.reconcile.decide import decide_children, is_model_server, live_children, planned_children
-from tessera.operator.reconcile.quota_transitions import capped, decide_quota_transitions, step_children
+from tessera.operator.reconcile.quota_transitions import (capped, decide_quota_transitions, step_children,
+                                                            with_quota_transition)
 from tessera.operator.reconcile.quotas import pod_gpu_requests
 
 from .test_decide import SETTINGS, applied_pool, available, outcome_for, stale_deployment, system
@@ -116,7 +118,7 @@ def test_a_reconcile_with_the_quota_full_scales_the_old_server_down_keeps_it_and
     resource = next(iter(pod_gpu_requests(old)))
     live = live_children([available(old)], systems)
     full = {("shop", f"requests.{resource}"): (old["spec"]["replicas"], "ResourceQuota shop/gpus")}
-    stepped, steps = step_children(planned, live, full, systems, set(), "2026-01-01T00:00:00Z")
+    stepped, steps, transitions = step_children(planned, live, full, systems, set(), "2026-01-01T00:00:00Z")
     actions = decide_children(stepped, systems, live, outcome) + steps
     assert [a.replicas for a in actions if isinstance(a, ScaleDeployment)] == [old["spec"]["replicas"] - 1]
     assert old["metadata"]["name"] not in [a.child["metadata"]["name"] for a in actions if isinstance(a, DeleteChild)]
@@ -126,3 +128,14 @@ def test_a_reconcile_with_the_quota_full_scales_the_old_server_down_keeps_it_and
     (event,) = [a.body for a in actions if isinstance(a, PostEvent)]
     assert event["type"] == "Warning" and event["reason"] == "QuotaTransition"
     assert "ResourceQuota shop/gpus" in event["message"]
+    assert transitions == {"shop/traffic": event["message"]}
+
+
+def test_a_stepped_system_reads_progressing_quota_transition_naming_the_quota_instead_of_replacement_pending():
+    pending = [st.Condition(st.READY, False, st.SERVERS_STARTING, "1 of 2 available"),
+               st.Condition(st.PROGRESSING, True, st.REPLACEMENT_PENDING, "old waits for new")]
+    stated = with_quota_transition(pending, f"{QUOTA} leaves tessera 2 ...")
+    assert [(c.type, c.reason) for c in stated] == [(st.READY, st.SERVERS_STARTING),
+                                                    (st.PROGRESSING, "QuotaTransition")]
+    assert QUOTA in stated[-1].message
+    assert with_quota_transition(pending, None) == pending
