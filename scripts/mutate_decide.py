@@ -131,6 +131,8 @@ QUOTA_TRANSITION_MUTATIONS = [
      "test_while_an_old_pod_goes_the_next_old_one_is_not_scaled_down"),
     ("a change that fits stepped", "<= limit:\n        return None", "<= -1:\n        return None",
      "test_a_change_that_fits_the_quota_beside_the_old_pods_is_make_before_break_as_usual"),
+    ("a break stepped", "        return key not in breaks and is_model_server(child)", "        return is_model_server(child)",
+     "test_an_old_deployment_whose_replacements_need_its_instances_takes_no_step"),
     ("a step unstated in the status", "    if message is None:\n        return conditions", "    if True:\n        return conditions",
      "test_a_stepped_system_reads_progressing_quota_transition_naming_the_quota_instead_of_replacement_pending"),
 ]

@@ -129,16 +129,19 @@ def _step(namespace: str, resource: str, room: Room, new: list[Json], old: list[
 
 def step_children(planned: dict[ChildKey, tuple[Json, bool]], live: Mapping[ChildKey, Json],
                   rooms: Mapping[tuple[str, str], Room], systems: list[SystemObject], paused: Collection[str],
-                  now: str) -> tuple[dict[ChildKey, tuple[Json, bool]], list[Action], dict[str, str]]:
+                  breaks: Collection[ChildKey], now: str) -> tuple[dict[ChildKey, tuple[Json, bool]], list[Action], dict[str, str]]:
     """The planned children with the Deployments a quota step applies itself marked not to apply (decide_children
     then neither applies them in full nor takes them for gone: the old ones serve until they are available in
     full), and the step's writes: the plan's Deployments at the replicas of this step, the old one scaled down by
     one, and a Warning Event on each system a step moves; and each stepped system's key -> the step's message
     (with_quota_transition states it). A paused system's children take no step (nothing
-    changes what runs)."""
-    stale = [child for key, child in sorted(live.items())
-             if key not in planned and is_model_server(child) and owner_key(child) not in paused]
-    servers = [body for body, _ in planned.values() if is_model_server(body) and owner_key(body) not in paused]
+    changes what runs), nor do `breaks`: the old Deployments whose replacements need their instances and the
+    replacements held for them (decide.replacements_in_place, held_in_place), a break and not a make before
+    break, which --without-replacement decides."""
+    def takes_steps(key: ChildKey, child: Json) -> bool:
+        return key not in breaks and is_model_server(child) and owner_key(child) not in paused
+    stale = [child for key, child in sorted(live.items()) if key not in planned and takes_steps(key, child)]
+    servers = [body for key, (body, _) in planned.items() if takes_steps(key, body)]
     by_name = {f"{namespace}/{name}": child for (kind, namespace, name), child in live.items() if kind == "Deployment"}
     by_key = {system.ref.key: system for system in systems}
     stepped = dict(planned)

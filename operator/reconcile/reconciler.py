@@ -47,8 +47,8 @@ from tessera.operator.reconcile.decide import (STATE_FORMAT, PoolOutcome, serves
                                                decide_children, decide_mig_configs, decide_relabels, decide_status,
                                                desired_mig, free_slots, live_children, no_pool_status,
                                                nodes_to_relabel, planned_children, planned_nodes, profiling_mig,
-                                               nodes_left_by_system, replacements_awaited, replacements_in_place,
-                                               reserved_gpus, stored_plan_stands, stored_pool_plan,
+                                               held_in_place, nodes_left_by_system, replacements_awaited,
+                                               replacements_in_place, reserved_gpus, stored_plan_stands, stored_pool_plan,
                                                system_status, frontend_status, spec_digest)
 from tessera.operator.reconcile.node_changes import NodeHold
 from tessera.operator.reconcile.running_decide import protection
@@ -598,7 +598,8 @@ class Reconciler:
         outcome.awaited = replacements_awaited(planned, outcome.live, outcome)
         outcome.in_place = replacements_in_place(planned, outcome.live, outcome)
         outcome.without_replacement = self.settings.without_replacement
-        stepped, steps, transitions = step_children(planned, outcome.live, rooms, systems, set(paused),
+        breaks = {*outcome.in_place, *(("Deployment", *held) for held in held_in_place(outcome))}
+        stepped, steps, transitions = step_children(planned, outcome.live, rooms, systems, set(paused), breaks,
                                                     st.now_rfc3339())
         self.actor.apply(without_paused([*decide_children(stepped, systems, outcome.live, outcome), *steps], paused))
         return transitions

@@ -118,7 +118,8 @@ def test_a_reconcile_with_the_quota_full_scales_the_old_server_down_keeps_it_and
     resource = next(iter(pod_gpu_requests(old)))
     live = live_children([available(old)], systems)
     full = {("shop", f"requests.{resource}"): (old["spec"]["replicas"], "ResourceQuota shop/gpus")}
-    stepped, steps, transitions = step_children(planned, live, full, systems, set(), "2026-01-01T00:00:00Z")
+    stepped, steps, transitions = step_children(planned, live, full, systems, set(), set(),
+                                                 "2026-01-01T00:00:00Z")
     actions = decide_children(stepped, systems, live, outcome) + steps
     assert [a.replicas for a in actions if isinstance(a, ScaleDeployment)] == [old["spec"]["replicas"] - 1]
     assert old["metadata"]["name"] not in [a.child["metadata"]["name"] for a in actions if isinstance(a, DeleteChild)]
@@ -139,3 +140,18 @@ def test_a_stepped_system_reads_progressing_quota_transition_naming_the_quota_in
                                                     (st.PROGRESSING, "QuotaTransition")]
     assert QUOTA in stated[-1].message
     assert with_quota_transition(pending, None) == pending
+
+
+def test_an_old_deployment_whose_replacements_need_its_instances_takes_no_step(plan):
+    """A replacement in place is a break that --without-replacement decides (decide.replacements_in_place): with
+    `wait` its replacement is held, and a step must not apply it."""
+    pool, systems = applied_pool(plan), [system()]
+    old = stale_deployment(plan, pool, systems)
+    outcome = outcome_for(plan, pool, applied={"gpu-a", "gpu-b"})
+    planned, _ = planned_children(pool, systems, outcome, SETTINGS)
+    live = live_children([available(old)], systems)
+    resource = next(iter(pod_gpu_requests(old)))
+    full = {("shop", f"requests.{resource}"): (old["spec"]["replicas"], "ResourceQuota shop/gpus")}
+    breaks = {key for key in live} | {key for key, (body, _) in planned.items() if is_model_server(body)}
+    stepped, steps, transitions = step_children(planned, live, full, systems, set(), breaks, "2026-01-01T00:00:00Z")
+    assert (stepped, steps, transitions) == (planned, [], {})
