@@ -315,7 +315,16 @@ class Cluster:
     def scale_to_zero(self, namespace: str, name: str) -> None:
         """A Deployment's replicas to 0, its applied hash marked so the plan's body is applied again later."""
         self.writes += 1
-        patch = {"spec": {"replicas": 0}, "metadata": {"annotations": {naming.APPLIED_HASH: naming.SCALED_TO_ZERO}}}
+        self._patch_deployment(namespace, name, {"spec": {"replicas": 0},
+                                                 "metadata": {"annotations": {naming.APPLIED_HASH: naming.SCALED_TO_ZERO}}})
+
+    def scale(self, namespace: str, name: str, replicas: int) -> None:
+        """A Deployment no plan wants to fewer replicas (its hash stays: no plan applies it again)."""
+        self.writes += 1
+        self._patch_deployment(namespace, name, {"spec": {"replicas": replicas}})
+
+    def _patch_deployment(self, namespace: str, name: str, patch: dict) -> None:
+        """A merge patch of a Deployment; one already gone needs none."""
         try:
             self.apps.patch_namespaced_deployment(name, namespace, patch, _content_type=MERGE)
         except ApiException as error:

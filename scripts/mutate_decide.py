@@ -119,9 +119,27 @@ ADAPTER_PLANNING_MUTATIONS = [
     ("a GPU one pool keeps lent by another", "found[slot] = None if before is None or above is None else max(before, above)",
      "found[slot] = above", "test_a_gpu_two_adapter_pools_name_is_reserved_where_one_keeps_it"),
 ]
+QUOTA_TRANSITIONS = ("operator/reconcile/quota_transitions.py", "tests/tessera_operator/test_quota_transitions.py")
+QUOTA_TRANSITION_MUTATIONS = [
+    ("a change past the quota made before break", "            stepped[key] = (body, False)\n", "",
+     "test_a_reconcile_with_the_quota_full_scales_the_old_server_down_keeps_it_and_warns"),
+    ("the old server never scaled down", "            scale_down[_name(shrinking)] = _replicas(shrinking) - 1", "            pass",
+     "test_with_the_quota_full_the_new_deployment_starts_at_zero_and_the_old_one_goes_down_by_one"),
+    ("the new server never up", "        replicas[_name(growing)] += 1  # the new one up", "        pass",
+     "test_the_room_an_old_pod_left_takes_one_new_replica_and_no_old_one_goes_meanwhile"),
+    ("a second old server down while one goes", " and all(_settled(child) for child in old):", ":",
+     "test_while_an_old_pod_goes_the_next_old_one_is_not_scaled_down"),
+    ("a change that fits stepped", "<= limit:\n        return None", "<= -1:\n        return None",
+     "test_a_change_that_fits_the_quota_beside_the_old_pods_is_make_before_break_as_usual"),
+    ("a break stepped", "        return key not in breaks and is_model_server(child)", "        return is_model_server(child)",
+     "test_an_old_deployment_whose_replacements_need_its_instances_takes_no_step"),
+    ("a step unstated in the status", "    if message is None:\n        return conditions", "    if True:\n        return conditions",
+     "test_a_stepped_system_reads_progressing_quota_transition_naming_the_quota_instead_of_replacement_pending"),
+]
 MUTATIONS = ([(DECIDE, *row) for row in DECIDE_MUTATIONS] + [(ADAPTER_POOLS, *row) for row in ADAPTER_POOL_MUTATIONS]
              + [(PRIORITIES, *row) for row in PRIORITY_MUTATIONS]
-             + [(ADAPTER_PLANNING, *row) for row in ADAPTER_PLANNING_MUTATIONS])
+             + [(ADAPTER_PLANNING, *row) for row in ADAPTER_PLANNING_MUTATIONS]
+             + [(QUOTA_TRANSITIONS, *row) for row in QUOTA_TRANSITION_MUTATIONS])
 originals = {target: pathlib.Path(target).read_text() for (target, _), *_ in MUTATIONS}
 rows = []
 try:

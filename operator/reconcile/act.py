@@ -23,7 +23,8 @@ from tessera.operator import metrics, naming
 from tessera.operator.cluster import Cluster
 from tessera.operator.reconcile.actions import (Action, ApplyChild, CordonNode, DeleteChild, DeletePlan, LabelNode,
                                                 LoadAdapter, PatchPodStatus, PatchStatus, PostEvent, RecordMigFailure,
-                                                ScaleToZero, StorePlan, UncordonNode, UnloadAdapter, WriteMigConfigs)
+                                                ScaleDeployment, ScaleToZero, StorePlan, UncordonNode, UnloadAdapter,
+                                                WriteMigConfigs)
 from tessera.operator.testhooks import checkpoint
 from tessera.operator.fetcher import WAIT_S as FETCH_WAIT_S
 from tessera.operator.fetcher import FetcherClient, StillFetching
@@ -87,6 +88,10 @@ class Actor:
             self.cluster.scale_to_zero(action.namespace, action.name)
             log.info("deployment %s/%s scaled to zero: %s", action.namespace, action.name, action.reason)
             checkpoint("after-scale-to-zero")
+        elif isinstance(action, ScaleDeployment):
+            self.cluster.scale(action.namespace, action.name, action.replicas)
+            log.info("deployment %s/%s scaled to %d: %s", action.namespace, action.name, action.replicas,
+                     action.reason)
         elif isinstance(action, RecordMigFailure):
             self.cluster.patch_node(action.node, {"metadata": {"annotations": {naming.MIG_FAILURE: action.record}}})
             log.info("node %s: %s", action.node, action.reason)

@@ -84,6 +84,17 @@ class ScaleToZero:
 
 
 @dataclass(frozen=True)
+class ScaleDeployment:
+    """Set a model-server Deployment no plan wants to fewer replicas: one step of a change a quota does not fit
+    beside the old pods (quota_transitions.py)."""
+
+    namespace: str
+    name: str
+    replicas: int
+    reason: str
+
+
+@dataclass(frozen=True)
 class RecordMigFailure:
     """Write (or, with None, remove) tessera's record of a node's mig-manager `failed` (a node annotation)."""
 
@@ -171,6 +182,6 @@ class PatchPodStatus:
     reason: str
 
 
-Action = (StorePlan | DeletePlan | WriteMigConfigs | LabelNode | CordonNode | UncordonNode | ScaleToZero
+Action = (StorePlan | DeletePlan | WriteMigConfigs | LabelNode | CordonNode | UncordonNode | ScaleToZero | ScaleDeployment
           | RecordMigFailure | ApplyChild | DeleteChild | PatchStatus | PostEvent | LoadAdapter | UnloadAdapter
           | PatchPodStatus)

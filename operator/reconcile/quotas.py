@@ -67,13 +67,27 @@ def tessera_pods_holding(children: Iterable[Json], namespace: str) -> dict[str, 
     for child in children:
         if child.get("kind") != "Deployment" or child["metadata"].get("namespace") != namespace:
             continue
-        pods = max((child.get("spec") or {}).get("replicas") or 0, (child.get("status") or {}).get("replicas") or 0)
-        containers = ((child.get("spec") or {}).get("template") or {}).get("spec", {}).get("containers") or []
-        for container in containers:
-            for resource, amount in ((container.get("resources") or {}).get("requests") or {}).items():
-                if _gpu_resource(resource):
-                    held[resource] = held.get(resource, 0) + pods * _quantity(amount)
+        for resource, amount in pod_gpu_requests(child).items():
+            held[resource] = held.get(resource, 0) + pods_held(child) * amount
     return held
+
+
+def pods_held(deployment: Json) -> int:
+    """The pods a Deployment asks for or has, the more of the two: what the quota may count of it."""
+    return int(max((deployment.get("spec") or {}).get("replicas") or 0,
+                   (deployment.get("status") or {}).get("replicas") or 0))
+
+
+def pod_gpu_requests(deployment: Json) -> dict[str, int]:
+    """GPU resource of a pod (`nvidia.com/mig-<profile>`, `nvidia.com/gpu`) -> what one pod of the Deployment
+    requests of it."""
+    requests: dict[str, int] = {}
+    containers = ((deployment.get("spec") or {}).get("template") or {}).get("spec", {}).get("containers") or []
+    for container in containers:
+        for resource, amount in ((container.get("resources") or {}).get("requests") or {}).items():
+            if _gpu_resource(resource):
+                requests[resource] = requests.get(resource, 0) + _quantity(amount)
+    return requests
 
 
 def quota_rooms(resource_quotas: Iterable[Json], namespaces: set[str],

@@ -47,8 +47,8 @@ from tessera.operator.reconcile.decide import (STATE_FORMAT, PoolOutcome, serves
                                                decide_children, decide_mig_configs, decide_relabels, decide_status,
                                                desired_mig, free_slots, live_children, no_pool_status,
                                                nodes_to_relabel, planned_children, planned_nodes, profiling_mig,
-                                               nodes_left_by_system, replacements_awaited, replacements_in_place,
-                                               reserved_gpus, stored_plan_stands, stored_pool_plan,
+                                               held_in_place, nodes_left_by_system, replacements_awaited,
+                                               replacements_in_place, reserved_gpus, stored_plan_stands, stored_pool_plan,
                                                system_status, frontend_status, spec_digest)
 from tessera.operator.reconcile.node_changes import NodeHold
 from tessera.operator.reconcile.running_decide import protection
@@ -58,7 +58,8 @@ from tessera.operator.reconcile.solve_decide import (RunningSolve, Size, Step, a
                                                      cut_to, exceeds_caps, fits_caps, next_probe, next_solve,
                                                      settling, settling_message, size_of, still_invalid, too_large,
                                                      too_large_message)
-from tessera.operator.reconcile.quotas import instance_quotas, whole_gpu_quotas
+from tessera.operator.reconcile.quota_transitions import Room, step_children, with_quota_transition
+from tessera.operator.reconcile.quotas import instance_quotas, quota_rooms, whole_gpu_quotas
 from tessera.planner.quota import InstanceQuota
 from tessera.operator.reconcile.serving_nodes import Rules, decide_serving_nodes
 from tessera.operator.reconcile.pause import (held_mig_configs, held_nodes, pause_message, paused_status,
@@ -245,7 +246,9 @@ class Reconciler:
             if mig_writable:
                 self.relabel_nodes(pool, members.get(pool.key, []), children, outcome, written,
                                    NodeHold.of(held, self.settings.maintenance_window))
-            self.reconcile_children(pool, members.get(pool.key, []), children, outcome, paused[pool.key])
+            namespaces = {s.ref.namespace for s in members.get(pool.key, [])}
+            transitions = self.reconcile_children(pool, members.get(pool.key, []), children, outcome, paused[pool.key],
+                                                  quota_rooms(seen.resource_quotas, namespaces, children))
             adapter_pools_acted += self.adapter_pools.act(pool, adapter_servers[pool.key], children, outcome)
             state = seen.pool_states[pool.key]
             pool_changed = (pool_paused[pool.key] is not None
@@ -257,6 +260,7 @@ class Reconciler:
                     system_status(system, outcome) if why is None else paused_status(system, outcome, pause_message(
                         why, waiting_changes(system, spec_digest(system), state, pool_changed))))
                 profiled = self.profiling.condition(system, pool) if summary is not None else []
+                conditions = with_quota_transition(conditions, transitions.get(system.ref.key))
                 self.write_status(system, outcome, *self.demand.decorate(system, phase, [*conditions, *profiled,
                                                                                         prerequisites], summary))
             metrics.record_pool(pool.key, outcome.plan, pool.gpus, [
@@ -585,14 +589,22 @@ class Reconciler:
 
     # -- Deployments and Services ---------------------------------------------
     def reconcile_children(self, pool: Pool, systems: list[SystemObject], children: list[dict[str, object]],
-                           outcome: PoolOutcome, paused: Mapping[str, str]) -> None:
+                           outcome: PoolOutcome, paused: Mapping[str, str],
+                           rooms: Mapping[tuple[str, str], Room]) -> dict[str, str]:
+        """The plan's children applied and those it no longer wants deleted, make before break; a change a
+        namespace's quota does not fit beside the old pods moves one replica at a time (quota_transitions.py):
+        returns each stepped system's key -> the step's message."""
         planned, outcome.deployments = planned_children(pool, systems, outcome, self.settings,
                                                         self.profiling.store(pool.key))
         outcome.live = live_children(children, systems)
         outcome.awaited = replacements_awaited(planned, outcome.live, outcome)
         outcome.in_place = replacements_in_place(planned, outcome.live, outcome)
         outcome.without_replacement = self.settings.without_replacement
-        self.actor.apply(without_paused(decide_children(planned, systems, outcome.live, outcome), paused))
+        breaks = {*outcome.in_place, *(("Deployment", *held) for held in held_in_place(outcome))}
+        stepped, steps, transitions = step_children(planned, outcome.live, rooms, systems, set(paused), breaks,
+                                                    st.now_rfc3339())
+        self.actor.apply(without_paused([*decide_children(stepped, systems, outcome.live, outcome), *steps], paused))
+        return transitions
 
     # -- status ----------------------------------------------------------------
     def write_status(self, system: SystemObject, outcome: PoolOutcome, phase: str, conditions: list[st.Condition],
