@@ -245,7 +245,13 @@ class _StagedSolver:
         it then often proves the start optimal.) The queueing wait's bulk
         classes (U) are relaxed too, the rounded solve setting them: integral,
         they made the relaxation as slow as the full model (4 H100s at 80%
-        fill: 35 CPU s, time-limited at the same bound, against 8).
+        fill: 35 CPU s, time-limited at the same bound, against 8). And the
+        rounded solve leaves the budget levels free: a level sets each
+        instance's most load as well as its least, and the relaxation's
+        levels, chosen for fractional instances, cost whole GPUs (120 H100s
+        at 80% fill: a start of 101 GPUs / 706 slices, then 41-43 CPU s of
+        cost stage to the optimum 100 / 697; with the levels free, 100 / 700
+        in 14-15 CPU s and 14-15 more to the optimum).
         """
         m = self.milp.m
         counts = list(m.n.values()) + list(m.g.values()) + list(m.h.values()) + self.highs.in_model(m.U.values())
@@ -256,7 +262,7 @@ class _StagedSolver:
         if relaxed is None:
             return
         self.relaxed = (expression, relaxed.bound)
-        choices = list(m.y.values()) + list(m.z.values())
+        choices = list(m.y.values()) + ([] if self.milp.data.queueing else list(m.z.values()))
         for var in choices:
             value = round(self.highs.value(var))
             self.highs.set_bounds([var], value, value)

@@ -61,3 +61,22 @@ def test_relax_and_fix_relaxes_the_bulk_classes_and_its_rounded_solve_sets_them(
     solve.plan(instance.systems, instance.pool, instance.store, instance.features, options_for(instance))
     assert integral["relaxed"] == {False}
     assert integral["rounded"] == {True}
+
+
+def test_with_the_queueing_wait_relax_and_fix_rounds_the_variants_and_leaves_the_levels_free(monkeypatch):
+    fixed: dict[str, tuple[bool, bool]] = {}
+    stage_solve = solve._StagedSolver._solve
+
+    def recording(self, name, *args, **kwargs):
+        lp, m = self.highs.h.getLp(), self.milp.m
+
+        def all_fixed(variables):
+            return all(lp.col_lower_[c] == lp.col_upper_[c] for c in self.highs.columns(variables))
+
+        fixed[name] = (all_fixed(m.y.values()), all_fixed(m.z.values()))
+        return stage_solve(self, name, *args, **kwargs)
+
+    monkeypatch.setattr(solve._StagedSolver, "_solve", recording)
+    instance = _instance([_bulk_chain(50.0)], _store(POINTS), levels=10, batches=(1, 2))
+    solve.plan(instance.systems, instance.pool, instance.store, instance.features, options_for(instance))
+    assert fixed["rounded"] == (True, False)
