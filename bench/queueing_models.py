@@ -12,8 +12,9 @@ from bench/results/planner_scale.json), and at 42x the examples' demand on
 
 One model after another in one process, on the same loaded machine, so the
 ratios are what to read. Per plan: GPUs and slices (proven bounds), served,
-CPU and wall seconds, stages the time limit stopped, and the tasks holding
-the most slices (which task a model's extra cost goes to).
+the accuracy stage's objective (the tie-break among equally cheap plans), CPU
+and wall seconds, stages the time limit stopped, and the tasks holding the
+most slices (which task a model's extra cost goes to).
 
 With --baseline REF each plan runs in a fresh process of its own, and the
 planner of that git revision (its planner/ folder, exported with git archive)
@@ -93,6 +94,7 @@ def run(label: str, gpus: int, scale: float, model: str, time_limit_s: float) ->
             "gpus_lower_bound": cost.gpus_lower_bound if cost else None,
             "slices_lower_bound": cost.slices_lower_bound if cost else None,
             "fully_served": result.fully_served, "time_limited": result.solver.time_limited,
+            "accuracy": result.solver.objective.get("accuracy"),
             "variables": result.solver.variables, "constraints": result.solver.constraints,
             "top_tasks": [f"{name} {count}" for count, name in per_task[:3]]}
 
@@ -105,19 +107,24 @@ def run_in_process(planner_dir: Path, label: str, gpus: int, scale: float, model
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def accuracy(row: dict) -> str:
+    """The accuracy stage's objective (the tie-break among equally cheap plans), where the run recorded it."""
+    return "" if row.get("accuracy") is None else f"{row['accuracy']:.4f}"
+
+
 def table(rows: list[dict]) -> str:
-    lines = ["| case | model | GPUs (bound) | slices (bound) | served | CPU s | wall s | time-limited stages | "
-             "CPU target | most slices |", "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| case | model | GPUs (bound) | slices (bound) | served | accuracy | CPU s | wall s | time-limited stages | "
+             "CPU target | most slices |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         if "no_plan" in r:
-            lines.append(f"| {r['case']} | {r['model']} | no plan | | | {r['cpu_s']:.1f} | {r['wall_s']:.1f} | | | |")
+            lines.append(f"| {r['case']} | {r['model']} | no plan | | | | {r['cpu_s']:.1f} | {r['wall_s']:.1f} | | | |")
             continue
         target = TARGET_CPU_S.get(r["gpus"]) if r["case"].startswith(f"{FILL:.0%}") else None
         met = "-" if target is None else (
             f"{'met' if r['cpu_s'] <= target and not r['time_limited'] else 'missed'} (<= {target:g} s)")
         lines.append(
             f"| {r['case']} | {r['model']} | {r['gpus_used']} ({r['gpus_lower_bound']}) | {r['slices_used']} "
-            f"({r['slices_lower_bound']}) | {'all' if r['fully_served'] else 'part'} | {r['cpu_s']:.1f} | "
+            f"({r['slices_lower_bound']}) | {'all' if r['fully_served'] else 'part'} | {accuracy(r)} | {r['cpu_s']:.1f} | "
             f"{r['wall_s']:.1f} | {', '.join(r['time_limited']) or '-'} | {met} | {'; '.join(r['top_tasks'])} |")
     return "\n".join(lines)
 

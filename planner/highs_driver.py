@@ -59,6 +59,10 @@ class HighsModel:
         self._solution: SolutionCopy | None = None
         self.last_status = "not solved"
 
+    def in_model(self, variables: Iterable[Any]) -> list[Any]:
+        """Those of the variables HiGHS has a column for (appsi leaves out those no row or objective uses)."""
+        return [v for v in variables if id(v) in self._column]
+
     def columns(self, variables: Iterable[Any]) -> np.ndarray:
         return np.array([self._column[id(v)] for v in variables], dtype=np.int32)
 

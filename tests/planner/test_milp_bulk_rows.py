@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+from highspy import HighsVarType
 from pyomo.core.expr.visitor import identify_variables
 
 from tessera.planner import solve
@@ -44,3 +45,38 @@ def test_the_whole_slice_cuts_hold_under_each_bulk_class_whose_instances_carry_l
     conditioned = [cut for cut in milp.m.full_demand_cuts.values()
                    if any(id(v) in bulk_classes for v in identify_variables(cut.body))]
     assert conditioned
+
+
+def test_relax_and_fix_relaxes_the_bulk_classes_and_its_rounded_solve_sets_them(monkeypatch):
+    integral: dict[str, set[bool]] = {}
+    stage_solve = solve._StagedSolver._solve
+
+    def recording(self, name, *args, **kwargs):
+        kinds = self.highs.h.getLp().integrality_
+        integral[name] = {kinds[c] != HighsVarType.kContinuous for c in self.highs.columns(self.milp.m.U.values())}
+        return stage_solve(self, name, *args, **kwargs)
+
+    monkeypatch.setattr(solve._StagedSolver, "_solve", recording)
+    instance = _instance([_bulk_chain(50.0)], _store(POINTS), levels=10, batches=(1, 2))
+    solve.plan(instance.systems, instance.pool, instance.store, instance.features, options_for(instance))
+    assert integral["relaxed"] == {False}
+    assert integral["rounded"] == {True}
+
+
+def test_with_the_queueing_wait_relax_and_fix_rounds_the_variants_and_leaves_the_levels_free(monkeypatch):
+    fixed: dict[str, tuple[bool, bool]] = {}
+    stage_solve = solve._StagedSolver._solve
+
+    def recording(self, name, *args, **kwargs):
+        lp, m = self.highs.h.getLp(), self.milp.m
+
+        def all_fixed(variables):
+            return all(lp.col_lower_[c] == lp.col_upper_[c] for c in self.highs.columns(variables))
+
+        fixed[name] = (all_fixed(m.y.values()), all_fixed(m.z.values()))
+        return stage_solve(self, name, *args, **kwargs)
+
+    monkeypatch.setattr(solve._StagedSolver, "_solve", recording)
+    instance = _instance([_bulk_chain(50.0)], _store(POINTS), levels=10, batches=(1, 2))
+    solve.plan(instance.systems, instance.pool, instance.store, instance.features, options_for(instance))
+    assert fixed["rounded"] == (True, False)

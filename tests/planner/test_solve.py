@@ -308,3 +308,42 @@ def test_a_pool_shown_too_small_by_the_relaxation_needs_no_full_solve_to_prove_i
     # all demand: only the relaxation (infeasible, so is the full model, with no "cost" solve after it);
     # then the most served and the cost, each proven by its relax-and-fix start
     assert solved == ["relaxed", "relaxed", "rounded", "relaxed", "rounded"]
+
+
+def _gpu_and_slice_bounds_per_stage(monkeypatch) -> dict[str, tuple[float, ...]]:
+    """Stage name -> (GPUs' lower, upper, slices' lower, upper bound) in HiGHS as each stage's solve starts."""
+    from tessera.planner.solve import _StagedSolver
+
+    bounds: dict[str, tuple[float, ...]] = {}
+    stage_solve = _StagedSolver._solve
+
+    def recording(self, name, *args, **kwargs):
+        lp, m = self.highs.h.getLp(), self.milp.m
+        gpus, slices = self.highs.columns([m.gpus_used, m.slices_used])
+        bounds[name] = (lp.col_lower_[gpus], lp.col_upper_[gpus], lp.col_lower_[slices], lp.col_upper_[slices])
+        return stage_solve(self, name, *args, **kwargs)
+
+    monkeypatch.setattr(_StagedSolver, "_solve", recording)
+    return bounds
+
+
+TWO_VARIANTS = {"t": [("v", 1.0, 10, 100), ("w", 0.9, 10, 200)]}
+
+
+def test_after_a_proven_cost_the_later_stages_search_only_plans_of_its_gpus_and_slices(monkeypatch):
+    bounds = _gpu_and_slice_bounds_per_stage(monkeypatch)
+    result = solve(make_system(TWO_VARIANTS, demand=500))
+    assert result.solver.cost.proven
+    gpus, slices = result.gpus_used, result.slices_used
+    assert bounds["accuracy"] == (gpus, gpus, slices, slices)
+
+
+def test_the_cost_stage_searches_gpu_counts_between_relax_and_fix_bound_and_start(monkeypatch):
+    from tessera.planner.solve import _StagedSolver
+
+    # Without the start's proof the cost stage solves the MIP, from the start's GPUs down to its bound's.
+    monkeypatch.setattr(_StagedSolver, "_proven_by_start", lambda *args: None)
+    bounds = _gpu_and_slice_bounds_per_stage(monkeypatch)
+    result = solve(make_system(TWO_VARIANTS, demand=500), gpus=3)
+    assert bounds["relaxed"][:2] == (0, 3)
+    assert bounds["cost"][:2] == (result.gpus_used, result.gpus_used)
