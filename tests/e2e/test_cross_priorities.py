@@ -86,11 +86,14 @@ class PodSampler:
         self.thread.join()
 
 
-def wait_preempted(read, operator, what: str) -> dict:
-    """The Degraded condition of the object `read` returns, once its reason is PreemptedByPriority."""
+def wait_preempted(read, operator, what: str, says: tuple[str, ...]) -> dict:
+    """The Degraded condition of the object `read` returns, once its reason is PreemptedByPriority and its
+    message says each of `says`. The message follows the plan in force, so a plan on the way (one made while a
+    node of the pool re-partitions, on its other GPUs) may be named first: the wait is for the one that stays."""
     def preempted():
         found = condition(read(), "Degraded") or {}
-        return found if found.get("reason") == "PreemptedByPriority" and found["status"] == "True" else None
+        return found if (found.get("reason") == "PreemptedByPriority" and found["status"] == "True"
+                         and all(part in found.get("message", "") for part in says)) else None
     try:
         return wait_for(preempted, TIMEOUT_S, f"{what} Degraded PreemptedByPriority")
     except TimeoutError:
@@ -111,9 +114,10 @@ def compound_nodes(core, state_namespace: str, system: str | None = None) -> set
             if system is None or any(i.get("system") == system for i in g["instances"])}
 
 
-def preempted_adapter_server(operator, custom, kubectl, compound: list[tuple[str, int, int]]) -> tuple[str, dict]:
+def preempted_adapter_server(operator, custom, kubectl, compound: list[tuple[str, int, int]],
+                             says: tuple[str, ...]) -> tuple[str, dict]:
     """The one-server AdapterPool (poolPriority 0) running, then the compound systems (name, demand, poolPriority)
-    applied: its server's node and its Degraded PreemptedByPriority."""
+    applied: its server's node and its Degraded PreemptedByPriority, once its message says each of `says`."""
     kubectl("apply", "-n", operator.namespace, "-f", "-", input=one_server_pool())
     operator.start()
     (server,) = wait_pool_ready(custom, operator, kubectl)["status"]["plan"]["servers"]
@@ -121,7 +125,7 @@ def preempted_adapter_server(operator, custom, kubectl, compound: list[tuple[str
         kubectl("apply", "-n", operator.namespace, "-f", "-",
                 input=system_yaml(name, demandRequestsPerSecond=demand, poolPriority=priority))
     return server["node"], wait_preempted(lambda: adapter_pool(custom, operator.namespace) or {}, operator,
-                                          "the AdapterPool")
+                                          "the AdapterPool", says)
 
 
 def test_a_higher_priority_compound_system_takes_the_gpu_of_a_lower_priority_adapter_pool_never_claiming_it_twice(
@@ -129,18 +133,19 @@ def test_a_higher_priority_compound_system_takes_the_gpu_of_a_lower_priority_ada
     operator = run_operator(nodes=2, gpus_per_node=1, adapter_servers=vllm)
     namespace = operator.namespace
     with PodSampler(core, namespace) as sampler:
-        held, degraded = preempted_adapter_server(operator, custom, kubectl, [("urgent", 60000, 10)])
-        assert f"{namespace}/urgent (poolPriority 10, 2 GPU(s))" in degraded["message"], degraded["message"]
-        assert "higher spec.poolPriority than its 0" in degraded["message"]
-        assert "carry 0% of its expected rate" in degraded["message"], degraded["message"]
+        held, _ = preempted_adapter_server(operator, custom, kubectl, [("urgent", 60000, 10)], (
+            f"{namespace}/urgent (poolPriority 10, 2 GPU(s))", "higher spec.poolPriority than its 0",
+            "carry 0% of its expected rate"))
 
         wait_for(lambda: compound_nodes(core, operator.state_namespace) == set(operator.pool.nodes) or None,
                  TIMEOUT_S, "the compound plan on both GPUs")
         wait_ready(custom, namespace, ["urgent"], TIMEOUT_S, operator)
         wait_for(lambda: sampler.samples and sampler.samples[-1][2] == set(operator.pool.nodes) or None,
                  TIMEOUT_S, "the compound system's pods on both nodes")
-        found = adapter_pool(custom, namespace)
-        assert found["status"]["plan"]["servers"] == [] and not is_true(found, "AdaptersPlaced")
+        # its status is written by the reconcile after the one that reads the new plan: wait for it, then it stays
+        found = wait_for(lambda: (lambda pool: pool if pool["status"]["plan"]["servers"] == [] else None)(
+            adapter_pool(custom, namespace)), TIMEOUT_S, "the AdapterPool without servers")
+        assert not is_true(found, "AdaptersPlaced")
         assert client.AppsV1Api(custom.api_client).list_namespaced_deployment(
             namespace, label_selector=f"tessera.ai/pool={POOL}").items == []
 
@@ -167,10 +172,8 @@ def test_a_higher_priority_adapter_pool_claims_a_gpu_of_a_lower_priority_compoun
         claimed = server["node"]
         assert server["ready"] and condition(found, "Degraded")["reason"] != "PreemptedByPriority", found["status"]
 
-        degraded = wait_preempted(lambda: systems(custom, namespace).get("steady", {}), operator,
-                                  "the compound system")
-        assert f"AdapterPool {namespace}/{POOL} (poolPriority 20, 1 whole GPU(s))" in degraded["message"], \
-            degraded["message"]
+        wait_preempted(lambda: systems(custom, namespace).get("steady", {}), operator, "the compound system",
+                       (f"AdapterPool {namespace}/{POOL} (poolPriority 20, 1 whole GPU(s))",))
         assert compound_nodes(core, operator.state_namespace) == set(operator.pool.nodes) - {claimed}
         assert gpu_states(core.read_node(claimed)) == [None]  # MIG off: the server's whole GPU
 
@@ -183,11 +186,11 @@ def test_in_a_mixed_pool_a_higher_priority_compound_system_takes_the_adapter_poo
     operator = run_operator(nodes=2, gpus_per_node=1, adapter_servers=vllm)
     namespace = operator.namespace
     with PodSampler(core, namespace) as sampler:
-        held, degraded = preempted_adapter_server(operator, custom, kubectl,
-                                                  [("urgent", 12000, 10), ("modest", 3000, 0)])
-        assert f"{namespace}/urgent (poolPriority 10" in degraded["message"], degraded["message"]
-        assert "modest" not in degraded["message"], degraded["message"]
+        held, _ = preempted_adapter_server(operator, custom, kubectl, [("urgent", 12000, 10), ("modest", 3000, 0)],
+                                           (f"{namespace}/urgent (poolPriority 10",))
         wait_ready(custom, namespace, ["urgent", "modest"], TIMEOUT_S, operator)
+        degraded = condition(adapter_pool(custom, namespace), "Degraded")
+        assert "modest" not in degraded["message"], degraded["message"]
         assert held in compound_nodes(core, operator.state_namespace, f"{namespace}/urgent")
         assert compound_nodes(core, operator.state_namespace, f"{namespace}/modest") == set(operator.pool.nodes) - {held}
         wait_for(lambda: sampler.samples and held in sampler.samples[-1][2] or None, TIMEOUT_S,
