@@ -11,6 +11,14 @@ refuses every eviction, so a refusal alone would prove nothing: the test
 waits for the observed generation and for every pod counted healthy, and
 then the first eviction must pass and the next one, right after, must be
 refused by the budget.
+
+On KWOK an evicted pod is gone at once and its ReplicaSet's replacement is
+Ready within moments, so the controller may count every pod healthy again
+before the second eviction and admit it (the test failed so under load).
+A drain cordons the node first, which keeps the replacement Pending; the
+test taints the node NoSchedule instead (the same effect on the scheduler),
+because tessera reads an admin's cordon as the node leaving its pool and
+re-plans at once.
 """
 
 from __future__ import annotations
@@ -54,6 +62,13 @@ def evict(core: client.CoreV1Api, pod) -> None:
         metadata=client.V1ObjectMeta(name=pod.metadata.name, namespace=pod.metadata.namespace)))
 
 
+def keep_replacements_off(core: client.CoreV1Api, node: str) -> None:
+    """A taint no server tolerates: a replacement pod stays Pending, as behind a drain's cordon."""
+    taints = core.read_node(node).spec.taints or []
+    core.patch_node(node, {"spec": {"taints": [*core.api_client.sanitize_for_serialization(taints),
+                                               {"key": "test.tessera.ai/draining", "effect": "NoSchedule"}]}})
+
+
 def test_a_servers_budget_lets_a_drain_evict_one_of_its_pods_and_refuses_the_next(run_operator, api_client, custom,
                                                                                    core, kubectl):
     operator = run_operator(nodes=1).start()
@@ -72,6 +87,7 @@ def test_a_servers_budget_lets_a_drain_evict_one_of_its_pods_and_refuses_the_nex
 
     pods = core.list_namespaced_pod(operator.namespace, label_selector=f"tessera.ai/deployment={name}").items
     first, second = pods[:2]
+    keep_replacements_off(core, first.spec.node_name)
     evict(core, first)  # allowed: one pod may be unavailable
     with pytest.raises(client.ApiException) as refused:
         evict(core, second)
