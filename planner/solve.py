@@ -582,7 +582,7 @@ def _accuracy_stage(solver: _StagedSolver, accuracy: Any, share: float) -> Stage
     that cost, and where its variants also fit with whole replicas, that
     plan reaches the bound: proven within the stage's gap without the full
     MIP, whose root alone took most of the stage (4 H100s at 80% fill under
-    the queueing wait: 11 CPU s instead of 23). Otherwise the full MIP runs
+    the queueing wait: 10 CPU s instead of 23). Otherwise the full MIP runs
     from the better of the two plans, the relaxation's bound kept.
     """
     cheapest = solver.highs.last_solution()
