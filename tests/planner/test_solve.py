@@ -292,7 +292,8 @@ def test_on_a_large_pool_the_cost_is_proven_to_one_slice_where_a_relative_gap_wo
     assert result.solver.time_limited == []
 
 
-def test_a_pool_shown_too_small_by_the_relaxation_needs_no_full_solve_to_prove_it(monkeypatch):
+def _solves(monkeypatch) -> list[str]:
+    """The names of the solves HiGHS runs, in order."""
     from tessera.planner.solve import _StagedSolver
 
     solved: list[str] = []
@@ -303,6 +304,11 @@ def test_a_pool_shown_too_small_by_the_relaxation_needs_no_full_solve_to_prove_i
         return stage_solve(self, name, *args, **kwargs)
 
     monkeypatch.setattr(_StagedSolver, "_solve", recording)
+    return solved
+
+
+def test_a_pool_shown_too_small_by_the_relaxation_needs_no_full_solve_to_prove_it(monkeypatch):
+    solved = _solves(monkeypatch)
     result = solve(make_system(ONE_TASK, demand=2000), gpus=1)
     assert not result.fully_served
     # all demand: only the relaxation (infeasible, so is the full model, with no "cost" solve after it);
@@ -349,21 +355,6 @@ def test_the_cost_stage_searches_gpu_counts_between_relax_and_fix_bound_and_star
     result = solve(make_system(TWO_VARIANTS, demand=500), gpus=3)
     assert bounds["relaxed"][0][:2] == (0, 3)
     assert bounds["cost"][0][:2] == (result.gpus_used, result.gpus_used)
-
-
-def _solves(monkeypatch) -> list[str]:
-    """The names of the solves HiGHS runs, in order."""
-    from tessera.planner.solve import _StagedSolver
-
-    solved: list[str] = []
-    stage_solve = _StagedSolver._solve
-
-    def recording(self, name, *args, **kwargs):
-        solved.append(name)
-        return stage_solve(self, name, *args, **kwargs)
-
-    monkeypatch.setattr(_StagedSolver, "_solve", recording)
-    return solved
 
 
 def test_the_accuracy_tie_break_after_a_proven_cost_is_proven_by_its_own_relax_and_fix_start(monkeypatch):
