@@ -78,22 +78,22 @@ def _record_neighbourhood_search(monkeypatch) -> list[bool]:
     return searched
 
 
-def test_only_the_first_full_solve_after_relax_and_fix_skips_neighbourhood_search(monkeypatch):
+def test_each_full_solve_after_its_relax_and_fix_start_skips_neighbourhood_search(monkeypatch):
     from tessera.planner.solve import _StagedSolver
 
     searched = _record_neighbourhood_search(monkeypatch)
     # Relax-and-fix proves this start optimal; without that proof the cost stage solves the MIP.
     monkeypatch.setattr(_StagedSolver, "_proven_by_start", lambda *args: None)
     solve(make_system({"t": [("v", 1.0, 10, 100), ("w", 0.9, 10, 200)]}, demand=500))
-    # relaxed, rounded, then the cost stage from their start, then the accuracy stage
-    assert searched == [True, True, False, True]
+    # relaxed, rounded, then the cost stage from their start; the same for the accuracy stage
+    assert searched == [True, True, False, True, True, False]
 
 
 def test_a_start_whose_relaxation_bound_proves_it_needs_no_cost_solve(monkeypatch):
     searched = _record_neighbourhood_search(monkeypatch)
     plan = solve(make_system({"t": [("v", 1.0, 10, 100), ("w", 0.9, 10, 200)]}, demand=500))
-    # relaxed, rounded (proven by the relaxed bound: the cost stage is theirs), then the accuracy stage
-    assert searched == [True, True, True]
+    # relaxed, rounded (proven by the relaxed bound: the cost stage is theirs), the same for the accuracy stage
+    assert searched == [True, True, True, True]
     assert plan.solver.stages == ["cost", "accuracy"] and plan.solver.cost.proven
 
 
@@ -292,7 +292,8 @@ def test_on_a_large_pool_the_cost_is_proven_to_one_slice_where_a_relative_gap_wo
     assert result.solver.time_limited == []
 
 
-def test_a_pool_shown_too_small_by_the_relaxation_needs_no_full_solve_to_prove_it(monkeypatch):
+def _solves(monkeypatch) -> list[str]:
+    """The names of the solves HiGHS runs, in order."""
     from tessera.planner.solve import _StagedSolver
 
     solved: list[str] = []
@@ -303,6 +304,11 @@ def test_a_pool_shown_too_small_by_the_relaxation_needs_no_full_solve_to_prove_i
         return stage_solve(self, name, *args, **kwargs)
 
     monkeypatch.setattr(_StagedSolver, "_solve", recording)
+    return solved
+
+
+def test_a_pool_shown_too_small_by_the_relaxation_needs_no_full_solve_to_prove_it(monkeypatch):
+    solved = _solves(monkeypatch)
     result = solve(make_system(ONE_TASK, demand=2000), gpus=1)
     assert not result.fully_served
     # all demand: only the relaxation (infeasible, so is the full model, with no "cost" solve after it);
@@ -310,17 +316,18 @@ def test_a_pool_shown_too_small_by_the_relaxation_needs_no_full_solve_to_prove_i
     assert solved == ["relaxed", "relaxed", "rounded", "relaxed", "rounded"]
 
 
-def _gpu_and_slice_bounds_per_stage(monkeypatch) -> dict[str, tuple[float, ...]]:
-    """Stage name -> (GPUs' lower, upper, slices' lower, upper bound) in HiGHS as each stage's solve starts."""
+def _gpu_and_slice_bounds_per_stage(monkeypatch) -> dict[str, list[tuple[float, ...]]]:
+    """Solve name -> (GPUs' lower, upper, slices' lower, upper bound) in HiGHS as each of its solves starts."""
     from tessera.planner.solve import _StagedSolver
 
-    bounds: dict[str, tuple[float, ...]] = {}
+    bounds: dict[str, list[tuple[float, ...]]] = {}
     stage_solve = _StagedSolver._solve
 
     def recording(self, name, *args, **kwargs):
         lp, m = self.highs.h.getLp(), self.milp.m
         gpus, slices = self.highs.columns([m.gpus_used, m.slices_used])
-        bounds[name] = (lp.col_lower_[gpus], lp.col_upper_[gpus], lp.col_lower_[slices], lp.col_upper_[slices])
+        bounds.setdefault(name, []).append(
+            (lp.col_lower_[gpus], lp.col_upper_[gpus], lp.col_lower_[slices], lp.col_upper_[slices]))
         return stage_solve(self, name, *args, **kwargs)
 
     monkeypatch.setattr(_StagedSolver, "_solve", recording)
@@ -335,7 +342,8 @@ def test_after_a_proven_cost_the_later_stages_search_only_plans_of_its_gpus_and_
     result = solve(make_system(TWO_VARIANTS, demand=500))
     assert result.solver.cost.proven
     gpus, slices = result.gpus_used, result.slices_used
-    assert bounds["accuracy"] == (gpus, gpus, slices, slices)
+    # the accuracy stage's own relax-and-fix start (which proves it here)
+    assert bounds["relaxed"][-1] == bounds["rounded"][-1] == (gpus, gpus, slices, slices)
 
 
 def test_the_cost_stage_searches_gpu_counts_between_relax_and_fix_bound_and_start(monkeypatch):
@@ -345,5 +353,32 @@ def test_the_cost_stage_searches_gpu_counts_between_relax_and_fix_bound_and_star
     monkeypatch.setattr(_StagedSolver, "_proven_by_start", lambda *args: None)
     bounds = _gpu_and_slice_bounds_per_stage(monkeypatch)
     result = solve(make_system(TWO_VARIANTS, demand=500), gpus=3)
-    assert bounds["relaxed"][:2] == (0, 3)
-    assert bounds["cost"][:2] == (result.gpus_used, result.gpus_used)
+    assert bounds["relaxed"][0][:2] == (0, 3)
+    assert bounds["cost"][0][:2] == (result.gpus_used, result.gpus_used)
+
+
+def test_the_accuracy_tie_break_after_a_proven_cost_is_proven_by_its_own_relax_and_fix_start(monkeypatch):
+    solved = _solves(monkeypatch)
+    # w serves twice v's load per slice: only w is that cheap, and the tie-break has to prove it
+    result = solve(make_system(TWO_VARIANTS, demand=500))
+    assert result.solver.cost.proven
+    # the cost's relaxation and start, then the accuracy's, whose bound proves its start: no full MIP
+    assert solved == ["relaxed", "rounded", "relaxed", "rounded"]
+    assert result.solver.stages == ["cost", "accuracy"]
+
+
+def test_the_accuracy_stage_gets_its_own_start_only_where_the_cost_start_came_within_a_gpu_of_its_bound():
+    from types import SimpleNamespace
+
+    from tessera.planner.solve import StageResult, _start_within_a_gpu
+
+    cost, milp = object(), SimpleNamespace(gpu_weight=29)  # 4 GPUs: 7 x 4 + 1
+
+    def within(start: float, bound: float) -> bool:
+        solver = SimpleNamespace(relaxed=(cost, bound), rounded=StageResult("rounded", start, start, 0.0, "Optimal"))
+        return _start_within_a_gpu(solver, milp, cost)
+
+    # 4 H100s at 80% fill: start 143, bound 142 (the accuracy's own start proves it); 120 H100s: start
+    # 84,800, bound 83,874, more than a GPU's 841 apart (its accuracy's relaxed variants do not fit)
+    assert within(143, 142) and within(170, 141.5)
+    assert not within(171, 142)
