@@ -53,8 +53,10 @@ from tessera.planner.solve import PlannerOptions, plan
 
 FIRST_SUB_POOL_GPUS = 8
 """A part is first planned on this many GPUs (one node of eight), doubled until it is served in full."""
-DECOMPOSED_SHARE = 0.5
-"""The share of the time limit the parts and the packing may take; a fallback gets what is left."""
+DECOMPOSED_SHARE = 0.75
+"""The share of the time limit the parts and the packing may take; a fallback gets what is left, at least the
+rest of this share of it (the worker's grace, worker.GRACE_S, covers the overrun of a fallback after parts that
+took their whole share)."""
 
 JOINT, DECOMPOSED, JOINT_FALLBACK = "joint", "decomposed", "joint-fallback"
 
@@ -83,7 +85,7 @@ def plan_pool(
     try:
         return _plan_decomposed(systems, pool, store, features, options, quotas, running)
     except _Fallback as why:
-        left = max(options.time_limit_s - (time.perf_counter() - started), options.time_limit_s * DECOMPOSED_SHARE)
+        left = max(options.time_limit_s - (time.perf_counter() - started), options.time_limit_s * (1 - DECOMPOSED_SHARE))
         joint = plan(systems, pool, store, features, options.model_copy(update={"time_limit_s": left}), current,
                      quotas, running)
         joint.solver.method, joint.solver.fallback = JOINT_FALLBACK, str(why)
