@@ -54,9 +54,10 @@ from tessera.planner.solve import PlannerOptions, plan
 FIRST_SUB_POOL_GPUS = 8
 """A part is first planned on this many GPUs (one node of eight), doubled until it is served in full."""
 DECOMPOSED_SHARE = 0.75
-"""The share of the time limit the parts and the packing may take; a fallback gets what is left, at least the
-rest of this share of it (the worker's grace, worker.GRACE_S, covers the overrun of a fallback after parts that
-took their whole share)."""
+"""The share of the time limit the parts and the packing may take. A joint fallback gets what is left of the
+limit, at least the other quarter of it: after parts that overran their share (a part's model build and check
+are not bounded) a plan may take the limit and a quarter, which the worker's grace (worker.GRACE_S, 30 s)
+covers for limits up to 120 s."""
 
 JOINT, DECOMPOSED, JOINT_FALLBACK = "joint", "decomposed", "joint-fallback"
 
@@ -132,7 +133,7 @@ def _plan_decomposed(systems: list[SystemSpec], pool: Pool | NodePool, store: Pr
 
 def _part(system: SystemSpec, gpu: str, pool_size: int, store: ProfileStore, features: Features, options: PlannerOptions,
           quotas: Sequence[InstanceQuota], deadline: float) -> Plan:
-    """One system alone, on the fewest doubled sub-pool GPUs that serve its whole demand.
+    """One system alone, on a sub-pool of FIRST_SUB_POOL_GPUS GPUs doubled until it serves the whole demand.
 
     The sub-pool keeps the whole pool's model (exact or approximate), so its optimum is the whole pool's.
     """
