@@ -5,7 +5,9 @@ The operator and the CLI both call `solve_request` (the operator through
 next:
 
 - `Planned`: a plan whose cost is proven (GPUs exactly, slices to the
-  options' tolerance); apply it.
+  options' tolerance); apply it. A plan made apart (`solver.method`
+  "decomposed", decompose.py) proves each system's own cost, not the
+  whole's against the joint optimum, and carries no cost proof.
 - `TimeLimit`: the time limit cut the proof short. With a plan, the plan
   is valid and checked, and `cost` says how far each count may be from its
   optimum; without one, retry (with more time).
@@ -29,6 +31,7 @@ from typing import Annotated, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from tessera.planner.decompose import plan_pool
 from tessera.planner.errors import InfeasibleError, PlannerBug, TimeLimitError
 from tessera.planner.features import Features
 from tessera.planner.model import Pool, SystemSpec
@@ -37,7 +40,7 @@ from tessera.planner.plan import CostProof, Plan
 from tessera.planner.profile_sources import build_profile_store
 from tessera.planner.profiles import ProfileStore
 from tessera.planner.quota import InstanceQuota
-from tessera.planner.solve import PlannerOptions, plan, serve_stage
+from tessera.planner.solve import PlannerOptions, serve_stage
 
 
 def system_key(namespace: str, name: str) -> str:
@@ -139,7 +142,7 @@ def plan_outcome(systems: list[SystemSpec], pool: Pool | NodePool, measured: Pro
     """plan() as an outcome: the profile store built from the specs (and `measured`), every answer typed."""
     try:
         store = build_profile_store(systems, pool.gpu, measured, options.batches, max_mps=options.max_mps)
-        result = plan(systems, pool, store, features, options, current, quotas, running)
+        result = plan_pool(systems, pool, store, features, options, current, quotas, running)
     except InfeasibleError as error:
         return Infeasible(reason=str(error))
     except TimeLimitError as error:

@@ -121,6 +121,11 @@ class SolverReport(BaseModel):
     constraints: int
     time_limited: list[str] = Field(default_factory=list, description="Stages the time limit stopped.")
     cost: CostProof | None = Field(default=None, description="GPUs and slices with their proven lower bounds.")
+    method: str = Field(
+        default="joint", description="How the plan was made (decompose.py): joint (one MILP for all systems), "
+                                     "decomposed (each system alone, packed together, checked as a whole) or "
+                                     "joint-fallback (decomposed first, then joint: `fallback` says why).")
+    fallback: str | None = Field(default=None, description="Why a decomposed plan gave way to the joint solve.")
 
 
 class Plan(BaseModel):

@@ -129,6 +129,10 @@ class PlannerOptions(BaseModel):
     max_nodes_changed: int | None = Field(
         default=None, ge=0,
         description="The most nodes the current plan serves on that one re-plan may re-partition (None: no bound).")
+    decompose: bool = Field(
+        default=True,
+        description="On a fresh pool (no plan in force), plan each system alone, pack them together and check "
+                    "the whole, falling back to the joint solve where that fails (decompose.py).")
 
     @field_validator("batches")
     @classmethod

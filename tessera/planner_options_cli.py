@@ -93,6 +93,10 @@ def planner_options(time_limit_flag: str = "--time-limit") -> Callable[[Any], An
                           "--reconfigure-s / this."),
         click.option("--max-nodes-changed", type=BoundedInt(0, MAX_POOL_GPUS), default=None,
                      help="The most serving nodes one re-plan may re-partition (default: no bound)."),
+        click.option("--decompose/--joint-only", default=DEFAULTS.decompose, show_default=True,
+                     help="On a fresh pool (no plan in force), plan each system alone, pack them together and "
+                          "check the whole, else the joint solve (docs/planner.md); --joint-only always solves "
+                          "the pool's systems in one MILP."),
         click.option("--slice-tolerance", type=FiniteFloat(0, COMPUTE_SLICES * MAX_POOL_GPUS, min_open=True),
                      default=DEFAULTS.slice_tolerance, show_default=True,
                      help="Slices the cost may stay above its proven bound (1: the fewest)."),
@@ -107,7 +111,8 @@ def planner_options(time_limit_flag: str = "--time-limit") -> Callable[[Any], An
 
 PLANNER_PARAMETERS = ("levels", "headroom", "time_limit", "batches", "max_batch", "max_mps", "tier_ratio",
                       "busy_instances", "exact_up_to_gpus", "latency_spread", "queueing", "routing", "connections",
-                      "slice_tolerance", "reconfigure_s", "change_horizon_s", "max_nodes_changed")
+                      "slice_tolerance", "reconfigure_s", "change_horizon_s", "max_nodes_changed",
+                      "decompose")
 
 
 def take_planner_options(parameters: dict[str, Any]) -> PlannerOptions:

@@ -87,6 +87,15 @@ def test_plan_table_names_every_task_and_the_mig_layout(write):
             assert f"{count}x {name}" in result.stdout
 
 
+def test_plan_of_two_systems_says_they_were_planned_apart_and_joint_only_solves_them_together(write):
+    files = [write(system_document(name=name), f"{name}.yaml") for name in ("one", "two")]
+    apart = invoke("plan", *files, *FAST, "--gpus", 2)
+    assert apart.exit_code == 0, apart.output
+    assert "decomposed" in apart.stdout
+    together = invoke("plan", *files, *FAST, "--gpus", 2, "--joint-only", "--output", "json")
+    assert Plan.model_validate(json.loads(together.stdout)).solver.method == "joint"
+
+
 def test_plan_features_switch_reaches_the_planner(write):
     result = invoke("plan", write(system_document()), *FAST, "--gpus", 2, "--features", "a+t", "--output", "json")
     assert result.exit_code == 0, result.output

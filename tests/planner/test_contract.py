@@ -24,6 +24,14 @@ def test_a_plan_that_serves_everything_is_planned_and_keyed_by_namespace_and_nam
     outcome = solve_request(request(system("team-a", demand=300), system("team-b", demand=300)))
     assert isinstance(outcome, Planned)
     assert [s.system for s in outcome.plan.systems] == ["team-a/s", "team-b/s"]
+    # Planned apart (decompose.py): each system's cost is proven, the whole's against the joint optimum is not.
+    assert outcome.plan.solver.method == "decomposed" and outcome.plan.solver.cost is None
+
+
+def test_a_pool_planned_jointly_carries_the_proof_of_its_cost():
+    joint = request(system("team-a", demand=300), system("team-b", demand=300))
+    outcome = solve_request(joint.model_copy(update={"options": OPTIONS.model_copy(update={"decompose": False})}))
+    assert isinstance(outcome, Planned) and outcome.plan.solver.method == "joint"
     assert outcome.plan.solver.cost.proven
 
 

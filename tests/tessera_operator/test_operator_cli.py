@@ -39,6 +39,11 @@ def test_the_change_price_and_the_bound_on_nodes_changed_reach_the_operators_pla
     assert planner.change_share == 0.5
 
 
+def test_the_operators_planner_decomposes_by_default_and_joint_only_switches_it_off():
+    assert settings_for().planner.decompose
+    assert not settings_for("--joint-only").planner.decompose
+
+
 def test_demand_options_still_reach_the_demand_settings():
     settings = settings_for("--prometheus-url", "http://prometheus:9090", "--demand-dry-run", "--namespace", "team-a")
     assert str(settings.demand.prometheus_url) == "http://prometheus:9090/" and settings.demand.dry_run
