@@ -135,6 +135,11 @@ QUOTA_TRANSITION_MUTATIONS = [
      "test_an_old_deployment_whose_replacements_need_its_instances_takes_no_step"),
     ("a step unstated in the status", "    if message is None:\n        return conditions", "    if True:\n        return conditions",
      "test_a_stepped_system_reads_progressing_quota_transition_naming_the_quota_instead_of_replacement_pending"),
+    ("a replacement behind the old pods grown first", "sorted(new, key=lambda body: builders.pinned_hostname(body) in behind)",
+     "new", "test_the_room_in_the_quota_goes_first_to_a_new_deployment_on_a_node_with_instances_free_beside_the_old_pods"),
+    ("an old server a step moves deleted while it holds pods", "if not (\n        isinstance(action, DeleteChild)",
+     "if not (False and\n        isinstance(action, DeleteChild)",
+     "test_an_old_server_a_step_moves_is_not_deleted_while_it_holds_pods_though_its_replacements_are_available"),
 ]
 MUTATIONS = ([(DECIDE, *row) for row in DECIDE_MUTATIONS] + [(ADAPTER_POOLS, *row) for row in ADAPTER_POOL_MUTATIONS]
              + [(PRIORITIES, *row) for row in PRIORITY_MUTATIONS]

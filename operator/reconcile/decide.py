@@ -358,6 +358,13 @@ def _servers_by_task(planned: dict[ChildKey, tuple[Json, bool]]) -> dict[tuple[s
     return by_task
 
 
+def hosts_without_room_beside_the_old(planned: dict[ChildKey, tuple[Json, bool]], live: dict[ChildKey, Json],
+                                      outcome: PoolOutcome) -> set[str]:
+    """Applied nodes where model servers no plan wants run and the layout has no instances for the plan's beside
+    them: a replacement pinned there starts only once old pods there are gone."""
+    return _hosts_without_room(planned, _stale_servers(planned, live), outcome)
+
+
 def _hosts_without_room(planned: dict[ChildKey, tuple[Json, bool]], stale: dict[ChildKey, Json],
                         outcome: PoolOutcome) -> set[str]:
     """Applied nodes where old Deployments run and the layout has no instances for the plan's beside them."""

@@ -15,7 +15,10 @@ reads (a restart resumes where the cluster stands):
 
 1. The plan's Deployments are applied with the replicas they hold now, never
    more than planned; where the quota leaves room for one more pod, the first
-   of them below its plan gets one more (the new one up).
+   of them below its plan gets one more (the new one up), those on a node
+   with instances free beside the old pods first: one pinned to a node whose
+   instances the old pods hold would stay Pending, and the step wait for it
+   forever.
 2. Where there is no room and every one of them, and every old one, is
    available at the replicas it asks for with no pod going, the first old Deployment still holding pods is scaled down by one
    (the old one down): its pod goes and leaves room for the next step.
@@ -23,7 +26,10 @@ reads (a restart resumes where the cluster stands):
 
 So at most one replica of the namespace's moving tasks is not serving at a
 time, no pod is ever created past the quota, and the change ends when the
-old Deployments hold no pods: then the plan fits the quota (the solve kept it
+old Deployments hold no pods (until then they are not deleted, also where the
+replacements make before break waits for are available: the step scales them
+down, so a new pod is never created while a deleted one's pod still counts in
+the quota): then the plan fits the quota (the solve kept it
 within) and its Deployments are applied in full. The loss is stated:
 reason `QuotaTransition`, naming the quota and the replicas that serve
 meanwhile, and a Warning Event.
@@ -41,7 +47,7 @@ from tessera.operator import naming
 from tessera.operator.api import status as st
 from tessera.operator.api.systems import SystemObject
 from tessera.operator.reconcile import builders
-from tessera.operator.reconcile.actions import Action, ApplyChild, Json, PostEvent, ScaleDeployment
+from tessera.operator.reconcile.actions import Action, ApplyChild, DeleteChild, Json, PostEvent, ScaleDeployment
 from tessera.operator.reconcile.decide import ChildKey, is_model_server, owner_key
 from tessera.operator.reconcile.quotas import REQUESTS, pod_gpu_requests, pods_held
 
@@ -73,12 +79,14 @@ class QuotaStep:
 
 
 def decide_quota_transitions(planned: Iterable[Json], stale: Iterable[Json], live: Mapping[str, Json],
-                             rooms: Mapping[tuple[str, str], Room]) -> list[QuotaStep]:
+                             rooms: Mapping[tuple[str, str], Room], behind: Collection[str] = ()) -> list[QuotaStep]:
     """The next step of each namespace's change that does not fit its quota beside the old pods.
 
     `planned`: the plan's model-server Deployments; `stale`: the live
     model-server Deployments no plan wants; `live`: tessera's live
-    Deployments by `namespace/name`; `rooms`: quotas.quota_rooms.
+    Deployments by `namespace/name`; `rooms`: quotas.quota_rooms; `behind`:
+    the nodes whose instances the old pods hold
+    (decide.hosts_without_room_beside_the_old), grown last.
     """
     groups: dict[tuple[str, str], tuple[list[Json], list[Json]]] = {}
     for body in planned:
@@ -92,14 +100,14 @@ def decide_quota_transitions(planned: Iterable[Json], stale: Iterable[Json], liv
         room = rooms.get((namespace, REQUESTS + resource))
         if room is None or not any(pods_held(child) for child in old):
             continue
-        step = _step(namespace, resource, room, _by_name(new), _by_name(old), live)
+        step = _step(namespace, resource, room, _by_name(new), _by_name(old), live, behind)
         if step is not None:
             steps.append(step)
     return steps
 
 
 def _step(namespace: str, resource: str, room: Room, new: list[Json], old: list[Json],
-          live: Mapping[str, Json]) -> QuotaStep | None:
+          live: Mapping[str, Json], behind: Collection[str]) -> QuotaStep | None:
     """The group's next step; None where the old pods and the plan's fit the quota together."""
     limit, source = room
     per_pod = {_name(body): pod_gpu_requests(body)[resource] for body in new + old}
@@ -110,7 +118,8 @@ def _step(namespace: str, resource: str, room: Room, new: list[Json], old: list[
     holds = {name: pods_held(child) if child is not None else 0 for name, child in current.items()}
     replicas = {_name(body): min(_planned(body), holds[_name(body)]) for body in new}
     free = limit - old_held - sum(holds[name] * per_pod[name] for name in holds)
-    growing = next((body for body in new if replicas[_name(body)] < _planned(body)), None)
+    growing = next((body for body in sorted(new, key=lambda body: builders.pinned_hostname(body) in behind)
+                    if replicas[_name(body)] < _planned(body)), None)
     scale_down: dict[str, int] = {}
     if growing is not None and free >= per_pod[_name(growing)]:
         replicas[_name(growing)] += 1  # the new one up
@@ -129,7 +138,8 @@ def _step(namespace: str, resource: str, room: Room, new: list[Json], old: list[
 
 def step_children(planned: dict[ChildKey, tuple[Json, bool]], live: Mapping[ChildKey, Json],
                   rooms: Mapping[tuple[str, str], Room], systems: list[SystemObject], paused: Collection[str],
-                  breaks: Collection[ChildKey], now: str) -> tuple[dict[ChildKey, tuple[Json, bool]], list[Action], dict[str, str]]:
+                  breaks: Collection[ChildKey], now: str, behind: Collection[str] = ()
+                  ) -> tuple[dict[ChildKey, tuple[Json, bool]], list[Action], dict[str, str], set[ChildKey]]:
     """The planned children with the Deployments a quota step applies itself marked not to apply (decide_children
     then neither applies them in full nor takes them for gone: the old ones serve until they are available in
     full), and the step's writes: the plan's Deployments at the replicas of this step, the old one scaled down by
@@ -137,17 +147,22 @@ def step_children(planned: dict[ChildKey, tuple[Json, bool]], live: Mapping[Chil
     (with_quota_transition states it). A paused system's children take no step (nothing
     changes what runs), nor do `breaks`: the old Deployments whose replacements need their instances and the
     replacements held for them (decide.replacements_in_place, held_in_place), a break and not a make before
-    break, which --without-replacement decides."""
+    break, which --without-replacement decides. Last, the old Deployments a step moves that still hold pods:
+    not to be deleted (kept_while_stepped); `behind`: as decide_quota_transitions."""
     def takes_steps(key: ChildKey, child: Json) -> bool:
         return key not in breaks and is_model_server(child) and owner_key(child) not in paused
-    stale = [child for key, child in sorted(live.items()) if key not in planned and takes_steps(key, child)]
+    stale_keys = [key for key, child in sorted(live.items()) if key not in planned and takes_steps(key, child)]
+    stale = [live[key] for key in stale_keys]
     servers = [body for key, (body, _) in planned.items() if takes_steps(key, body)]
     by_name = {f"{namespace}/{name}": child for (kind, namespace, name), child in live.items() if kind == "Deployment"}
     by_key = {system.ref.key: system for system in systems}
     stepped = dict(planned)
     actions: list[Action] = []
     messages: dict[str, str] = {}
-    for step in decide_quota_transitions(servers, stale, by_name, rooms):
+    holding: set[ChildKey] = set()
+    for step in decide_quota_transitions(servers, stale, by_name, rooms, behind):
+        holding |= {key for key in stale_keys if key[1] == step.namespace and pods_held(live[key])
+                    and step.resource in pod_gpu_requests(live[key])}
         moves: list[Action] = []
         for name, replicas in sorted(step.replicas.items()):
             key: ChildKey = ("Deployment", *name.split("/", 1))  # type: ignore[assignment]
@@ -167,7 +182,17 @@ def step_children(planned: dict[ChildKey, tuple[Json, bool]], live: Mapping[Chil
             if moves:
                 actions.append(PostEvent(st.event_body(by_key[owner].ref, st.EventSpec(
                     "Warning", QUOTA_TRANSITION, step.message), now), reason=step.message))
-    return stepped, actions, messages
+    return stepped, actions, messages, holding
+
+
+def kept_while_stepped(actions: list[Action], holding: Collection[ChildKey]) -> list[Action]:
+    """The actions less the deletion of old Deployments a quota step moves while they hold pods, and of their
+    PodDisruptionBudgets (decide_children deletes an old one once the replacements it waits for are available;
+    the step scales it down to none first, and it goes once its pods are gone)."""
+    names = {(namespace, name) for _, namespace, name in holding}
+    return [action for action in actions if not (
+        isinstance(action, DeleteChild) and (action.child["metadata"]["namespace"], action.child["metadata"]["name"])
+        in names)]
 
 
 def with_quota_transition(conditions: list[st.Condition], message: str | None) -> list[st.Condition]:

@@ -47,7 +47,8 @@ from tessera.operator.reconcile.decide import (STATE_FORMAT, PoolOutcome, serves
                                                decide_children, decide_mig_configs, decide_relabels, decide_status,
                                                desired_mig, free_slots, live_children, no_pool_status,
                                                nodes_to_relabel, planned_children, planned_nodes, profiling_mig,
-                                               held_in_place, nodes_left_by_system, replacements_awaited,
+                                               held_in_place, hosts_without_room_beside_the_old, nodes_left_by_system,
+                                               replacements_awaited,
                                                replacements_in_place, reserved_gpus, stored_plan_stands, stored_pool_plan,
                                                system_status, frontend_status, spec_digest)
 from tessera.operator.reconcile.node_changes import NodeHold
@@ -58,7 +59,7 @@ from tessera.operator.reconcile.solve_decide import (RunningSolve, Size, Step, a
                                                      cut_to, exceeds_caps, fits_caps, next_probe, next_solve,
                                                      settling, settling_message, size_of, still_invalid, too_large,
                                                      too_large_message)
-from tessera.operator.reconcile.quota_transitions import Room, step_children, with_quota_transition
+from tessera.operator.reconcile.quota_transitions import Room, kept_while_stepped, step_children, with_quota_transition
 from tessera.operator.reconcile.quotas import instance_quotas, quota_rooms, whole_gpu_quotas
 from tessera.planner.quota import InstanceQuota
 from tessera.operator.reconcile.serving_nodes import Rules, decide_serving_nodes
@@ -601,9 +602,11 @@ class Reconciler:
         outcome.in_place = replacements_in_place(planned, outcome.live, outcome)
         outcome.without_replacement = self.settings.without_replacement
         breaks = {*outcome.in_place, *(("Deployment", *held) for held in held_in_place(outcome))}
-        stepped, steps, transitions = step_children(planned, outcome.live, rooms, systems, set(paused), breaks,
-                                                    st.now_rfc3339())
-        self.actor.apply(without_paused([*decide_children(stepped, systems, outcome.live, outcome), *steps], paused))
+        stepped, steps, transitions, holding = step_children(
+            planned, outcome.live, rooms, systems, set(paused), breaks, st.now_rfc3339(),
+            hosts_without_room_beside_the_old(planned, outcome.live, outcome))
+        decided = kept_while_stepped(decide_children(stepped, systems, outcome.live, outcome), holding)
+        self.actor.apply(without_paused([*decided, *steps], paused))
         return transitions
 
     # -- status ----------------------------------------------------------------

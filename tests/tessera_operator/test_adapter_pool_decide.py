@@ -244,6 +244,25 @@ def test_a_server_no_placement_wants_is_deleted_then_its_budget_but_an_invalid_p
     assert decide_servers([], stale, valid=False) == []
 
 
+def test_under_a_quota_an_adapter_pools_change_asks_for_no_more_servers_than_its_placement_and_keeps_none_for_another():
+    """Why AdapterPool servers take no quota step (quota_transitions.py): each is one replica with the Recreate
+    strategy, so a changed server's pod goes before its new one is created, and a server no placement wants is
+    deleted in the reconcile that applies the new ones, never kept serving until they are available. What the
+    namespace asks for after a reconcile is the placement's servers, which its quota caps (gpus_allowed): no new
+    pod waits for an old one that waits for it."""
+    obj, pool = adapter_pool(), gpu_pool()
+    limit, _ = gpus_allowed(len(pool.slots()), WholeGpuQuota(1, "ResourceQuota shop/gpus: requests.nvidia.com/gpu 1"))
+    placement = place(within(obj.problem, limit), "tessera")
+    slots = choose_slots(pool, [s.index for s in placement.servers], {}, set(), set())
+    planned = planned_servers(pool, PoolServers(obj, placement, slots, free=limit), SETTINGS, set(), {})
+    old = {**planned[0][0], "metadata": {**planned[0][0]["metadata"], "name": "support-server-9"}}
+    actions = decide_servers(planned, [live(old)], True)
+    applied = [a.body for a in actions if isinstance(a, ApplyChild) and a.kind == "Deployment"]
+    assert [a.child["metadata"]["name"] for a in actions if isinstance(a, DeleteChild)] == ["support-server-9"]
+    assert all(b["spec"]["strategy"] == {"type": "Recreate"} for b in applied)
+    assert sum(b["spec"]["replicas"] for b in applied) == len(planned) == limit == 1
+
+
 # -- status ------------------------------------------------------------------------
 
 def test_a_pool_with_every_adapter_placed_and_its_servers_available_is_ready():

@@ -4,8 +4,8 @@ together, one replica at a time, never a FailedCreate deadlock (operator/reconci
 from tessera.operator.api import status as st
 from tessera.operator.reconcile.actions import ApplyChild, DeleteChild, PostEvent, ScaleDeployment
 from tessera.operator.reconcile.decide import decide_children, is_model_server, live_children, planned_children
-from tessera.operator.reconcile.quota_transitions import (capped, decide_quota_transitions, step_children,
-                                                            with_quota_transition)
+from tessera.operator.reconcile.quota_transitions import (capped, decide_quota_transitions, kept_while_stepped,
+                                                            step_children, with_quota_transition)
 from tessera.operator.reconcile.quotas import pod_gpu_requests
 
 from .test_decide import SETTINGS, applied_pool, available, outcome_for, stale_deployment, system
@@ -15,13 +15,17 @@ QUOTA = "ResourceQuota team-a/gpus: requests.nvidia.com/mig-1g.10gb 2"
 ROOMS = {("team-a", f"requests.{MIG}"): (2, QUOTA)}
 
 
-def deployment(name: str, replicas: int, available: int | None = None, pods: int | None = None) -> dict:
-    """A model-server Deployment of one MIG instance per pod; `available` and `pods` its status (settled if None)."""
+def deployment(name: str, replicas: int, available: int | None = None, pods: int | None = None,
+               node: str = "node-a") -> dict:
+    """A model-server Deployment of one MIG instance per pod, pinned to `node`; `available` and `pods` its status
+    (settled if None)."""
     available = replicas if available is None else available
+    pinned = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": [node]}]}]}}}
     return {"kind": "Deployment",
             "metadata": {"namespace": "team-a", "name": name, "generation": 1,
                          "annotations": {"tessera.ai/applied-hash": name}},
-            "spec": {"replicas": replicas, "template": {"spec": {"containers": [
+            "spec": {"replicas": replicas, "template": {"spec": {"affinity": pinned, "containers": [
                 {"resources": {"requests": {MIG: "1", "cpu": "1"}}}]}}},
             "status": {"observedGeneration": 1, "replicas": replicas if pods is None else pods,
                        "availableReplicas": available}}
@@ -73,6 +77,15 @@ def test_while_an_old_pod_goes_the_next_old_one_is_not_scaled_down():
     assert only.replicas == {"team-a/new": 0}
 
 
+def test_the_room_in_the_quota_goes_first_to_a_new_deployment_on_a_node_with_instances_free_beside_the_old_pods():
+    """On node-a the old pod holds the instance its replacement there needs: grown first, its pod would stay
+    Pending, and the step wait for it forever; the one on node-b starts, then the old one goes."""
+    old = deployment("old", 1, node="node-a")
+    mine, elsewhere = deployment("a-beside-the-old", 1, node="node-a"), deployment("b-elsewhere", 1, node="node-b")
+    (only,) = decide_quota_transitions([mine, elsewhere], [old], live_of(old), ROOMS, behind={"node-a"})
+    assert only.replicas == {"team-a/a-beside-the-old": 0, "team-a/b-elsewhere": 1}
+
+
 def test_the_loss_names_the_quota_and_the_replicas_that_serve_meanwhile():
     (only,) = step(deployment("new", 2), deployment("old", 1), live_new=deployment("new", 1))
     assert (only.serving, only.planned) == (2, 2)
@@ -118,7 +131,7 @@ def test_a_reconcile_with_the_quota_full_scales_the_old_server_down_keeps_it_and
     resource = next(iter(pod_gpu_requests(old)))
     live = live_children([available(old)], systems)
     full = {("shop", f"requests.{resource}"): (old["spec"]["replicas"], "ResourceQuota shop/gpus")}
-    stepped, steps, transitions = step_children(planned, live, full, systems, set(), set(),
+    stepped, steps, transitions, _ = step_children(planned, live, full, systems, set(), set(),
                                                  "2026-01-01T00:00:00Z")
     actions = decide_children(stepped, systems, live, outcome) + steps
     assert [a.replicas for a in actions if isinstance(a, ScaleDeployment)] == [old["spec"]["replicas"] - 1]
@@ -130,6 +143,26 @@ def test_a_reconcile_with_the_quota_full_scales_the_old_server_down_keeps_it_and
     assert event["type"] == "Warning" and event["reason"] == "QuotaTransition"
     assert "ResourceQuota shop/gpus" in event["message"]
     assert transitions == {"shop/traffic": event["message"]}
+
+
+def test_an_old_server_a_step_moves_is_not_deleted_while_it_holds_pods_though_its_replacements_are_available(plan):
+    """decide_children deletes an old Deployment once the replacements make before break waits for are available
+    (others may wait behind it on its node); a deleted Deployment's pods still count in the quota while they go, so
+    the step scales it down to none and it goes once its pods are gone."""
+    pool, systems = applied_pool(plan), [system()]
+    old = stale_deployment(plan, pool, systems)
+    outcome = outcome_for(plan, pool, applied={"gpu-a", "gpu-b"})
+    planned, _ = planned_children(pool, systems, outcome, SETTINGS)
+    live = live_children([available(old), *(available(b) for b in planned_servers(planned))], systems)
+    resource = next(iter(pod_gpu_requests(old)))
+    planned_pods = sum(b["spec"]["replicas"] for b in planned_servers(planned) if resource in pod_gpu_requests(b))
+    full = {("shop", f"requests.{resource}"): (planned_pods, "ResourceQuota shop/gpus")}
+    stepped, _, _, holding = step_children(planned, live, full, systems, set(), set(), "2026-01-01T00:00:00Z")
+    decided = decide_children(stepped, systems, live, outcome)
+    name = old["metadata"]["name"]
+    assert name in [a.child["metadata"]["name"] for a in decided if isinstance(a, DeleteChild)]
+    assert name not in [a.child["metadata"]["name"] for a in kept_while_stepped(decided, holding)
+                        if isinstance(a, DeleteChild)]
 
 
 def test_a_stepped_system_reads_progressing_quota_transition_naming_the_quota_instead_of_replacement_pending():
@@ -153,5 +186,5 @@ def test_an_old_deployment_whose_replacements_need_its_instances_takes_no_step(p
     resource = next(iter(pod_gpu_requests(old)))
     full = {("shop", f"requests.{resource}"): (old["spec"]["replicas"], "ResourceQuota shop/gpus")}
     breaks = {key for key in live} | {key for key, (body, _) in planned.items() if is_model_server(body)}
-    stepped, steps, transitions = step_children(planned, live, full, systems, set(), breaks, "2026-01-01T00:00:00Z")
+    stepped, steps, transitions, _ = step_children(planned, live, full, systems, set(), breaks, "2026-01-01T00:00:00Z")
     assert (stepped, steps, transitions) == (planned, [], {})
