@@ -217,6 +217,8 @@ def planned_children(pool: Pool, systems: list[SystemObject], outcome: PoolOutco
     for system in systems:
         if system.spec is None or system.ref.key in outcome.invalid:
             continue  # an invalid system's children stay exactly as its last good plan made them
+        if plan_older_than_spec(system, outcome):
+            continue  # its children stay as they are until the plan for its edited spec is stored
         for system_key, task_name in sorted(placement.tasks):
             if system_key != system.ref.key:
                 continue
@@ -238,6 +240,18 @@ def planned_children(pool: Pool, systems: list[SystemObject], outcome: PoolOutco
             for body in frontend_children.children(system.ref, system.spec, outcome.plan, store, settings):
                 planned[(body["kind"], system.ref.namespace, body["metadata"]["name"])] = (body, True)
     return planned, deployments
+
+
+def plan_older_than_spec(system: SystemObject, outcome: PoolOutcome) -> bool:
+    """Whether the plan in force names a task or variant the system's spec no longer has: the spec was edited
+    (a variant renamed or removed) and the solve for it has not been stored yet. Its children are then neither
+    rebuilt (a child built from the old plan and the new spec would mix the two, or name what is gone) nor
+    deleted: they serve until the new plan replaces them."""
+    if system.spec is None:
+        return False
+    variants = {task.name: {variant.name for variant in task.variants} for task in system.spec.tasks}
+    return any(task.variant not in variants.get(task_name, set())
+               for (key, task_name), task in outcome.placement.tasks.items() if key == system.ref.key)
 
 
 def decide_children(planned: dict[ChildKey, tuple[Json, bool]], systems: list[SystemObject],
@@ -264,8 +278,8 @@ def decide_children(planned: dict[ChildKey, tuple[Json, bool]], systems: list[Sy
     # Budgets last: each follows its Deployment, whose deletion is decided before it.
     for key, child in sorted(live.items(), key=lambda item: (item[0][0] == BUDGET, item[0])):
         owner = by_key[owner_key(child) or ""]
-        if key in planned or not owner.valid or owner.ref.key in outcome.invalid:
-            continue  # planned, or an invalid system's last good plan, which keeps running
+        if key in planned or not owner.valid or owner.ref.key in outcome.invalid or plan_older_than_spec(owner, outcome):
+            continue  # planned, or an invalid system's last good plan or one older than its spec: it keeps running
         guarded = ("Deployment", *key[1:])
         if key[0] == BUDGET and guarded in live and guarded not in deleting:
             continue  # its Deployment still serves (make before break): guarded until it goes

@@ -172,6 +172,16 @@ def test_the_children_of_a_spec_that_turned_invalid_at_the_api_keep_running(plan
     assert not [a for a in actions if isinstance(a, DeleteChild)]
 
 
+def test_the_children_of_a_system_whose_variant_was_renamed_before_its_new_plan_are_kept_as_they_are(plan):
+    pool = applied_pool(plan)
+    planned, _ = children_decision(plan, pool, [system()], [])
+    tasks = copy.deepcopy(SYSTEM["spec"]["tasks"])
+    tasks[1]["variants"][0]["name"] = "effnet-b0-next"
+    renamed = [system(tasks=tasks)]
+    replanned, actions = children_decision(plan, pool, renamed, [live(b) for b, _ in planned.values()])
+    assert replanned == {} and actions == []
+
+
 def test_a_serving_deployment_is_not_deleted_before_its_replacement_is_applied(plan):
     pool, systems = pool_with(), [system()]
     old = stale_deployment(plan, applied_pool(plan), systems)
