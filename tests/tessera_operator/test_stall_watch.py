@@ -6,7 +6,7 @@ import asyncio
 import logging
 import time
 
-from tessera.operator.entry.stall_watch import StallWatch
+from tessera.operator.entry.stall_watch import StallWatch, runqueue_wait_s
 
 
 def _a_blocking_call_on_the_loop() -> None:
@@ -53,3 +53,7 @@ def test_a_loop_that_keeps_running_logs_nothing(caplog):
     finally:
         watch.stop()
     assert not [r for r in caplog.records if "has not run" in r.getMessage()]
+
+
+def test_the_time_waiting_for_a_cpu_is_the_second_field_of_schedstat():
+    assert runqueue_wait_s("140028 2500000000 3\n") == 2.5
