@@ -71,6 +71,8 @@ SAMPLE_S = 0.25
 READY_TIMEOUT_S = 600
 STALL_REPORT_S = 0.03
 STALL_LINE = "event loop has not run"
+STALLS_KEPT = 10
+"""Stack logs kept per scenario in the results (the operator's log has them all)."""
 CPU_WAIT = re.compile(r"event loop stalled (\d+) ms \((\d+) ms of it waiting for a CPU\)")
 STAND_IN_DELAYS_S = CONFIGMAP_DELAY_S + APPLY_S + PROPAGATION_S
 LATE = "late-arrival"
@@ -426,8 +428,8 @@ def main() -> None:
 
 def write_results(results: list[dict], name: str) -> None:
     RESULTS.mkdir(exist_ok=True)
-    stalls = "".join(f"== {r['operator']}: {r['systems']} systems on {r['nodes']} nodes ==\n" + "\n".join(r["stall_logs"])
-                     + "\n" for r in results)
+    stalls = "".join(f"== {r['operator']}: {r['systems']} systems on {r['nodes']} nodes, the first {STALLS_KEPT} of "
+                     f"{len(r['stall_logs'])} ==\n" + "\n".join(r["stall_logs"][:STALLS_KEPT]) + "\n" for r in results)
     (RESULTS / f"{name}_stalls.txt").write_text(stalls)
     (RESULTS / f"{name}.json").write_text(json.dumps([{k: v for k, v in r.items() if k != "stall_logs"} for r in results],
                                                      indent=2) + "\n")
