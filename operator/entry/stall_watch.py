@@ -117,8 +117,8 @@ class GcPauses:
             return
         took = self.clock() - self._started
         if took > self.threshold_s:
-            log.info("garbage collection of generation %d took %.0f ms (%d objects freed)",
-                     info["generation"], 1000 * took, info["collected"])
+            log.info("garbage collection of generation %d took %.0f ms (%d objects freed, %d in the oldest "
+                     "generation)", info["generation"], 1000 * took, info["collected"], len(gc.get_objects(2)))
 
     def install(self) -> None:
         gc.callbacks.append(self)
