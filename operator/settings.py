@@ -76,6 +76,10 @@ class OperatorSettings(BaseModel):
         default=2, ge=1, le=64,
         description="Pools solved at the same time, each in its own solver process capped at solve_memory_mb: "
                     "the operator's memory stays below its own use plus solve_workers x solve_memory_mb.")
+    stall_report_s: float = Field(
+        default=0.1, gt=0, le=10,
+        description="Event-loop stalls longer than this (past the 50 ms lag probe's period) are logged with every "
+                    "thread's stack (operator/entry/stall_watch.py).")
     default_image: str = Field(
         default="registry.invalid/tessera/model-server:unset",
         description="Image of variants that name none (the planner still plans them).")

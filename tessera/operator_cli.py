@@ -86,6 +86,9 @@ def _selector(_ctx, _param, values: tuple[str, ...]) -> dict[str, str]:
               show_default=True,
               help="Pools solved at the same time, each in a solver process of its own (at most this many times "
                    "--solve-memory in all).")
+@click.option("--stall-report", "stall_report_s", type=field_range(OperatorSettings, "stall_report_s"),
+              default=DEFAULTS.stall_report_s, show_default=True,
+              help="Log the threads' stacks when the event loop stalls longer than this many seconds.")
 @click.option("--default-image", default=DEFAULTS.default_image, show_default=True,
               help="Model-server image for variants that name none.")
 @click.option("--adapter-server-url", default=DEFAULTS.adapter_server_url, show_default=True,

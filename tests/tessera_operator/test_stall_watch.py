@@ -6,7 +6,7 @@ import asyncio
 import logging
 import time
 
-from tessera.operator.entry.stall_watch import StallWatch
+from tessera.operator.entry.stall_watch import GcPauses, StallWatch, runqueue_wait_s
 
 
 def _a_blocking_call_on_the_loop() -> None:
@@ -53,3 +53,28 @@ def test_a_loop_that_keeps_running_logs_nothing(caplog):
     finally:
         watch.stop()
     assert not [r for r in caplog.records if "has not run" in r.getMessage()]
+
+
+def test_the_time_waiting_for_a_cpu_is_the_second_field_of_schedstat():
+    assert runqueue_wait_s("140028 2500000000 3\n") == 2.5
+
+
+def _collection(pauses: GcPauses, clock: list[float], took_s: float) -> None:
+    pauses("start", {"generation": 2, "collected": 0, "uncollectable": 0})
+    clock[0] += took_s
+    pauses("stop", {"generation": 2, "collected": 7, "uncollectable": 0})
+
+
+def test_a_garbage_collection_longer_than_the_threshold_is_logged_with_its_generation(caplog):
+    caplog.set_level(logging.INFO, logger="tessera.operator")
+    clock = [100.0]
+    _collection(GcPauses(threshold_s=0.1, clock=lambda: clock[0]), clock, 0.25)
+    (message,) = [r.getMessage() for r in caplog.records]
+    assert message.startswith("garbage collection of generation 2 took 250 ms (7 objects freed, ")
+
+
+def test_a_garbage_collection_within_the_threshold_logs_nothing(caplog):
+    caplog.set_level(logging.INFO, logger="tessera.operator")
+    clock = [100.0]
+    _collection(GcPauses(threshold_s=0.1, clock=lambda: clock[0]), clock, 0.05)
+    assert not caplog.records
