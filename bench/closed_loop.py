@@ -1,11 +1,12 @@
 """The closed loop under bursty demand: the operator's decisions, re-plans and re-partitions (issue 31).
 
-    .venv/bin/python -P bench/closed_loop.py [--duration 900] [--traces mmpp,diurnal] [--features A+S+T,A+S]
+    .venv/bin/python -P bench/closed_loop.py [--duration 900] [--traces mmpp,diurnal,azure-conv] [--features A+S+T,A+S]
         [--time-limit 60] [--plan-gpus 16] [--gpus-per-node 1] [--headroom 0.1] [--name closed_loop]
     .venv/bin/python -P bench/closed_loop.py --day-speed    # the simulation's share of a simulated day
 
 The three examples together (traffic-analysis, social-media, ar-assistant) on H100-80GB nodes, each trace
-(workloads.py: MMPP and diurnal with flash crowds, parameters fixed before any result) driving the closed loop
+(workloads.py: MMPP and diurnal with flash crowds, parameters fixed before any result, and the first --duration
+seconds of Azure's recorded LLM inference arrivals 2023, conversation service, CC-BY-4.0) driving the closed loop
 of tessera/closed_loop.py: the operator's demand windows and hysteresis, its re-plans (replicas-only first, then
 the solve with the running plan), part 2's change steps, the serving simulation as the cluster (per-request
 routing, as the frontend routes; batch latency spread 1.3). Plans use the queueing wait (`--queueing`,
@@ -178,7 +179,7 @@ def day_speed(systems, planner: PlannerOptions, pieces: int = 96) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--duration", type=float, default=900.0)
-    parser.add_argument("--traces", default="mmpp,diurnal")
+    parser.add_argument("--traces", default="mmpp,diurnal,azure-conv")
     parser.add_argument("--features", default="A+S+T,A+S")
     parser.add_argument("--time-limit", type=float, default=OperatorSettings().planner.time_limit_s)
     parser.add_argument("--plan-gpus", type=int, default=SIZING_GPUS, help="GPUs the loop plans on.")

@@ -16,12 +16,17 @@ computed from them (docs/serving-simulation.md lists the parameters):
   seconds), several time scales in one trace.
 - Replay: a recorded rate series from CSV (`time_s,rate`), resampled to the
   bin width and rescaled to mean 1.
+- Azure LLM inference 2023 (`azure-conv`, `azure-code`): a real service's
+  arrivals, one hour per service, counted per second (planner/data/; source,
+  licence and what was changed in docs/serving-simulation.md).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import partial
+from importlib import resources
 from pathlib import Path
 from typing import Callable, cast
 
@@ -153,7 +158,40 @@ def replay_csv(path: str | Path, bin_s: float = BIN_S) -> RateTrace:
     return RateTrace(path.stem, area / bin_s, bin_s).scaled_to_mean_one()
 
 
-BUILT_IN: dict[str, Callable[[float], RateTrace]] = {"mmpp": mmpp, "diurnal": diurnal_with_bursts, "constant": constant}
+AZURE_LLM_2023_SERVICES = ("conv", "code")
+# The shortest window whose Poisson redraw keeps the recorded inter-arrival CV (docs/serving-simulation.md).
+AZURE_SMOOTHING_S = 5.0
+
+
+def azure_llm_2023(service: str, duration_s: float, bin_s: float = BIN_S) -> RateTrace:
+    """The first `duration_s` of the hour recorded of Azure's LLM inference `service` (2023), scaled to mean 1.
+
+    The rate is the per-second count averaged over AZURE_SMOOTHING_S: the counts hold the recording's own
+    Poisson noise, which arrivals drawn from them would add a second time. Longer than the hour is refused
+    rather than repeated: a repeat would be a trace nobody recorded."""
+    if service not in AZURE_LLM_2023_SERVICES:
+        raise ValueError(f"Azure LLM trace 2023: unknown service {service!r}, use one of {AZURE_LLM_2023_SERVICES}")
+    name = f"azure-{service}"
+    data = resources.files("tessera.planner").joinpath("data", f"azure_llm_2023_{service}.csv")
+    with resources.as_file(data) as path:
+        hour = replay_csv(path, bin_s)
+    bins = _bin_count(duration_s, bin_s)
+    if bins > len(hour.multiplier):
+        raise ValueError(f"trace {name!r} covers {hour.duration_s:g} s; asked for {duration_s:g} s")
+    rate = _moving_average(hour.multiplier, max(1, round(AZURE_SMOOTHING_S / bin_s)))
+    return RateTrace(name, rate[:bins], bin_s).scaled_to_mean_one()
+
+
+def _moving_average(values: np.ndarray, width: int) -> np.ndarray:
+    """Centred; at the ends over the part of the window inside the series."""
+    window = np.ones(width)
+    return np.convolve(values, window, mode="same") / np.convolve(np.ones_like(values), window, mode="same")
+
+
+BUILT_IN: dict[str, Callable[[float], RateTrace]] = {
+    "mmpp": mmpp, "diurnal": diurnal_with_bursts, "constant": constant,
+    **{f"azure-{service}": partial(azure_llm_2023, service) for service in AZURE_LLM_2023_SERVICES},
+}
 
 
 def built_in(name: str, duration_s: float) -> RateTrace:

@@ -1,13 +1,16 @@
 """Rate traces: mean one, seeded, bursty where they should be; Poisson arrivals follow them."""
 
+import io
 import warnings
+from importlib import resources
 
 import numpy as np
 import pytest
 
 from tessera.planner.input_files import InputError
 from tessera.planner.simulation.workloads import (
-    DiurnalParameters, MmppParameters, diurnal_with_bursts, mmpp, poisson_arrivals, replay_csv,
+    DiurnalParameters, MmppParameters, azure_llm_2023, built_in, diurnal_with_bursts, mmpp, poisson_arrivals,
+    replay_csv,
 )
 
 
@@ -68,3 +71,39 @@ def test_replay_refuses_a_file_it_cannot_use_naming_it(tmp_path, content, words)
     with pytest.raises(InputError, match=words) as error:
         replay_csv(path)
     assert str(error.value).startswith(str(path))
+
+
+# The Azure LLM inference trace 2023 as recorded (vidur 0.0.26's data/processed_traces/splitwise_*.csv):
+# requests, seconds from the first arrival to the last, and the coefficient of variation of the inter-arrival times.
+AZURE_RECORDED = {"conv": (19_366, 3501.72, 1.094), "code": (8_819, 3435.95, 13.15)}
+
+
+@pytest.mark.parametrize("service", sorted(AZURE_RECORDED))
+def test_committed_azure_counts_hold_every_recorded_request_in_its_second(service):
+    requests, last_arrival_s, _ = AZURE_RECORDED[service]
+    data = resources.files("tessera.planner").joinpath("data", f"azure_llm_2023_{service}.csv")
+    seconds, counts = np.loadtxt(io.StringIO(data.read_text()), delimiter=",", skiprows=1, unpack=True)
+    assert counts.sum() == requests
+    assert seconds[-2] == int(last_arrival_s) and counts[-2] > 0  # the last second with arrivals, then the end
+
+
+@pytest.mark.parametrize("service", sorted(AZURE_RECORDED))
+def test_poisson_arrivals_on_the_azure_trace_keep_its_recorded_burstiness(service):
+    requests, last_arrival_s, recorded_cv = AZURE_RECORDED[service]
+    trace = azure_llm_2023(service, int(last_arrival_s) + 1)
+    gaps = np.diff(poisson_arrivals(trace, requests / trace.duration_s, np.random.default_rng(3)))
+    assert gaps.std() / gaps.mean() == pytest.approx(recorded_cv, rel=0.05)
+
+
+def test_azure_trace_scales_to_a_systems_demand():
+    trace = built_in("azure-conv", 900)
+    arrivals = poisson_arrivals(trace, 40.0, np.random.default_rng(5))
+    assert arrivals.size / trace.duration_s == pytest.approx(40.0, rel=0.02)
+    # The recorded shape survives the scaling: per-minute counts follow the trace's per-minute rate.
+    minutes = np.bincount((arrivals // 60).astype(int), minlength=15)
+    assert np.corrcoef(minutes, trace.multiplier.reshape(15, 60).sum(axis=1))[0, 1] > 0.95
+
+
+def test_azure_trace_refuses_more_than_its_recorded_hour_naming_it():
+    with pytest.raises(ValueError, match="'azure-conv' covers 3502 s; asked for 7200 s"):
+        built_in("azure-conv", 7200)
