@@ -45,6 +45,8 @@ DECIDE_MUTATIONS = [
      "test_mig_manager_failed_reads_mig_layout_failed_and_the_system_is_not_ready"),
     ("stale server deleted before its replacement", "        if key in awaited:\n            continue  # make before break", "        if False:\n            continue  # make before break",
      "test_a_serving_deployment_is_not_deleted_before_its_replacement_is_applied"),
+    ("a cordoned node's server deleted before the re-plan", "        replan = awaits_replan(child, outcome)\n",
+     "        replan = None\n", "test_a_server_on_a_node_an_admin_cordoned_serves_until_a_plan_without_the_node_is_in_force"),
     ("replacement behind the old one awaited", " | _hosts_without_room(planned, stale, outcome)\n", "\n",
      "test_a_replacement_on_an_applied_node_where_the_old_deployment_runs_is_not_awaited"),
     ("replacement with room beside the old one not awaited", " and not room_beside_the_old(m, servers)}", "}",

@@ -72,6 +72,9 @@ class NodeFacts:
     """The MIG config tessera cordoned the node to change to (annotation naming.CORDONED); None: not tessera's cordon."""
     change_loss: str | None = None
     """What the change costs until the node serves again, as tessera's cordon recorded it (naming.CHANGE_LOSS)."""
+    cordoned_up: bool = False
+    """An admin cordoned the node (not tessera) while it is up (Ready, or NotReady within the grace): out of its
+    pool, but a cordon stops no pod, so the pods on it run on and serve."""
 
     def advertised_counts(self) -> dict[str, int]:
         return {name: p.count for name, p in self.advertised.items() if p.count}
@@ -93,6 +96,7 @@ def node_facts(node: dict, requested_annotation: str, at: float = 0.0,
         product_label=product,
         gpu_count=int(labels[GPU_COUNT_LABEL]),
         schedulable=_schedulable(node, at, not_ready_grace_s),
+        cordoned_up=_admin_cordoned(node) and _up(node, at, not_ready_grace_s),
         hostname=labels.get(HOSTNAME_LABEL, metadata["name"]),
         mig_config=labels.get(MIG_CONFIG_LABEL),
         mig_state=labels.get(MIG_STATE_LABEL),
@@ -117,11 +121,18 @@ def _mig_failure(text: str | None) -> MigFailure | None:
 
 
 def _schedulable(node: dict, at: float, not_ready_grace_s: float) -> bool:
-    """Not cordoned but by tessera for its re-partition, and Ready, rebooting for mig-manager (a MIG reboot is not
-    a node that left) or NotReady for less than the grace period. An admin's cordon takes it out at once."""
+    """Not cordoned but by tessera for its re-partition, and up (_up). An admin's cordon takes it out at once."""
+    return not _admin_cordoned(node) and _up(node, at, not_ready_grace_s)
+
+
+def _admin_cordoned(node: dict) -> bool:
+    """Unschedulable without tessera's record of its own cordon (naming.CORDONED)."""
     tessera_cordon = naming.CORDONED in ((node.get("metadata") or {}).get("annotations") or {})
-    if (node.get("spec") or {}).get("unschedulable") and not tessera_cordon:
-        return False
+    return bool((node.get("spec") or {}).get("unschedulable")) and not tessera_cordon
+
+
+def _up(node: dict, at: float, not_ready_grace_s: float) -> bool:
+    """Ready, rebooting for mig-manager (a MIG reboot is not a node that left) or NotReady for less than the grace."""
     rebooting = ((node.get("metadata") or {}).get("labels") or {}).get(MIG_STATE_LABEL) == MIG_REBOOTING
     since = _not_ready_since(node)
     return rebooting or since is None or at - since < not_ready_grace_s

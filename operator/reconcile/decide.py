@@ -100,6 +100,9 @@ class PoolOutcome:
     left_nodes: dict[str, list[str]] = field(default_factory=dict)
     """system key -> the nodes the plan in force puts its instances on that are no longer in the pool (they left,
     or a mig-manager failure's back-off ended): the plan shown while the pool's re-plan runs, not one it serves."""
+    cordoned_up: dict[str, str] = field(default_factory=dict)
+    """Node name -> hostname of the nodes an admin cordoned while they are up: out of the pool, their pods serve on
+    (discovery.NodeFacts.cordoned_up), so the Deployments pinned there wait for the re-plan (awaits_replan)."""
 
 
 # -- MIG ------------------------------------------------------------------------
@@ -306,7 +309,9 @@ def replacements_awaited(planned: dict[ChildKey, tuple[Json, bool]], live: dict[
     hold (a renamed Deployment, replicas moved between configurations of one
     node: replacements_in_place). Nor those on a node whose new layout waits for
     the pods on its GPUs to go: they come after the node changes. The system's
-    own deletion needs no rule: garbage collection removes its children.
+    own deletion needs no rule: garbage collection removes its children. One
+    pinned to a node an admin cordoned, while the plan in force still puts its
+    system there, waits for the re-plan first (awaits_replan).
     """
     stale = _stale_servers(planned, live)
     if not stale:
@@ -314,12 +319,29 @@ def replacements_awaited(planned: dict[ChildKey, tuple[Json, bool]], live: dict[
     behind = {m.hostname for m in outcome.mig.values() if m.blocked_by} | _hosts_without_room(planned, stale, outcome)
     awaited = {}
     for key, child in stale.items():
+        replan = awaits_replan(child, outcome)
+        if replan is not None:
+            awaited[key] = [replan]
+            continue
         waiting = sorted(name for (kind, namespace, name), body in _servers_by_task(planned).get(task_of(child), [])
                          if builders.pinned_hostname(body) not in behind
                          and not available_now(live.get((kind, namespace, name)), body))
         if waiting:
             awaited[key] = waiting
     return awaited
+
+
+def awaits_replan(child: Json, outcome: PoolOutcome) -> str | None:
+    """For a model-server Deployment no plan wants, pinned to a node an admin cordoned while it is up (out of the
+    pool, but a cordon stops no pod: its pods serve on) that the plan in force still puts the Deployment's system
+    on: what it serves for, the plan made without that node (then, as any old one, the Deployments that plan has
+    for its task); None for any other. Without this the placement on the remaining nodes, which no longer wants
+    it, would delete it at once, before the re-plan placed its replacements: a cordoned node's system served
+    nothing meanwhile. A node gone, or NotReady past its grace, is no such node: its pods serve nothing."""
+    host = builders.pinned_hostname(child)
+    left = outcome.left_nodes.get(owner_key(child) or "", [])
+    node = next((name for name in left if outcome.cordoned_up.get(name) == host), None)
+    return None if node is None else f"a plan without the cordoned node {node}"
 
 
 def replacements_in_place(planned: dict[ChildKey, tuple[Json, bool]], live: dict[ChildKey, Json],
@@ -590,8 +612,11 @@ def system_status(system: SystemObject, outcome: PoolOutcome) -> Verdict:
     conditions.append(mig)
     left = outcome.left_nodes.get(key)
     if left:
+        cordoned = [node for node in left if node in outcome.cordoned_up]
         servers = st.Condition(st.READY, False, st.PLANNING, f"re-planning: the plan in force puts servers on "
-                               f"{', '.join(left)}, no longer in the pool")
+                               f"{', '.join(left)}, no longer in the pool" + (
+                                   f"; those on {', '.join(cordoned)} (cordoned, up) serve on until the re-plan's "
+                                   "replacements are available" if cordoned else ""))
     ready = mig.status and servers.status
     if ready:
         conditions.append(st.Condition(st.READY, True, st.SERVERS_READY, servers.message))

@@ -199,7 +199,7 @@ class Reconciler:
         adapter_servers, adapter_gpus = {}, {}
         gpu_quotas = whole_gpu_quotas(seen.resource_quotas, {o.ref.namespace for o in seen.adapter_pools}, children)
         for pool in pools:
-            outcome = outcomes[pool.key] = PoolOutcome()
+            outcome = outcomes[pool.key] = PoolOutcome(cordoned_up={n.name: n.hostname for n in seen.cordoned_up})
             self.profiling.prepare(pool, members.get(pool.key, []))
             # AdapterPools first, on whole GPUs the compound solve then leaves alone unless every compound system
             # outranks them; never on GPUs the plan in force holds for a system of their priority or higher

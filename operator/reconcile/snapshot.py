@@ -55,6 +55,8 @@ class Snapshot:
     """What the preflight checks: the GPU Operator's namespace and ClusterPolicy, the watched namespaces, the CRDs."""
     pool_nodes: tuple[NodeFacts, ...] = ()
     """Every node a pool would have, also those left out of it after a mig-manager `failed` (their records)."""
+    cordoned_up: tuple[NodeFacts, ...] = ()
+    """The GPU nodes an admin cordoned while they are up: out of every pool, their pods run on (NodeFacts.cordoned_up)."""
     at: float = 0.0
     """When it was read (Unix seconds): the clock of the MIG failure back-off."""
     adapter_pools: tuple[AdapterPoolObject, ...] = ()
@@ -105,7 +107,8 @@ def observe(cluster: Cluster, settings: OperatorSettings, demand: DemandPlanner)
         pool_annotations={key: (found.get("metadata") or {}).get("annotations") or {}
                           for key, found in pool_objects.items()},
         prerequisites=cluster.read_prerequisites(policy, list(preflight.expected_crds())),
-        pool_nodes=pool_nodes, at=at, pool_access=read_pool_access(cluster, settings.pool_namespaces),
+        pool_nodes=pool_nodes, cordoned_up=tuple(f for f in facts if f.cordoned_up), at=at,
+        pool_access=read_pool_access(cluster, settings.pool_namespaces),
         resource_quotas=tuple(cluster.list_resource_quotas()),
         adapter_pools=adapter_pools, adapter_server_pods=tuple(cluster.list_labelled_pods(ADAPTER_SERVER_PODS)),
         route_services=route_services(children, [s for ns in route_namespaces for s in cluster.list_others_services(ns)],

@@ -334,6 +334,58 @@ def test_a_system_whose_old_deployments_wait_for_their_replacements_reads_replac
     assert old["metadata"]["name"] in progressing.message
 
 
+def cordoned_b(plan, left: bool, cordoned_up: bool, replacement=available):
+    """gpu-b (car-classification's node) left the pool: `cordoned_up` an admin cordoned it while it is up (else it
+    is gone, or NotReady past its grace); `left` the plan in force still puts the system there (the re-plan
+    without it runs; else the plan made without it is in force and places car-classification on gpu-a). The
+    plan's Deployments on gpu-a live as `replacement` makes them; the old one on gpu-b live and available: what
+    decide does with it."""
+    systems = [system()]
+    pool = pool_of(gpu_node("gpu-a"))
+    tasks = plan.tasks
+    gpus = [g for g in placed_gpus(plan) if g.node == "gpu-a"]
+    if not left:
+        gpus[0].instances[1] = gpus[0].instances[1].model_copy(update={"task": "car-classification"})
+    outcome = PoolOutcome(plan=plan, placement=place(gpus, tasks, {"gpu-a": 8}),
+                          left_nodes={"shop/traffic": ["gpu-b"]} if left else {},
+                          cordoned_up={"gpu-b": "gpu-b"} if cordoned_up else {})
+    outcome.mig = desired_mig(pool, outcome.placement)
+    outcome.mig["gpu-a"].applied = True
+    planned, _ = planned_children(pool, systems, outcome, SETTINGS)
+    on_b, _ = children_decision(plan, applied_pool(plan), systems, [])
+    (old,) = [available(body) for (kind, _, _), (body, _) in on_b.items() if kind == "Deployment"
+              and builders.pinned_hostname(body) == "gpu-b"]
+    children = [old, *(replacement(body) for (kind, _, _), (body, _) in planned.items() if kind == "Deployment")]
+    outcome.live = live_children(children, systems)
+    return old, outcome, deleted(decide_children(planned, systems, outcome.live, outcome))
+
+
+def test_a_server_on_a_node_an_admin_cordoned_serves_until_a_plan_without_the_node_is_in_force(plan):
+    """The placement on the nodes left no longer wants it and none of its task's planned Deployments waits, yet a
+    cordon stopped none of its pods: it is kept, waiting for the re-plan. (Without awaits_replan it is deleted at
+    once and car-classification serves nothing until the re-plan's replacement is available.)"""
+    old, outcome, gone = cordoned_b(plan, left=True, cordoned_up=True)
+    assert gone == []
+    key = ("Deployment", "shop", old["metadata"]["name"])
+    assert replacements_awaited({}, outcome.live, outcome) == {key: ["a plan without the cordoned node gpu-b"]}
+    ready = next(c for c in system_status(system(), outcome)[1] if c.type == st.READY)
+    assert (ready.status, ready.reason) == (False, st.PLANNING)
+    assert "those on gpu-b (cordoned, up) serve on until the re-plan's replacements are available" in ready.message
+
+
+def test_a_server_on_a_cordoned_node_goes_once_the_plan_without_the_node_has_its_replacements_available(plan):
+    old, _, waiting = cordoned_b(plan, left=False, cordoned_up=True, replacement=live)
+    assert waiting == [], "the re-plan's replacement on gpu-a has no available replica yet"
+    old, _, gone = cordoned_b(plan, left=False, cordoned_up=True)
+    assert gone == [old["metadata"]["name"]]
+
+
+def test_a_server_on_a_node_gone_or_notready_past_its_grace_is_deleted_at_once(plan):
+    """Its pods serve nothing: nothing to keep (as before the cordon rule)."""
+    old, _, gone = cordoned_b(plan, left=True, cordoned_up=False)
+    assert gone == [old["metadata"]["name"]]
+
+
 # -- disruption budgets ---------------------------------------------------------
 
 def budgets(planned) -> dict[str, dict]:

@@ -60,3 +60,27 @@ def test_a_node_tessera_cordoned_whose_mig_reboot_makes_it_notready_stays_in_its
     pools, _ = group_pools([node_facts(node, naming.MIG_CONFIG_REQUESTED, T0 + 100 * GRACE_S, GRACE_S)])
     assert [(n.name, n.cordoned_for) for p in pools for n in p.nodes] == [("gpu-0", "tessera-v1-next")]
 
+
+
+def cordoned_up(node: dict, at: float) -> bool:
+    facts = node_facts(node, naming.MIG_CONFIG_REQUESTED, at, GRACE_S)
+    assert facts is not None
+    return facts.cordoned_up
+
+
+def test_a_node_an_admin_cordoned_while_it_is_up_is_known_as_one_whose_pods_serve_on():
+    """Out of its pool, but a cordon stops no pod: its Deployments wait for the re-plan (decide.awaits_replan)."""
+    assert cordoned_up(gpu_node("gpu-0", unschedulable=True), T0)
+    within_grace = not_ready()
+    within_grace["spec"]["unschedulable"] = True
+    assert cordoned_up(within_grace, T0 + GRACE_S - 1)
+
+
+def test_a_cordoned_node_notready_past_its_grace_or_tessera_s_cordon_or_no_cordon_is_no_such_node():
+    past_grace = not_ready()
+    past_grace["spec"]["unschedulable"] = True
+    tessera_s = gpu_node("gpu-0", unschedulable=True)
+    tessera_s["metadata"]["annotations"] = {naming.CORDONED: "tessera-v1-next"}
+    assert not cordoned_up(past_grace, T0 + GRACE_S + 1)
+    assert not cordoned_up(tessera_s, T0)
+    assert not cordoned_up(gpu_node("gpu-0"), T0)
