@@ -248,7 +248,7 @@ def run(nodes: int, count: int, tree: Path | None, workdir: Path, edit_s: float)
                            text=True, check=True, capture_output=True)
 
         kubectl("apply", "-f", str(REPO / "crds"))
-        kubectl("wait", "--for=condition=Established", "crd/compoundinferencesystems.tessera.ai")
+        kubectl("wait", "--for=condition=Established", "--timeout=180s", "crd/compoundinferencesystems.tessera.ai")
         ensure_namespace(core, "gpu-operator")
         ensure_namespace(core, NAMESPACE)
         install_cluster_policy(api, "tessera-mig-parted-config")
