@@ -244,8 +244,10 @@ def run(nodes: int, count: int, tree: Path | None, workdir: Path, edit_s: float)
         core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
 
         def kubectl(*args: str, stdin: str | None = None) -> None:
-            subprocess.run([str(bins / "kubectl"), "--kubeconfig", str(cluster.kubeconfig), *args], input=stdin,
-                           text=True, check=True, capture_output=True)
+            done = subprocess.run([str(bins / "kubectl"), "--kubeconfig", str(cluster.kubeconfig), *args], input=stdin,
+                                  text=True, capture_output=True)
+            if done.returncode:
+                raise RuntimeError(f"kubectl {' '.join(args)}: {done.stderr.strip()}")
 
         kubectl("apply", "-f", str(REPO / "crds"))
         kubectl("wait", "--for=condition=Established", "--timeout=180s", "crd/compoundinferencesystems.tessera.ai")
@@ -400,8 +402,11 @@ def main() -> None:
                         help="Run only these scenarios (NODESxSYSTEMS; repeatable).")
     parser.add_argument("--name", default="operator_many_systems", help="Results file name under bench/results.")
     parser.add_argument("--keep-logs", type=Path, help="Copy each operator's log into this folder.")
+    parser.add_argument("--add-to", action="store_true",
+                        help="Keep the other scenarios' rows of the results file --name names (a rerun of one "
+                             "scenario after a run was cut short); their logged stalls are not kept.")
     args = parser.parse_args()
-    results = []
+    results = kept_rows(args.name, args.only or []) if args.add_to else []
     with tempfile.TemporaryDirectory(prefix="tessera-bench-many-") as folder:
         trees: dict[str, Path | None] = {"after": None}
         if args.before:
@@ -426,10 +431,19 @@ def main() -> None:
     print(markdown(results))
 
 
+def kept_rows(name: str, rerun: list[str]) -> list[dict]:
+    """The rows of an earlier run's results file, less the scenarios run again."""
+    path = RESULTS / f"{name}.json"
+    rows = json.loads(path.read_text()) if path.exists() else []
+    return [{**row, "stall_logs": None} for row in rows if f"{row['nodes']}x{row['systems']}" not in rerun]
+
+
 def write_results(results: list[dict], name: str) -> None:
     RESULTS.mkdir(exist_ok=True)
-    stalls = "".join(f"== {r['operator']}: {r['systems']} systems on {r['nodes']} nodes, the first {STALLS_KEPT} of "
-                     f"{len(r['stall_logs'])} ==\n" + "\n".join(r["stall_logs"][:STALLS_KEPT]) + "\n" for r in results)
+    stalls = "".join(f"== {r['operator']}: {r['systems']} systems on {r['nodes']} nodes, "
+                     + (f"the first {STALLS_KEPT} of {len(r['stall_logs'])} ==\n" + "\n".join(r["stall_logs"][:STALLS_KEPT])
+                        if r["stall_logs"] is not None else "kept from an earlier run (--add-to): its stalls are in git history ==")
+                     + "\n" for r in results)
     (RESULTS / f"{name}_stalls.txt").write_text(stalls)
     (RESULTS / f"{name}.json").write_text(json.dumps([{k: v for k, v in r.items() if k != "stall_logs"} for r in results],
                                                      indent=2) + "\n")
