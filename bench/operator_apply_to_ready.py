@@ -168,15 +168,20 @@ def run(nodes: int, gpus_per_node: int, workdir: Path) -> dict:
             "kubectl": kubectl_views,
         }
     finally:
-        if operator is not None:
-            operator.terminate()
-            try:
-                operator.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                operator.kill()
-        if standin is not None:
-            standin.stop()
-        cluster.stop()
+        stop_all(operator, standin, cluster)
+
+
+def stop_all(operator: subprocess.Popen | None, standin: MigManagerStandIn | None, cluster: ControlPlane) -> None:
+    """The operator (given 20 s to exit), then the MIG-manager stand-in, then the test cluster."""
+    if operator is not None:
+        operator.terminate()
+        try:
+            operator.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            operator.kill()
+    if standin is not None:
+        standin.stop()
+    cluster.stop()
 
 
 ROWS = [

@@ -59,7 +59,7 @@ from cluster.gpu_operator import install_cluster_policy  # noqa: E402
 from cluster.kube import ensure_namespace, wait_for, wait_node_ready  # noqa: E402
 from cluster.mig_manager_standin import MigManagerStandIn  # noqa: E402
 from operator_apply_to_ready import (APPLY_S, CONFIGMAP_DELAY_S, EXAMPLES, PROPAGATION_S, peak_rss_mb,  # noqa: E402
-                                     scrape)
+                                     scrape, stop_all)
 
 RESULTS = REPO / "bench" / "results"
 NAMESPACE = "bench"
@@ -302,15 +302,7 @@ def run(nodes: int, count: int, tree: Path | None, workdir: Path, edit_s: float)
     finally:
         if sampler is not None:
             sampler.stop()
-        if operator is not None:
-            operator.terminate()
-            try:
-                operator.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                operator.kill()
-        if standin is not None:
-            standin.stop()
-        cluster.stop()
+        stop_all(operator, standin, cluster)
 
 
 def own_stall_max_ms(text: str, split_logged: bool) -> float | None:
