@@ -275,13 +275,14 @@ def decide_children(planned: dict[ChildKey, tuple[Json, bool]], systems: list[Sy
     if outcome.solve_error is not None:
         return actions  # a failed solve never deletes running servers
     by_key = {s.ref.key: s for s in systems}
+    outdated = {s.ref.key for s in systems if plan_older_than_spec(s, outcome)}
     awaited = replacements_awaited(planned, live, outcome)
     changing = {m.hostname for m in outcome.mig.values() if m.blocked_by}
     deleting: set[ChildKey] = set()
     # Budgets last: each follows its Deployment, whose deletion is decided before it.
     for key, child in sorted(live.items(), key=lambda item: (item[0][0] == BUDGET, item[0])):
         owner = by_key[owner_key(child) or ""]
-        if key in planned or not owner.valid or owner.ref.key in outcome.invalid or plan_older_than_spec(owner, outcome):
+        if key in planned or not owner.valid or owner.ref.key in outcome.invalid or owner.ref.key in outdated:
             continue  # planned, or an invalid system's last good plan or one older than its spec: it keeps running
         guarded = ("Deployment", *key[1:])
         if key[0] == BUDGET and guarded in live and guarded not in deleting:
