@@ -6,13 +6,15 @@ The API server's own quota admission is what is tested against: a pod beyond the
 replica, every pod of it is admitted, and its status says the quota holds it back. On whole GPUs, which
 only AdapterPool servers request: a quota of one GPU leaves a pool that needs several servers one, its pod
 admitted, and its status says so. A change the quota does not fit beside the old pods (new Deployments, one on a
-second node with room for them) moves one replica at a time: no pod refused, the quota never passed.
+second node with room for them) moves one replica at a time: no pod refused, the quota never passed; so does a
+Deployment of two replicas stepping off a node an admin cordoned.
 """
 
 from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Callable
 
 import urllib3
 from kubernetes import client, config, watch
@@ -184,9 +186,6 @@ def hold_new_pods(core, nodes: list[str], held: bool) -> None:
                                         if held else None}})
 
 
-BEFORE_RPS = 200
-
-
 def test_a_change_the_quota_does_not_fit_beside_the_old_pods_moves_one_replica_at_a_time_without_a_refused_pod(
         run_operator, core, custom, api_client, kubectl, cluster):
     """Two 1g.10gb instances in the quota (every other profile 0), two nodes of one GPU. At 200 requests/s the
@@ -202,20 +201,48 @@ def test_a_change_the_quota_does_not_fit_beside_the_old_pods_moves_one_replica_a
     without waiting for the new pods' readiness pass: the pool's nodes are tainted NoSchedule before the change,
     so the first new pod stays Pending (not Ready), the old Deployment must hold its replica over three
     reconciles (the Ready count would drop to 0 otherwise), and only then is the taint lifted."""
+    def more_demand(namespace: str, old: dict[str, int]) -> None:
+        kubectl("apply", "-n", namespace, "-f", "-", input=system_yaml("capped", demandRequestsPerSecond=2000))
+    moves_one_replica_at_a_time(run_operator, core, custom, api_client, kubectl, cluster, before_rps=200,
+                                change=more_demand)
+
+
+def test_a_cordoned_nodes_deployment_of_two_replicas_steps_off_it_one_replica_at_a_time_inside_the_quota(
+        run_operator, core, custom, api_client, kubectl, cluster):
+    """The same quota and nodes. At 2,000 requests/s the plan is two resnet50 replicas on one node's GPU (one
+    Deployment of two replicas). An admin cordons that node: the re-plan puts both replicas on the other node
+    (another Deployment), whose two pods do not fit the quota beside the old two. The old Deployment serves on
+    the cordoned node (a cordon stops no pod) and steps off it 2 -> 1 -> 0, the first step before any new pod
+    (the quota has no room for one), the second only once the new pod is Ready; the same samples and assertions
+    as above."""
+    def cordon_the_old_node(namespace: str, old: dict[str, int]) -> None:
+        (node,) = {p.spec.node_name for p in core.list_namespaced_pod(namespace).items
+                   if p.metadata.labels.get("tessera.ai/deployment") in old}
+        core.patch_node(node, {"spec": {"unschedulable": True}})
+    moves_one_replica_at_a_time(run_operator, core, custom, api_client, kubectl, cluster, before_rps=2000,
+                                change=cordon_the_old_node)
+
+
+def moves_one_replica_at_a_time(run_operator, core, custom, api_client, kubectl, cluster, before_rps: int,
+                                change: Callable[[str, dict[str, int]], None]) -> None:
+    """A quota of two 1g.10gb instances (every other profile 0) on two nodes of one GPU: the system planned at
+    `before_rps`, then `change` (given the namespace and the old Deployments' replicas) makes the plan serve it
+    with two replicas in other Deployments, which do not fit the quota beside the old ones. What both tests above
+    assert of that change."""
     operator = run_operator(nodes=2, resync_s=2.0, gpus_per_node=1)
     namespace, resource = operator.namespace, "nvidia.com/mig-1g.10gb"
     hard = {f"requests.nvidia.com/mig-{p}": "2" if p == "1g.10gb" else "0" for p in PROFILES}
     core.create_namespaced_resource_quota(namespace, {"metadata": {"name": "gpus"}, "spec": {"hard": hard}})
     wait_for(lambda: core.read_namespaced_resource_quota("gpus", namespace).status.hard, 60, "the quota's status")
     operator.start()
-    kubectl("apply", "-n", namespace, "-f", "-", input=system_yaml("capped", demandRequestsPerSecond=BEFORE_RPS))
+    kubectl("apply", "-n", namespace, "-f", "-", input=system_yaml("capped", demandRequestsPerSecond=before_rps))
     wait_ready(custom, namespace, ["capped"], 180, operator)
     old = {d.metadata.name: d.spec.replicas for d in children(api_client, namespace)[0]}
     served = sum(old.values())
     hold_new_pods(core, operator.pool.nodes, True)
 
     with Sampler(cluster.kubeconfig, namespace, resource, "capped") as sampler:
-        kubectl("apply", "-n", namespace, "-f", "-", input=system_yaml("capped", demandRequestsPerSecond=2000))
+        change(namespace, old)
         pending = lambda: [p for p in core.list_namespaced_pod(namespace).items  # noqa: E731
                            if p.status.phase == "Pending" and p.metadata.labels["tessera.ai/deployment"] not in old]
         wait_for(pending, 180, "the first new pod, Pending")
