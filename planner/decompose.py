@@ -27,12 +27,14 @@ what the plan put there (not cordoned by others, not taken back for an
 AdapterPool, no more instances held by others). Kept parts stay exactly as
 they are: the same GPUs, instances, variants, batches and replicas (no change,
 nothing moves); every node carrying a kept instance keeps all its GPUs'
-layouts (mig-manager re-partitions a node at a time, stopping its pods).
-Systems that are new or changed are planned alone (as on a fresh pool) and
-packed onto what is left: the free instances of the nodes that stay, then
-GPUs of the other nodes that are not held by others, kept for running systems
-or lent (those are left alone); removed systems free what they held. The
-combined plan gets the same check. Where nothing may be kept the re-plan is
+layouts (mig-manager re-partitions a node at a time, stopping its pods), and
+so does every node the caller keeps for running systems (NodeState.kept_for).
+Systems that are new or changed are planned alone (as on a fresh pool, each
+quota less what the kept parts use of it) and packed onto what is left: the
+free instances of the nodes that stay (a changed system's replica stays on
+its instance where it still fits), then the free GPUs of the other nodes
+(nodes others hold instances on, and lent GPUs, are left alone); removed
+systems free what they held. The combined plan gets the same check. Where nothing may be kept the re-plan is
 joint, as is every re-plan with `decompose` off.
 
 Where a part serves less than its whole demand (the pool, a quota or the
@@ -227,7 +229,8 @@ def _plan_incremental(systems: list[SystemSpec], pool: Pool | NodePool, store: P
     whole; raises _Fallback where the combined plan cannot stand."""
     deadline = time.perf_counter() + options.time_limit_s * DECOMPOSED_SHARE
     gpus = pool_gpus(pool)
-    staying = _staying_gpus(gpus, current, set(kept))
+    held_for = {n.name for n in pool.nodes if n.kept_for} if isinstance(pool, NodePool) else set()
+    staying = _staying_gpus(gpus, current, set(kept), held_for)
     kept_tasks = [t for t in current.tasks if t.system in kept]
     left = [_quota_left(q, kept_tasks) for q in quotas]
     parts = [_part(system, gpus.gpu, len(gpus.gpus), store, features, options, left, deadline)
@@ -269,9 +272,10 @@ def _plan_incremental(systems: list[SystemSpec], pool: Pool | NodePool, store: P
     return combined
 
 
-def _staying_gpus(gpus: PoolGpus, current: Plan, kept: set[str]) -> dict[int, GpuPlan]:
+def _staying_gpus(gpus: PoolGpus, current: Plan, kept: set[str], held_for: set[str]) -> dict[int, GpuPlan]:
     """Pool index -> the GPUs whose layouts stay: those carrying a kept instance (as in force, the other systems'
-    instances freed) and, on their nodes, every other GPU laid out (its instances free)."""
+    instances freed) and, on their nodes and on the nodes kept for running systems (`held_for`), every other GPU
+    laid out (its instances free)."""
     index = {gpu_key(g.node, g.device, g.index): g.index for g in gpus.gpus}
     staying = {}
     for gpu in current.gpus:
@@ -279,7 +283,7 @@ def _staying_gpus(gpus: PoolGpus, current: Plan, kept: set[str]) -> dict[int, Gp
             at = index[gpu_key(gpu.node, gpu.device, gpu.index)]
             staying[at] = gpu.model_copy(update={"index": at, "instances": [
                 i if i.system in kept else InstancePlan(mig_profile=i.mig_profile) for i in gpu.instances]})
-    nodes = {gpus.gpus[i].node for i in staying} - {None}
+    nodes = ({gpus.gpus[i].node for i in staying} | held_for) - {None}
     for other in gpus.gpus:
         if other.node in nodes and other.index not in staying and other.current:
             staying[other.index] = GpuPlan(

@@ -185,6 +185,25 @@ def test_a_system_whose_gpus_are_cordoned_is_not_kept_but_planned_again():
     assert node not in {n for n, _ in gpus_of(second, two.name)}
 
 
+def test_a_node_kept_for_a_running_system_keeps_its_layout_while_that_system_is_planned_again():
+    # The caller keeps the node of `two` for it (NodeState.kept_for), but `two` changed: its part is planned
+    # again, onto the node's own instances, whose layout stays (re-partitioning it would stop its pods).
+    one, two = two_systems(6000)
+    pool = nodes(3)
+    first, _ = solve([one, two], pool)
+    (node,) = {node for node, _ in gpus_of(first, two.name)}
+    now = running_pool(first, pool)
+    now = now.model_copy(update={"nodes": [n.model_copy(update={"kept_for": [two.name]}) if n.name == node else n
+                                           for n in now.nodes]})
+    changed = two.model_copy(update={"demand_rps": 5500})
+    store = build_profile_store([one, changed], GPU)
+    second = plan_pool([one, changed], now, store, current=first)
+    assert second.solver.method == INCREMENTAL and second.solver.kept == [one.name]
+    assert [(g.node, g.layout) for g in second.gpus if g.node == node] == \
+        [(g.node, g.layout) for g in first.gpus if g.node == node]
+    assert gpus_of(first, two.name) <= gpus_of(second, changed.name)  # still served there, where it fits
+
+
 def test_a_new_system_that_does_not_fit_what_the_kept_parts_leave_falls_back_to_the_joint_solve():
     # One node of one GPU: the running system's node stays, so nothing is left for the new one; the joint solve
     # may re-partition and says why it was asked.
