@@ -87,9 +87,9 @@ def fresh_pool(nodes: int) -> NodePool:
                                     for n in range(nodes)])
 
 
-def one_plan(systems: int, nodes: int, limit: float, running: Path | None = None) -> dict:
+def one_plan(systems: int, nodes: int, limit: float, running: Path | None = None, keep: Path | None = None) -> dict:
     """One plan of `systems` on a fresh pool, or (with `running`, a plan in force of all but the last) their
-    re-plan on the pool that plan left."""
+    re-plan on the pool that plan left; `keep`: where the plan is written."""
     demand = many_systems(systems)
     pool, current, floors = fresh_pool(nodes), None, {}
     if running is not None:
@@ -105,6 +105,8 @@ def one_plan(systems: int, nodes: int, limit: float, running: Path | None = None
     plan = getattr(outcome, "plan", None)
     if plan is None:
         return {**row, "reason": getattr(outcome, "reason", "")}
+    if keep is not None:
+        keep.write_text(plan.model_dump_json())
     row = {**row, "gpus_used": plan.gpus_used, "slices_used": plan.slices_used,
            "served_rps": sum(s.served_rps for s in plan.systems),
            "method": getattr(plan.solver, "method", "joint"), "fallback": getattr(plan.solver, "fallback", None),
@@ -160,14 +162,24 @@ def _cells(run: dict) -> str:
             f"{run['wall_s']:.1f} | {run['cpu_s']:.1f}")
 
 
-def markdown(rows: list[dict], label: str, limit: float) -> str:
+def _setting(rows: list[dict], label: str, limit: float) -> str:
     loads = ", ".join(f"{r['load_average']:.1f}" for r in rows)
+    return (f"Before: {label}; after: this tree (default options). Time limit {limit:g} s per plan (HiGHS counts "
+            f"wall time). Machine: {os.cpu_count()} cores shared with other work (1-minute load average at each "
+            f"row: {loads}), Python {platform.python_version()}.")
+
+
+def _notes(rows: list[dict], what: str) -> list[str]:
+    """Each fallback's or failure's reason, `what` naming the row ({systems} and {nodes} filled in)."""
+    return [f"- {what.format(**r)}, {run}: {r[run].get('fallback') or r[run]['reason']}"
+            for r in rows for run in ("before", "after") if r[run].get("fallback") or r[run].get("reason")]
+
+
+def markdown(rows: list[dict], label: str, limit: float) -> str:
     lines = [
         f"Systems made from the three examples (names, namespaces and demands of their own) on fresh pools of "
-        f"nodes x {GPUS_PER_NODE} {GPU}, through `plan_outcome`. Before: {label}; after: this tree (default "
-        f"options). Time limit {limit:g} s per plan (HiGHS counts wall time). Machine: {os.cpu_count()} cores "
-        f"shared with other work (1-minute load average at each row: {loads}), Python "
-        f"{platform.python_version()}. CPU s: the plan's process CPU time (what an idle core would take).",
+        f"nodes x {GPUS_PER_NODE} {GPU}, through `plan_outcome`. {_setting(rows, label, limit)} CPU s: the plan's "
+        f"process CPU time (what an idle core would take).",
         "",
         "| systems | nodes | run | how | GPUs / slices | served | wall s | CPU s | CPU after/before |",
         "|---|---|---|---|---|---|---|---|---|",
@@ -176,19 +188,15 @@ def markdown(rows: list[dict], label: str, limit: float) -> str:
         ratio = r["after"]["cpu_s"] / max(r["before"]["cpu_s"], 1e-9)
         lines.append(f"| {r['systems']} | {r['nodes']} | before | {_cells(r['before'])} | |")
         lines.append(f"| {r['systems']} | {r['nodes']} | after | {_cells(r['after'])} | {ratio:.2f} |")
-    lines += ["", *(f"- {r['systems']} systems on {r['nodes']} nodes, {run}: {r[run].get('fallback') or r[run]['reason']}"
-                    for r in rows for run in ("before", "after") if r[run].get("fallback") or r[run].get("reason"))]
+    lines += ["", *_notes(rows, "{systems} systems on {nodes} nodes")]
     return "\n".join(lines) + "\n"
 
 
 def add_one_markdown(rows: list[dict], label: str, limit: float) -> str:
-    loads = ", ".join(f"{r['load_average']:.1f}" for r in rows)
     lines = [
         f"One system added to a running plan (made by this tree, decomposed) on a pool of nodes x {GPUS_PER_NODE} "
         f"{GPU} as that plan left it; the re-plan as the operator asks it (plan in force, running floors, the "
-        f"running systems' nodes kept for them), through `plan_outcome`. Before: {label}; after: this tree "
-        f"(default options). Time limit {limit:g} s per plan. Machine: {os.cpu_count()} cores shared with other "
-        f"work (1-minute load average at each row: {loads}), Python {platform.python_version()}. CPU s: the "
+        f"running systems' nodes kept for them), through `plan_outcome`. {_setting(rows, label, limit)} CPU s: the "
         f"re-plan's process CPU time. Parts changed: running systems whose tasks (figures included: loads, budgets) "
         f"or instances the re-plan changed; servers changed: those whose replicas per node, task, variant, MIG "
         f"instance and batch (what their server Deployments run) it changed. Peak MB: the re-plan process's peak "
@@ -206,8 +214,7 @@ def add_one_markdown(rows: list[dict], label: str, limit: float) -> str:
             lines.append(f"| {r['systems']} + 1 | {r['nodes']} | {run} | {_cells(r[run])} | "
                          f"{r[run].get('parts_changed', '')} | {r[run].get('servers_changed', '')} | "
                          f"{r[run].get('peak_rss_mb', 0):.0f} | {f'{ratio:.3f}' if run == 'after' else ''} |")
-    lines += ["", *(f"- {r['systems']} + 1 on {r['nodes']} nodes, {run}: {r[run].get('fallback') or r[run]['reason']}"
-                    for r in rows for run in ("before", "after") if r[run].get("fallback") or r[run].get("reason"))]
+    lines += ["", *_notes(rows, "{systems} + 1 on {nodes} nodes")]
     return "\n".join(lines) + "\n"
 
 
@@ -230,21 +237,9 @@ def add_one(pairs: list[str], before: Path, label: str, limit: float, scratch: P
 
 
 def one_plan_command(args: list[str]) -> None:
-    """--one-plan PLANNER SYSTEMS NODES LIMIT [RUNNING] [KEEP]: one_plan's row printed; KEEP: the plan written."""
+    """--one-plan PLANNER SYSTEMS NODES LIMIT [RUNNING] [KEEP]: one_plan's row printed."""
     running, keep = (Path(a) if a else None for a in (args[4:6] + ["", ""])[:2])
-    if keep is None:
-        print(json.dumps(one_plan(int(args[1]), int(args[2]), float(args[3]), running)))
-        return
-    demand = many_systems(int(args[1]))
-    started, cpu = time.perf_counter(), time.process_time()
-    outcome = plan_outcome(demand, fresh_pool(int(args[2])), options=PlannerOptions(time_limit_s=float(args[3])))
-    wall, cpu = time.perf_counter() - started, time.process_time() - cpu
-    plan = outcome.plan  # type: ignore[union-attr]
-    keep.write_text(plan.model_dump_json())
-    print(json.dumps({"outcome": outcome.kind, "wall_s": wall, "cpu_s": cpu, "demand_rps": sum(s.demand_rps for s in demand),
-                      "gpus_used": plan.gpus_used, "slices_used": plan.slices_used,
-                      "served_rps": sum(s.served_rps for s in plan.systems), "method": plan.solver.method,
-                      "fallback": plan.solver.fallback, "time_limited": plan.solver.time_limited}))
+    print(json.dumps(one_plan(int(args[1]), int(args[2]), float(args[3]), running, keep)))
 
 
 def main() -> None:
