@@ -86,7 +86,7 @@ JOINT, DECOMPOSED, INCREMENTAL, JOINT_FALLBACK = "joint", "decomposed", "increme
 
 
 class _Fallback(Exception):
-    """The decomposed plan cannot stand: why, for the joint solve's report."""
+    """The decomposed or incremental plan cannot stand: why, for the joint solve's report."""
 
 
 def plan_pool(
@@ -235,18 +235,11 @@ def _plan_incremental(systems: list[SystemSpec], pool: Pool | NodePool, store: P
     left = [_quota_left(q, kept_tasks) for q in quotas]
     parts = [_part(system, gpus.gpu, len(gpus.gpus), store, features, options, left, deadline)
              for system in systems if system.name not in kept]
-    nodes = {gpus.gpus[i].node for i in staying}
-    free = [g for g in gpus.free if g.index not in staying and g.usable_above is None
-            and (g.node is None or g.node not in nodes)]
-    idle = {i: _idle(gpu, gpus.gpus[i]) for i, gpu in staying.items()}
-    room = sum(((Counter(dict(layout))) for layout in idle.values()), Counter())
-    layouts, packing = _pack(parts, gpus.gpu, len(free), room,
-                             f"the {len(free)} GPUs and {sum(room.values())} instances the kept parts leave free",
-                             features, options, deadline)
-    # What is left, as the assignment sees it: the staying GPUs fixed to their free instances, the others free.
-    left_gpus = PoolGpus(gpu=gpus.gpu, gpus=tuple(sorted(
-        [*free, *(gpus.gpus[i].model_copy(update={"current": layout_of(staying[i]), "usable": layout})
-                  for i, layout in idle.items() if layout)], key=lambda g: g.index)))
+    left_gpus = _left_over(gpus, staying)
+    room = sum((Counter(dict(g.usable)) for g in left_gpus.gpus if g.usable), Counter())
+    layouts, packing = _pack(parts, gpus.gpu, len(left_gpus.free), room,
+                             f"the {len(left_gpus.free)} GPUs and {sum(room.values())} instances the kept parts "
+                             "leave free", features, options, deadline)
     tasks = [task for part in parts for task in part.tasks]
     placed = {g.index: g for g in assign_gpus(tasks, left_gpus, layouts, left_gpus.fixed_groups(), current,
                                               priorities={s.name: s.pool_priority for s in systems})}
@@ -290,6 +283,17 @@ def _staying_gpus(gpus: PoolGpus, current: Plan, kept: set[str], held_for: set[s
                 index=other.index, node=other.node, device=other.device, layout=list(other.current),
                 instances=[InstancePlan(mig_profile=name) for name, count in other.current for _ in range(count)])
     return staying
+
+
+def _left_over(gpus: PoolGpus, staying: Mapping[int, GpuPlan]) -> PoolGpus:
+    """What the kept parts leave, as the assignment sees it: the staying GPUs with free instances, fixed to them
+    (`usable`), and the free GPUs of the other nodes (none lent only to some systems)."""
+    nodes = {gpus.gpus[i].node for i in staying}
+    free = [g for g in gpus.free if g.index not in staying and g.usable_above is None
+            and (g.node is None or g.node not in nodes)]
+    fixed = [gpus.gpus[i].model_copy(update={"current": layout_of(gpu), "usable": idle})
+             for i, gpu in staying.items() if (idle := _idle(gpu, gpus.gpus[i]))]
+    return PoolGpus(gpu=gpus.gpu, gpus=tuple(sorted([*free, *fixed], key=lambda g: g.index)))
 
 
 def _idle(planned: GpuPlan, gpu: PlannableGpu) -> Layout:
