@@ -17,38 +17,61 @@ free GPUs gets there its optimum on the whole pool), and then:
    system and quota: the pool's capacity, each quota over its namespace's
    systems together, the SLOs.
 
+A re-plan (a plan in force) is incremental where some systems' parts may be
+kept. A system's part is *kept* when what it was planned from is unchanged
+(`Plan.planned_from`: a digest of its spec, its variants' profiles, the GPU,
+the features and the options, recorded in every plan this module returns),
+the plan in force serves it in full, and every GPU it runs on is still in the
+pool, known, with the layout the plan gave it, usable by it and holding
+what the plan put there (not cordoned by others, not taken back for an
+AdapterPool, no more instances held by others). Kept parts stay exactly as
+they are: the same GPUs, instances, variants, batches and replicas (no change,
+nothing moves); every node carrying a kept instance keeps all its GPUs'
+layouts (mig-manager re-partitions a node at a time, stopping its pods), and
+so does every node the caller keeps for running systems (NodeState.kept_for).
+Systems that are new or changed are planned alone (as on a fresh pool, each
+quota less what the kept parts use of it) and packed onto what is left: the
+free instances of the nodes that stay (a changed system's replica stays on
+its instance where it still fits), then the free GPUs of the other nodes
+(nodes others hold instances on, and lent GPUs, are left alone); removed
+systems free what they held. The combined plan gets the same check. Where nothing may be kept the re-plan is
+joint, as is every re-plan with `decompose` off.
+
 Where a part serves less than its whole demand (the pool, a quota or the
 SLO holds it back: priorities and floors then decide who gets what), the
-packing needs more GPUs than the pool has, or the check fails, the joint
-solve plans the pool (`SolverReport.method` "joint-fallback", with the
-reason). What the combined plan may lose against the joint optimum is cost
-only, never served demand: every system is served in full, which is the
-most the joint can serve it. The cost lost is that of each system's own
-choice of instances (the joint may pick instances that fill another
-system's half-used GPU); bench/README.md states it on the bench instances.
+packing needs more GPUs than the pool has (has left), or the check fails,
+the joint solve plans the pool (`SolverReport.method` "joint-fallback", with
+the reason). What the combined plan may lose against the joint optimum is
+cost only, never served demand: every system is served in full, which is the
+most the joint can serve it, and every running floor is met. The cost lost
+is that of each system's own choice of instances (the joint may pick
+instances that fill another system's half-used GPU) and, incrementally, of
+the kept parts' places (the joint may move them to free GPUs);
+bench/README.md states it on the bench instances.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 import time
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
 
 import pyomo.environ as pyo
 
-from tessera.planner.assignment import assign_gpus
+from tessera.planner.assignment import assign_gpus, gpu_key, layout_of
 from tessera.planner.catalog import COMPUTE_SLICES, Layout, gpu_product, layout_compute_slices, valid_layouts
 from tessera.planner.checker import check_plan
 from tessera.planner.errors import NoPlanError
 from tessera.planner.features import Features
 from tessera.planner.highs_driver import HighsModel
 from tessera.planner.model import Pool, SystemSpec
-from tessera.planner.nodes import NodePool, PoolGpus, pool_gpus
-from tessera.planner.plan import Plan, SolverReport
+from tessera.planner.nodes import NodePool, PlannableGpu, PoolGpus, as_layout, pool_gpus
+from tessera.planner.plan import GpuPlan, InstancePlan, Plan, SolverReport, TaskPlan
 from tessera.planner.profiles import ProfileStore
-from tessera.planner.quota import InstanceQuota
+from tessera.planner.quota import InstanceQuota, instances_of
 from tessera.planner.solve import PlannerOptions, plan
 
 FIRST_SUB_POOL_GPUS = 8
@@ -59,11 +82,11 @@ limit, at least the other quarter of it: after parts that overran their share (a
 are not bounded) a plan may take the limit and a quarter, which the worker's grace (worker.GRACE_S, 30 s)
 covers for limits up to 120 s."""
 
-JOINT, DECOMPOSED, JOINT_FALLBACK = "joint", "decomposed", "joint-fallback"
+JOINT, DECOMPOSED, INCREMENTAL, JOINT_FALLBACK = "joint", "decomposed", "incremental", "joint-fallback"
 
 
 class _Fallback(Exception):
-    """The decomposed plan cannot stand: why, for the joint solve's report."""
+    """The decomposed or incremental plan cannot stand: why, for the joint solve's report."""
 
 
 def plan_pool(
@@ -76,21 +99,88 @@ def plan_pool(
     quotas: Sequence[InstanceQuota] = (),
     running: Mapping[str, float] = MappingProxyType({}),
 ) -> Plan:
-    """plan()'s answer for a pool: decomposed where it may be and passes the combined check, else joint.
+    """plan()'s answer for a pool: incremental or decomposed where it may be and the whole passes the check, else
+    joint; the plan records what each system was planned from (`Plan.planned_from`).
 
     Raises what plan() raises (the joint solve's answer) where the joint solve plans the pool.
     """
-    if not decomposable(systems, pool, options, current):
-        return plan(systems, pool, store, features, options, current, quotas, running)
+    digests = planned_from(systems, store, features, options, pool.gpu)
+    kept = keepable(systems, pool, options, current, digests)
+    if kept:
+        assert current is not None
+        result = _or_joint(lambda: _plan_incremental(systems, pool, store, features, options, current, quotas,
+                                                     running, kept),
+                           systems, pool, store, features, options, current, quotas, running)
+    elif decomposable(systems, pool, options, current):
+        result = _or_joint(lambda: _plan_decomposed(systems, pool, store, features, options, quotas, running),
+                           systems, pool, store, features, options, current, quotas, running)
+    else:
+        result = plan(systems, pool, store, features, options, current, quotas, running)
+    result.planned_from = digests
+    return result
+
+
+def _or_joint(attempt: Callable[[], Plan], systems: list[SystemSpec], pool: Pool | NodePool, store: ProfileStore,
+              features: Features, options: PlannerOptions, current: Plan | None, quotas: Sequence[InstanceQuota],
+              running: Mapping[str, float]) -> Plan:
+    """The attempt's plan, or where it cannot stand, the joint solve's with the reason, in what is left of the
+    time limit (at least the share the attempt may not take)."""
     started = time.perf_counter()
     try:
-        return _plan_decomposed(systems, pool, store, features, options, quotas, running)
+        return attempt()
     except _Fallback as why:
         left = max(options.time_limit_s - (time.perf_counter() - started), options.time_limit_s * (1 - DECOMPOSED_SHARE))
         joint = plan(systems, pool, store, features, options.model_copy(update={"time_limit_s": left}), current,
                      quotas, running)
         joint.solver.method, joint.solver.fallback = JOINT_FALLBACK, str(why)
         return joint
+
+
+def planned_from(systems: list[SystemSpec], store: ProfileStore, features: Features, options: PlannerOptions,
+                 gpu: str) -> dict[str, str]:
+    """System name -> a digest of what its part is planned from: its spec, its variants' profiles, the GPU, the
+    features and the options (but the time limit and the choice of method, which change no plan's validity)."""
+    profiles: dict[str, list[str]] = {}
+    for (variant, segment, batch), profile in store.items():
+        profiles.setdefault(variant, []).append(f"{segment.mig_profile} x{segment.mps} b{batch} "
+                                                f"{profile.model_dump_json()}")
+    common = f"{gpu} {features.label} {options.model_dump_json(exclude={'time_limit_s', 'decompose'})}"
+    digests = {}
+    for system in systems:
+        variants = sorted({v.name for t in system.tasks for v in t.variants})
+        text = "\n".join([common, system.model_dump_json(),
+                          *(line for v in variants for line in sorted(profiles.get(v, [])))])
+        digests[system.name] = hashlib.sha256(text.encode()).hexdigest()
+    return digests
+
+
+def keepable(systems: list[SystemSpec], pool: Pool | NodePool, options: PlannerOptions, current: Plan | None,
+             digests: Mapping[str, str]) -> list[str]:
+    """The systems whose parts of the plan in force a re-plan keeps (the module's rule): planned from what they
+    are planned from now, served in full, and on GPUs that still stand as the plan left them."""
+    if not options.decompose or current is None:
+        return []
+    served = {s.system for s in current.systems if s.served_rps >= s.demand_rps * (1 - 1e-5)}
+    priorities = {s.name: s.pool_priority for s in systems}
+    gpus = {gpu_key(g.node, g.device, g.index): g for g in pool_gpus(pool).gpus}
+    standing = {name: True for name in priorities if name in served
+                and current.planned_from.get(name) == digests.get(name)}
+    for gpu in current.gpus:
+        on = {i.system for i in gpu.instances if i.system in standing}
+        if on and not _stands(gpu, gpus.get(gpu_key(gpu.node, gpu.device, gpu.index)), priorities, on):
+            standing.update(dict.fromkeys(on, False))
+    return [name for name, stands in standing.items() if stands]
+
+
+def _stands(planned: GpuPlan, now: PlannableGpu | None, priorities: Mapping[str, int], systems: set[str]) -> bool:
+    """Whether a GPU of the plan in force is still in the pool as the plan left it: known, with the plan's layout,
+    usable by the systems on it, and with room (others' held instances taken) for every instance the plan uses."""
+    if now is None or (now.current is not None and now.current != layout_of(planned)):
+        return False
+    if not all(now.usable_by(priorities[system]) for system in systems):
+        return False
+    room = Counter(dict(now.usable if now.usable is not None else layout_of(planned)))
+    return not Counter(i.mig_profile for i in planned.instances if i.system) - room
 
 
 def decomposable(systems: list[SystemSpec], pool: Pool | NodePool, options: PlannerOptions,
@@ -111,7 +201,8 @@ def _plan_decomposed(systems: list[SystemSpec], pool: Pool | NodePool, store: Pr
     deadline = time.perf_counter() + options.time_limit_s * DECOMPOSED_SHARE
     gpus = pool_gpus(pool)
     parts = [_part(system, gpus.gpu, len(gpus.gpus), store, features, options, quotas, deadline) for system in systems]
-    layouts, packing = _pack(parts, gpus, features, options, deadline)
+    layouts, packing = _pack(parts, gpus.gpu, len(gpus.gpus), Counter(), f"the pool's {len(gpus.gpus)} GPUs",
+                             features, options, deadline)
     tasks = [task for part in parts for task in part.tasks]
     placed = assign_gpus(tasks, gpus, layouts)
     product = gpu_product(gpus.gpu)
@@ -122,13 +213,121 @@ def _plan_decomposed(systems: list[SystemSpec], pool: Pool | NodePool, store: Pr
         "gpus_used": sum(count for _, count in layouts),
         "slices_used": sum(layout_compute_slices(product, layout) * count for layout, count in layouts),
         "profile_sources": dict(sum((Counter(part.profile_sources) for part in parts), Counter())),
-        "solver": _report(parts, packing),
-        "running": {name: floor for name, floor in sorted(running.items()) if any(s.name == name for s in systems)},
+        "solver": _report(parts, packing, DECOMPOSED),
+        "running": _floors(running, systems),
     })
     errors = check_plan(combined, systems, pool, store, features, options, quotas)
     if errors:
         raise _Fallback(f"the combined plan fails the check ({len(errors)} violations): {errors[0]}")
     return combined
+
+
+def _plan_incremental(systems: list[SystemSpec], pool: Pool | NodePool, store: ProfileStore, features: Features,
+                      options: PlannerOptions, current: Plan, quotas: Sequence[InstanceQuota],
+                      running: Mapping[str, float], kept: list[str]) -> Plan:
+    """The kept systems' parts as in force, the others planned alone and packed onto what is left, checked as a
+    whole; raises _Fallback where the combined plan cannot stand."""
+    deadline = time.perf_counter() + options.time_limit_s * DECOMPOSED_SHARE
+    gpus = pool_gpus(pool)
+    held_for = {n.name for n in pool.nodes if n.kept_for} if isinstance(pool, NodePool) else set()
+    staying = _staying_gpus(gpus, current, set(kept), held_for)
+    kept_tasks = [t for t in current.tasks if t.system in kept]
+    left = [_quota_left(q, kept_tasks) for q in quotas]
+    parts = [_part(system, gpus.gpu, len(gpus.gpus), store, features, options, left, deadline)
+             for system in systems if system.name not in kept]
+    left_gpus = _left_over(gpus, staying)
+    room = sum((Counter(dict(g.usable)) for g in left_gpus.gpus if g.usable), Counter())
+    layouts, packing = _pack(parts, gpus.gpu, len(left_gpus.free), room,
+                             f"the {len(left_gpus.free)} GPUs and {sum(room.values())} instances the kept parts "
+                             "leave free", features, options, deadline)
+    tasks = [task for part in parts for task in part.tasks]
+    placed = {g.index: g for g in assign_gpus(tasks, left_gpus, layouts, left_gpus.fixed_groups(), current,
+                                              priorities={s.name: s.pool_priority for s in systems})}
+    combined_gpus = sorted([*(_merged(gpu, placed.get(i)) for i, gpu in staying.items()),
+                            *(gpu for i, gpu in placed.items() if i not in staying)], key=lambda g: g.index)
+    product = gpu_product(gpus.gpu)
+    all_tasks = kept_tasks + tasks
+    combined = current.model_copy(update={
+        "pool_gpus": len(gpus.gpus), "tasks": all_tasks, "gpus": combined_gpus,
+        "paths": [p for p in current.paths if p.system in kept] + [p for part in parts for p in part.paths],
+        "systems": [s for s in current.systems if s.system in kept] + [s for part in parts for s in part.systems],
+        "gpus_used": sum(1 for g in combined_gpus if g.layout),
+        "slices_used": sum(layout_compute_slices(product, layout_of(g)) for g in combined_gpus),
+        "profile_sources": dict(Counter(c.source.value for t in all_tasks for c in t.configs)),
+        "solver": _report(parts, packing, INCREMENTAL, kept),
+        "diagnosis": [], "changes": None, "running": _floors(running, systems),
+        "kept_for": {n.name: list(n.kept_for) for n in pool.nodes if n.kept_for} if isinstance(pool, NodePool) else {},
+    })
+    errors = check_plan(combined, systems, pool, store, features, options, quotas)
+    if errors:
+        raise _Fallback(f"the combined plan, keeping {len(kept)} systems, fails the check ({len(errors)} "
+                        f"violations): {errors[0]}")
+    return combined
+
+
+def _staying_gpus(gpus: PoolGpus, current: Plan, kept: set[str], held_for: set[str]) -> dict[int, GpuPlan]:
+    """Pool index -> the GPUs whose layouts stay: those carrying a kept instance (as in force, the other systems'
+    instances freed) and, on their nodes and on the nodes kept for running systems (`held_for`), every other GPU
+    laid out (its instances free)."""
+    index = {gpu_key(g.node, g.device, g.index): g.index for g in gpus.gpus}
+    staying = {}
+    for gpu in current.gpus:
+        if any(i.system in kept for i in gpu.instances):
+            at = index[gpu_key(gpu.node, gpu.device, gpu.index)]
+            staying[at] = gpu.model_copy(update={"index": at, "instances": [
+                i if i.system in kept else InstancePlan(mig_profile=i.mig_profile) for i in gpu.instances]})
+    nodes = ({gpus.gpus[i].node for i in staying} | held_for) - {None}
+    for other in gpus.gpus:
+        if other.node in nodes and other.index not in staying and other.current:
+            staying[other.index] = GpuPlan(
+                index=other.index, node=other.node, device=other.device, layout=list(other.current),
+                instances=[InstancePlan(mig_profile=name) for name, count in other.current for _ in range(count)])
+    return staying
+
+
+def _left_over(gpus: PoolGpus, staying: Mapping[int, GpuPlan]) -> PoolGpus:
+    """What the kept parts leave, as the assignment sees it: the staying GPUs with free instances, fixed to them
+    (`usable`), and the free GPUs of the other nodes (none lent only to some systems)."""
+    nodes = {gpus.gpus[i].node for i in staying}
+    free = [g for g in gpus.free if g.index not in staying and g.usable_above is None
+            and (g.node is None or g.node not in nodes)]
+    fixed = [gpus.gpus[i].model_copy(update={"current": layout_of(gpu), "usable": idle})
+             for i, gpu in staying.items() if (idle := _idle(gpu, gpus.gpus[i]))]
+    return PoolGpus(gpu=gpus.gpu, gpus=tuple(sorted([*free, *fixed], key=lambda g: g.index)))
+
+
+def _idle(planned: GpuPlan, gpu: PlannableGpu) -> Layout:
+    """A staying GPU's free instances: those the plan leaves idle that others do not hold (none on a GPU lent only
+    to some systems: the new parts are placed where any system may be)."""
+    if gpu.usable_above is not None:
+        return ()
+    usable = Counter(dict(gpu.usable if gpu.usable is not None else layout_of(planned)))
+    return as_layout(usable - Counter(i.mig_profile for i in planned.instances if i.system))
+
+
+def _merged(staying: GpuPlan, placed: GpuPlan | None) -> GpuPlan:
+    """A staying GPU with the new parts' replicas the assignment gave it, each on its instance where that one is
+    free (a changed system's replica that stays where it ran), else on a free instance of its profile."""
+    if placed is None:
+        return staying
+    instances = list(staying.instances)
+    moved = []
+    for slot, new in enumerate(placed.instances):
+        if new.system is None:
+            continue
+        if instances[slot].system is None and instances[slot].mig_profile == new.mig_profile:
+            instances[slot] = new
+        else:
+            moved.append(new)
+    for new in moved:
+        slot = next(s for s, i in enumerate(instances) if i.system is None and i.mig_profile == new.mig_profile)
+        instances[slot] = new
+    return staying.model_copy(update={"instances": instances})
+
+
+def _quota_left(quota: InstanceQuota, kept: list[TaskPlan]) -> InstanceQuota:
+    """A quota less what the kept parts use of it: what the others' parts may take."""
+    return quota.model_copy(update={"limit": max(0, quota.limit - instances_of(quota, kept))})
 
 
 def _part(system: SystemSpec, gpu: str, pool_size: int, store: ProfileStore, features: Features, options: PlannerOptions,
@@ -155,36 +354,39 @@ def _part(system: SystemSpec, gpu: str, pool_size: int, store: ProfileStore, fea
         size = min(pool_size, 2 * size)
 
 
-def _pack(parts: list[Plan], gpus: PoolGpus, features: Features, options: PlannerOptions,
-          deadline: float) -> tuple[list[tuple[Layout, int]], tuple[float, float, float, str]]:
-    """The fewest GPUs, then slices, whose layouts hold every part's instances: (layout, GPUs) and the solve's
-    (value, bound, seconds, status). Raises _Fallback where the pool's GPUs cannot hold them."""
-    product = gpu_product(gpus.gpu)
+def _pack(parts: list[Plan], gpu: str, free: int, room: Counter[str], where: str, features: Features,
+          options: PlannerOptions, deadline: float) -> tuple[list[tuple[Layout, int]], tuple[float, float, float, str]]:
+    """The fewest GPUs, then slices, of the `free` GPUs whose layouts hold every part's instances beyond the free
+    instances `room` (per MIG profile) of GPUs whose layouts stay: (layout, GPUs) and the solve's (value, bound,
+    seconds, status). Raises _Fallback where they cannot hold them (`where`: what they were packed onto, in words)."""
+    product = gpu_product(gpu)
     needed = Counter(c.segment.mig_profile for part in parts for t in part.tasks for c in t.configs
-                     for _ in range(c.replicas))
+                     for _ in range(c.replicas)) - room
+    if not needed:
+        return [], (0.0, 0.0, 0.0, "Optimal")
     layouts = list(valid_layouts(product.name)) if features.spatial_partitioning else [
         ((product.whole_gpu_profile.name, 1),)]
     m = pyo.ConcreteModel(name="tessera-packing")
-    m.g = pyo.Var(range(len(layouts)), domain=pyo.NonNegativeIntegers, bounds=(0, len(gpus.gpus)))
+    m.g = pyo.Var(range(len(layouts)), domain=pyo.NonNegativeIntegers, bounds=(0, free))
     m.cons = pyo.ConstraintList()
     for profile, count in needed.items():
         m.cons.add(sum(dict(layout).get(profile, 0) * m.g[j] for j, layout in enumerate(layouts)) >= count)
-    m.cons.add(sum(m.g.values()) <= len(gpus.gpus))
-    weight = COMPUTE_SLICES * len(gpus.gpus) + 1
+    m.cons.add(sum(m.g.values()) <= free)
+    weight = COMPUTE_SLICES * free + 1
     cost = sum((weight + layout_compute_slices(product, layout)) * m.g[j] for j, layout in enumerate(layouts))
     highs = HighsModel(m, options.mip_gap)
     highs.set_objective(cost, pyo.minimize)
     result = highs.solve(max(deadline - time.perf_counter(), 1.0), abs_gap=options.slice_tolerance - 1e-6)
     if result is None:
-        raise _Fallback(f"the parts' instances do not fit the pool's {len(gpus.gpus)} GPUs together "
-                        f"(packing: {highs.last_status})")
+        raise _Fallback(f"the parts' instances do not fit {where} together (packing: {highs.last_status})")
     highs.load_into_model()
     counts = [(layout, round(pyo.value(m.g[j]))) for j, layout in enumerate(layouts)]
     return [(layout, n) for layout, n in counts if n > 0], (result.value, result.bound, result.seconds,
                                                             result.status)
 
 
-def _report(parts: list[Plan], packing: tuple[float, float, float, str]) -> SolverReport:
+def _report(parts: list[Plan], packing: tuple[float, float, float, str], method: str,
+            kept: Sequence[str] = ()) -> SolverReport:
     """The parts' reports and the packing's, as one: stages named by system, time-limited stages by their own
     names (what outcome_of reads), the largest gap; no cost proof (each part's cost is proven, the whole's
     against the joint optimum is not)."""
@@ -204,5 +406,12 @@ def _report(parts: list[Plan], packing: tuple[float, float, float, str]) -> Solv
         constraints=sum(report.constraints for _, report in reports),
         time_limited=sorted({stage for _, report in reports for stage in report.time_limited}
                             | ({"packing"} if status != "Optimal" else set())),
-        method=DECOMPOSED,
+        method=method,
+        kept=sorted(kept),
     )
+
+
+def _floors(running: Mapping[str, float], systems: list[SystemSpec]) -> dict[str, float]:
+    """The running floors given for the planned systems (Plan.running)."""
+    names = {s.name for s in systems}
+    return {name: floor for name, floor in sorted(running.items()) if name in names}

@@ -123,9 +123,14 @@ class SolverReport(BaseModel):
     cost: CostProof | None = Field(default=None, description="GPUs and slices with their proven lower bounds.")
     method: str = Field(
         default="joint", description="How the plan was made (decompose.py): joint (one MILP for all systems), "
-                                     "decomposed (each system alone, packed together, checked as a whole) or "
-                                     "joint-fallback (decomposed first, then joint: `fallback` says why).")
+                                     "decomposed (each system alone, packed together, checked as a whole), "
+                                     "incremental (a re-plan: the systems whose inputs are unchanged keep their "
+                                     "parts of the plan in force, the others planned alone and packed onto what "
+                                     "is left, checked as a whole) or joint-fallback (decomposed or incremental "
+                                     "first, then joint: `fallback` says why).")
     fallback: str | None = Field(default=None, description="Why a decomposed plan gave way to the joint solve.")
+    kept: list[str] = Field(default_factory=list, description="An incremental plan's systems whose parts of the "
+                                                              "plan in force were kept as they were.")
 
 
 class Plan(BaseModel):
@@ -160,6 +165,10 @@ class Plan(BaseModel):
                                           "others were served (plan()'s `running`), as given.")
     kept_for: dict[str, list[str]] = Field(
         default_factory=dict, description="Nodes whose layouts were kept for running systems -> those systems.")
+    planned_from: dict[str, str] = Field(
+        default_factory=dict, description="System -> a digest of what its part was planned from (its spec, its "
+                                          "variants' profiles, the options): a re-plan keeps the parts of the "
+                                          "systems whose digest is unchanged (decompose.py).")
 
     def task(self, system: str, task: str) -> TaskPlan:
         for plan in self.tasks:

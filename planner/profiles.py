@@ -88,6 +88,9 @@ class ProfileStore:
             if name == variant:
                 yield segment, batch, profile
 
+    def items(self) -> Iterable[tuple[ProfileKey, Profile]]:
+        return self._profiles.items()
+
     def __len__(self) -> int:
         return len(self._profiles)
 

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Sequence
 from pydantic import BaseModel, ConfigDict, Field
 
 from tessera.planner.catalog import gpu_product
-from tessera.planner.plan import Plan
+from tessera.planner.plan import Plan, TaskPlan
 
 
 class InstanceQuota(BaseModel):
@@ -33,7 +33,12 @@ class InstanceQuota(BaseModel):
 
 def instances_under(quota: InstanceQuota, plan: Plan) -> int:
     """The plan's instances that count against the quota."""
-    return sum(c.replicas for t in plan.tasks if t.system in quota.systems for c in t.configs
+    return instances_of(quota, plan.tasks)
+
+
+def instances_of(quota: InstanceQuota, tasks: Iterable[TaskPlan]) -> int:
+    """The tasks' instances that count against the quota."""
+    return sum(c.replicas for t in tasks if t.system in quota.systems for c in t.configs
                if c.segment.mig_profile == quota.mig_profile)
 
 

@@ -132,7 +132,8 @@ class PlannerOptions(BaseModel):
     decompose: bool = Field(
         default=True,
         description="On a fresh pool (no plan in force), plan each system alone, pack them together and check "
-                    "the whole, falling back to the joint solve where that fails (decompose.py).")
+                    "the whole; on a re-plan, keep the parts of the systems whose inputs are unchanged and plan "
+                    "the others so; falling back to the joint solve where that fails (decompose.py).")
 
     @field_validator("batches")
     @classmethod

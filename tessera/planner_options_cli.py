@@ -95,8 +95,9 @@ def planner_options(time_limit_flag: str = "--time-limit") -> Callable[[Any], An
                      help="The most serving nodes one re-plan may re-partition (default: no bound)."),
         click.option("--decompose/--joint-only", default=DEFAULTS.decompose, show_default=True,
                      help="On a fresh pool (no plan in force), plan each system alone, pack them together and "
-                          "check the whole, else the joint solve (docs/planner.md); --joint-only always solves "
-                          "the pool's systems in one MILP."),
+                          "check the whole; on a re-plan, keep the parts of unchanged systems and plan the others "
+                          "so; else the joint solve (docs/planner.md); --joint-only always solves the pool's "
+                          "systems in one MILP."),
         click.option("--slice-tolerance", type=FiniteFloat(0, COMPUTE_SLICES * MAX_POOL_GPUS, min_open=True),
                      default=DEFAULTS.slice_tolerance, show_default=True,
                      help="Slices the cost may stay above its proven bound (1: the fewest)."),

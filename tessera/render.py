@@ -111,7 +111,8 @@ def summary_table(plan: Plan) -> Table:
                             f"build {solver.build_s:.2f} s, solve {solver.solve_s:.2f} s, "
                             f"{solver.variables} variables, {solver.constraints} constraints")
     table.add_row("objective stages", ", ".join(f"{k}={v:.4g}" for k, v in solver.objective.items()))
-    table.add_row("made", solver.method + (f" ({solver.fallback})" if solver.fallback else ""))
+    kept = f" (kept as in force: {len(solver.kept)} systems)" if solver.kept else ""
+    table.add_row("made", solver.method + kept + (f" ({solver.fallback})" if solver.fallback else ""))
     if solver.cost:
         table.add_row("cost proof", _cost_proof(solver.cost))
     if plan.changes:

@@ -2,9 +2,12 @@
 
 from pathlib import Path
 
+import pytest
+
+from tessera.planner.catalog import gpu_product
 from tessera.planner.checker import check_plan
 from tessera.planner.contract import plan_outcome
-from tessera.planner.decompose import DECOMPOSED, JOINT, JOINT_FALLBACK, plan_pool
+from tessera.planner.decompose import DECOMPOSED, INCREMENTAL, JOINT, JOINT_FALLBACK, plan_pool
 from tessera.planner.model import Pool
 from tessera.planner.nodes import NodePool, NodeState
 from tessera.planner.profile_sources import build_profile_store
@@ -77,11 +80,12 @@ def test_a_quota_over_two_namespaces_parts_that_each_keep_it_but_not_together_fa
     assert check_plan(plan, systems, pool, store, quotas=[shared]) == []
 
 
-def test_a_pool_with_a_plan_in_force_is_planned_jointly():
+def test_a_replan_that_may_keep_no_part_is_joint():
+    # A plan in force that records nothing it was planned from (made before it did) keeps no system's part.
     systems = two_systems(3000)
     first, _ = solve(systems, nodes(2))
     store = build_profile_store(systems, GPU)
-    replan = plan_pool(systems, nodes(2), store, current=first)
+    replan = plan_pool(systems, nodes(2), store, current=first.model_copy(update={"planned_from": {}}))
     assert replan.solver.method == JOINT
 
 
@@ -89,3 +93,148 @@ def test_the_operator_path_plans_decomposed_by_default_and_jointly_when_switched
     systems = two_systems(3000)
     assert plan_outcome(systems, nodes(2)).plan.solver.method == DECOMPOSED
     assert plan_outcome(systems, nodes(2), options=JOINT_ONLY).plan.solver.method == JOINT
+
+
+# -- re-plans: the parts of systems whose inputs are unchanged are kept (incremental) -----------------------------
+
+def running_pool(plan, pool: NodePool) -> NodePool:
+    """The pool as the plan in force left it: each GPU with the layout the plan gave it (the others blank)."""
+    layouts = {(g.node, g.device): dict(g.layout) for g in plan.gpus}
+    return pool.model_copy(update={"nodes": [node.model_copy(update={"gpus": [
+        layouts.get((node.name, device), {}) for device in range(len(node.gpus))]}) for node in pool.nodes]})
+
+
+def replan(systems, current, pool, options=PlannerOptions(), quotas=()):
+    store = build_profile_store(systems, GPU)
+    return plan_pool(systems, running_pool(current, pool), store, options=options, current=current,
+                     quotas=quotas), store
+
+
+def part_of(plan, system: str):
+    """A system's tasks and the GPUs carrying its instances (with only its instances), as plain data."""
+    gpus = [g.model_copy(update={"instances": [i for i in g.instances if i.system == system]}) for g in plan.gpus]
+    return ([t.model_dump() for t in plan.tasks if t.system == system],
+            [(g.node, g.device, g.model_dump()) for g in gpus if g.instances])
+
+
+def gpus_of(plan, system: str) -> set:
+    return {(g.node, g.device) for g in plan.gpus if any(i.system == system for i in g.instances)}
+
+
+def test_a_replan_keeps_the_part_of_a_system_whose_inputs_are_unchanged_byte_for_byte():
+    one, two = two_systems(3000)
+    pool = nodes(3, gpus=2)
+    first, _ = solve([one], pool)
+    second, store = replan([one, two], first, pool)
+    assert second.solver.method == INCREMENTAL and second.solver.kept == [one.name]
+    assert part_of(second, one.name) == part_of(first, one.name)
+    assert check_plan(second, [one, two], running_pool(first, pool), store) == []
+
+
+def test_a_new_system_is_placed_on_gpus_the_running_ones_leave_free_and_nothing_running_moves():
+    one, two = two_systems(3000)
+    pool = nodes(3, gpus=2)
+    first, _ = solve([one], pool)
+    second, _ = replan([one, two], first, pool)
+    assert second.solver.method == INCREMENTAL and second.fully_served
+    # The node carrying the running part keeps its layouts: its blank GPU is not re-partitioned for the new part.
+    assert {node for node, _ in gpus_of(second, two.name)}.isdisjoint({node for node, _ in gpus_of(first, one.name)})
+    assert [(g.node, g.device, g.layout) for g in second.gpus if (g.node, g.device) in gpus_of(first, one.name)] == \
+        [(g.node, g.device, g.layout) for g in first.gpus]
+
+
+def test_a_new_system_takes_the_free_instances_a_removed_system_left_on_a_kept_gpu():
+    # Two systems share one GPU (a 3g instance each); the second is removed and a third, alike, added: it takes the
+    # freed instance, the GPU's layout stays, and the plan still uses one GPU.
+    one, two = two_systems(3000)
+    three = two.model_copy(update={"name": "team-c/three"})
+    pool = Pool(gpu=GPU, gpus=2)
+    first, _ = solve([one, two], pool)
+    assert first.gpus_used == 1
+    store = build_profile_store([one, three], GPU)
+    second = plan_pool([one, three], pool, store, current=first)
+    assert second.solver.method == INCREMENTAL and second.solver.kept == [one.name]
+    assert second.gpus_used == 1 and gpus_of(second, three.name) == gpus_of(first, two.name)
+    assert part_of(second, one.name) == part_of(first, one.name)
+
+
+def test_a_changed_system_is_planned_again_while_the_unchanged_one_stays():
+    one, two = two_systems(3000)
+    pool = nodes(3, gpus=2)
+    first, _ = solve([one, two], pool)
+    grown = two.model_copy(update={"demand_rps": 6000})
+    second, store = replan([one, grown], first, pool)
+    assert second.solver.method == INCREMENTAL and second.solver.kept == [one.name]
+    assert part_of(second, one.name) == part_of(first, one.name)
+    (summary,) = [s for s in second.systems if s.system == grown.name]
+    assert summary.served_rps == pytest.approx(6000)
+    assert check_plan(second, [one, grown], running_pool(first, pool), store) == []
+
+
+def test_a_system_whose_gpus_are_cordoned_is_not_kept_but_planned_again():
+    one, two = two_systems(6000)  # five slices each: a GPU each, on nodes of their own
+    pool = nodes(3)
+    first, _ = solve([one, two], pool)
+    (node,) = {node for node, _ in gpus_of(first, two.name)}
+    now = running_pool(first, pool)
+    now = now.model_copy(update={"nodes": [n.model_copy(update={"cordoned_by": "others"}) if n.name == node else n
+                                           for n in now.nodes]})
+    store = build_profile_store([one, two], GPU)
+    second = plan_pool([one, two], now, store, current=first)
+    assert second.solver.method == INCREMENTAL and second.solver.kept == [one.name]
+    assert node not in {n for n, _ in gpus_of(second, two.name)}
+
+
+def test_a_node_kept_for_a_running_system_keeps_its_layout_while_that_system_is_planned_again():
+    # The caller keeps the node of `two` for it (NodeState.kept_for), but `two` changed: its part is planned
+    # again, onto the node's own instances, whose layout stays (re-partitioning it would stop its pods).
+    one, two = two_systems(6000)
+    pool = nodes(3)
+    first, _ = solve([one, two], pool)
+    (node,) = {node for node, _ in gpus_of(first, two.name)}
+    now = running_pool(first, pool)
+    now = now.model_copy(update={"nodes": [n.model_copy(update={"kept_for": [two.name]}) if n.name == node else n
+                                           for n in now.nodes]})
+    changed = two.model_copy(update={"demand_rps": 5500})
+    store = build_profile_store([one, changed], GPU)
+    second = plan_pool([one, changed], now, store, current=first)
+    assert second.solver.method == INCREMENTAL and second.solver.kept == [one.name]
+    assert [(g.node, g.layout) for g in second.gpus if g.node == node] == \
+        [(g.node, g.layout) for g in first.gpus if g.node == node]
+    assert gpus_of(first, two.name) <= gpus_of(second, changed.name)  # still served there, where it fits
+
+
+def test_a_new_system_that_does_not_fit_what_the_kept_parts_leave_falls_back_to_the_joint_solve():
+    # One node of one GPU: the running system's node stays, so nothing is left for the new one; the joint solve
+    # may re-partition and says why it was asked.
+    one, two = two_systems(3000)
+    pool = nodes(1)
+    first, _ = solve([one], pool)
+    second, store = replan([one, two], first, pool)
+    assert second.solver.method == JOINT_FALLBACK
+    assert "do not fit the 0 GPUs and 0 instances the kept parts leave free" in second.solver.fallback
+    assert check_plan(second, [one, two], running_pool(first, pool), store) == []
+
+
+def test_a_quota_the_kept_part_already_uses_leaves_the_new_part_short_and_the_joint_solve_plans():
+    # The namespaces share quotas of exactly what the running system uses of each profile: the new part gets
+    # what is left of them (nothing), is not served in full, and the joint solve says what the quotas allow.
+    one, two = two_systems(3000)
+    pool = nodes(3, gpus=2)
+    first, _ = solve([one], pool)
+    quotas = [InstanceQuota(systems=frozenset({one.name, two.name}), mig_profile=profile.name,
+                            limit=sum(c.replicas for t in first.tasks for c in t.configs
+                                      if c.segment.mig_profile == profile.name), source="shared quota")
+              for profile in gpu_product(GPU).profiles]
+    second, store = replan([one, two], first, pool, quotas=quotas)
+    assert second.solver.method == JOINT_FALLBACK
+    assert f"{two.name} alone is not served in full" in second.solver.fallback
+    assert check_plan(second, [one, two], running_pool(first, pool), store, quotas=quotas) == []
+
+
+def test_a_replan_with_decompose_off_is_joint():
+    one, two = two_systems(3000)
+    pool = nodes(3, gpus=2)
+    first, _ = solve([one], pool)
+    second, _ = replan([one, two], first, pool, JOINT_ONLY)
+    assert second.solver.method == JOINT and second.solver.kept == []
