@@ -185,3 +185,44 @@ class PatchPodStatus:
 Action = (StorePlan | DeletePlan | WriteMigConfigs | LabelNode | CordonNode | UncordonNode | ScaleToZero | ScaleDeployment
           | RecordMigFailure | ApplyChild | DeleteChild | PatchStatus | PostEvent | LoadAdapter | UnloadAdapter
           | PatchPodStatus)
+
+
+def write_batches(actions: list[Action]) -> list[list[Action]]:
+    """`actions` in order, cut into batches that may be written at once (act.py): a run of applies of one kind of
+    child, of deletions of one kind, of status patches or of Events, each to an object of its own. Every other
+    action is a batch of one. Kinds stay apart, so what the order of writes puts first (Services, a frontend's
+    ConfigMap before the Deployment that mounts it, a Deployment's deletion before its budget's) is done first."""
+    batches: list[list[Action]] = []
+    key: tuple[str, ...] | None = None
+    objects: set[tuple[str, ...]] = set()
+    for action in actions:
+        found = _batch_key(action)
+        if found is None or found[:2] != key or found in objects:
+            batches.append([action])
+            key, objects = (None, set()) if found is None else (found[:2], {found})
+        else:
+            batches[-1].append(action)
+            objects.add(found)
+    return batches
+
+
+def _batch_key(action: Action) -> tuple[str, ...] | None:
+    """(what, kind, the object's namespace and name) of an action that may be written beside others; None: alone."""
+    if isinstance(action, ApplyChild):
+        metadata = action.body["metadata"]
+        return "apply", action.kind, metadata["namespace"], metadata["name"]
+    if isinstance(action, DeleteChild):
+        metadata = action.child["metadata"]
+        return "delete", str(action.child["kind"]), metadata["namespace"], metadata["name"]
+    if isinstance(action, PatchStatus):
+        return "status", action.plural, action.namespace, action.name
+    if isinstance(action, PostEvent):
+        metadata = action.body["metadata"]
+        return "event", "Event", metadata["namespace"], metadata["name"]
+    return None
+
+
+def statuses_then_events(actions: list[Action]) -> list[Action]:
+    """Several systems' status patches and Events (decide.decide_status, each system's patch before its Events):
+    the patches first, then the Events, each in its order, so each kind is one batch (write_batches)."""
+    return sorted(actions, key=lambda action: isinstance(action, PostEvent))
