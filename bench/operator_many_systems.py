@@ -74,6 +74,8 @@ STALL_LINE = "event loop has not run"
 STALLS_KEPT = 10
 """Stack logs kept per scenario in the results (the operator's log has them all)."""
 CPU_WAIT = re.compile(r"event loop stalled (\d+) ms \((\d+) ms of it waiting for a CPU\)")
+SOLVE_LINE = re.compile(r"solve of \d+ system\(s\) on \d+ GPUs: .*?\(([\d.]+) s\)(?: \[(.*?)\])?\n")
+"""A solve as the operator logs it: its seconds, and (this tree) how the plan was made, building and HiGHS seconds."""
 STAND_IN_DELAYS_S = CONFIGMAP_DELAY_S + APPLY_S + PROPAGATION_S
 LATE = "late-arrival"
 
@@ -281,12 +283,13 @@ def run(nodes: int, count: int, tree: Path | None, workdir: Path, edit_s: float)
         sampler.stop()
         metrics = scrape(metrics_port)
         text = log_path.read_text(errors="replace")
-        solves = [float(s) for s in re.findall(r"solve of \d+ system\(s\) on \d+ GPUs: .*?\(([\d.]+) s\)\n", text)]
+        solves = [float(s) for s, _ in SOLVE_LINE.findall(text)]
         return {
             "nodes": nodes, "gpus_per_node": 8, "systems": count,
             "apply_to_ready_s": None if to_ready is None else round(to_ready, 1),
             "apply_to_ready_less_stand_in_delays_s": None if to_ready is None else round(to_ready - STAND_IN_DELAYS_S, 1),
             "solve_s": solves,
+            "solve_split": [split for _, split in SOLVE_LINE.findall(text) if split],
             "event_loop_lag_max_ms": round(1000 * (metrics.get("tessera_event_loop_lag_max_seconds") or 0), 1),
             "event_loop_lag_samples": metrics.get("tessera_event_loop_lag_seconds_count"),
             "stalls_logged": text.count(STALL_LINE),
@@ -331,6 +334,7 @@ ROWS = [
     ("less the stand-in's delays (3 s)", lambda r: f"{r['apply_to_ready_less_stand_in_delays_s']} s"
      if r["apply_to_ready_s"] else "-"),
     ("solves in the worker (as logged)", lambda r: ", ".join(f"{s:.1f}" for s in r["solve_s"]) + " s"),
+    ("the solves' models built, HiGHS (as logged)", lambda r: "; ".join(r.get("solve_split") or []) or "not logged"),
     ("largest event-loop stall (target < 50 ms)", lambda r: f"{r['event_loop_lag_max_ms']:.0f} ms"),
     ("largest stall less its wait for a CPU (stalls over 30 ms)", lambda r: "not logged"
      if r.get("own_stall_max_ms") is None else f"{r['own_stall_max_ms']:.0f} ms"),
