@@ -11,7 +11,6 @@ event loop.
 from __future__ import annotations
 
 import json
-import threading
 from datetime import datetime, timezone
 from functools import partial
 from collections.abc import Callable, Mapping
@@ -93,12 +92,7 @@ class Cluster:
         self.custom = client.CustomObjectsApi(api_client)
         self.extensions = client.ApiextensionsV1Api(api_client)
         self.writes = 0
-        self._writes_lock = threading.Lock()  # writes of one batch go out from several threads (act.py)
         self.mig_mismatch = mig_configmap.MismatchReporter()
-
-    def _count_write(self) -> None:
-        with self._writes_lock:
-            self.writes += 1
 
     @staticmethod
     def _json(response: Any) -> dict[str, Any]:
@@ -305,7 +299,7 @@ class Cluster:
     def write_configmap(self, namespace: str, name: str, data: dict[str, str], annotations: Mapping[str, str | None],
                         exists: bool) -> None:
         """Creates the ConfigMap or merge-patches the given keys (others, and other managers', stay)."""
-        self._count_write()
+        self.writes += 1
         body: Any = {"metadata": {"name": name, "annotations": annotations}, "data": data}  # as post_event
         if exists:
             self.core.patch_namespaced_config_map(name, namespace, body, _content_type=MERGE)
@@ -318,18 +312,18 @@ class Cluster:
         except ApiException as error:
             if error.status != 404:
                 raise
-            self._count_write()
+            self.writes += 1
             self.core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
 
     def scale_to_zero(self, namespace: str, name: str) -> None:
         """A Deployment's replicas to 0, its applied hash marked so the plan's body is applied again later."""
-        self._count_write()
+        self.writes += 1
         self._patch_deployment(namespace, name, {"spec": {"replicas": 0},
                                                  "metadata": {"annotations": {naming.APPLIED_HASH: naming.SCALED_TO_ZERO}}})
 
     def scale(self, namespace: str, name: str, replicas: int) -> None:
         """A Deployment no plan wants to fewer replicas (its hash stays: no plan applies it again)."""
-        self._count_write()
+        self.writes += 1
         self._patch_deployment(namespace, name, {"spec": {"replicas": replicas}})
 
     def _patch_deployment(self, namespace: str, name: str, patch: dict) -> None:
@@ -341,13 +335,13 @@ class Cluster:
                 raise
 
     def patch_node(self, name: str, patch: dict) -> None:
-        self._count_write()
+        self.writes += 1
         self.core.patch_node(name, patch, _content_type=MERGE)
 
     def patch_node_guarded(self, name: str, ops: list[dict]) -> bool:
         """A JSON patch whose `test` operations guard it; False, and nothing written, when one fails (the API
         server applies a JSON patch whole or not at all, against the node as it is then, not as tessera read it)."""
-        self._count_write()
+        self.writes += 1
         try:
             self.core.patch_node(name, ops, _content_type=JSON_PATCH)
         except ApiException as error:
@@ -360,7 +354,7 @@ class Cluster:
         """A strategic merge on the status subresource: the pod's conditions merge by type, so the kubelet's stay;
         annotations may change there, the spec may not (so tessera needs no right to patch pods). A pod deleted
         meanwhile has nothing left to write to."""
-        self._count_write()
+        self.writes += 1
         try:
             self.core.patch_namespaced_pod_status(name, namespace, patch, _content_type=STRATEGIC)
         except ApiException as error:
@@ -369,7 +363,7 @@ class Cluster:
 
     def apply(self, body: dict) -> None:
         """Server-side apply under tessera's field manager."""
-        self._count_write()
+        self.writes += 1
         name, namespace = body["metadata"]["name"], body["metadata"]["namespace"]
         kwargs: dict[str, Any] = {"field_manager": naming.FIELD_MANAGER, "force": True, "_content_type": APPLY}
         if body["kind"] == "Deployment":
@@ -392,7 +386,7 @@ class Cluster:
 
     def delete_child(self, obj: dict) -> None:
         """Deletes a child, only the very object seen (uid precondition)."""
-        self._count_write()
+        self.writes += 1
         metadata = obj["metadata"]
         options = client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=metadata["uid"]),
                                           propagation_policy="Background")
@@ -418,7 +412,7 @@ class Cluster:
 
     def patch_system_status(self, namespace: str, name: str, status: dict, plural: str = PLURAL) -> None:
         """The status of a CompoundInferenceSystem, or of another of tessera's kinds (`plural`)."""
-        self._count_write()
+        self.writes += 1
         try:
             self.custom.patch_namespaced_custom_object_status(GROUP, VERSION, namespace, plural, name,
                                                               {"status": status}, _content_type=MERGE)
@@ -427,7 +421,7 @@ class Cluster:
                 raise
 
     def post_event(self, body: dict) -> None:
-        self._count_write()
+        self.writes += 1
         event: Any = body  # the client sends a dict as it is; its stubs name only the model class
         try:
             self.core.create_namespaced_event(body["metadata"]["namespace"], event)
@@ -444,7 +438,7 @@ class Cluster:
         return self.read_configmap(self.settings.state_namespace, self.pool_state_name(pool_key))
 
     def delete_pool_state(self, pool_key: str) -> None:
-        self._count_write()
+        self.writes += 1
         try:
             self.core.delete_namespaced_config_map(self.pool_state_name(pool_key), self.settings.state_namespace)
         except ApiException as error:

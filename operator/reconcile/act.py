@@ -1,15 +1,11 @@
-"""Applies decided actions to the cluster in the order given: one at a time, or a batch at once.
+"""Applies decided actions to the cluster, one at a time, in the order given.
 
 The order of a reconcile (docs/operator.md, "The order of writes"): the
 records of mig-manager failures, the pool's plan, the mig-parted ConfigMap, node relabels and the cordons and
 scale-downs of serving nodes being re-partitioned (serving_nodes.py), Services, then
 ConfigMaps (a frontend's config) and Deployments (only onto nodes whose layout is applied), stale children,
-then the systems' statuses and their Events; after an AdapterPool's servers, the loads of adapters its pods'
-servers do not list, then those pods' readiness gates and annotations. A run of writes to objects of their own
-(the applies of one kind of child, the deletions of one kind, status patches, Events: actions.write_batches) is
-written WRITERS at a time: one at a time, the 130 children of 20 systems took 1.6-6 s of the reconcile that
-applies them, mostly waiting for the API server's answers (bench/README.md, "The operator with many systems").
-Every action is idempotent (apply
+then each system's status and its Events; after an AdapterPool's servers, the loads of adapters its pods'
+servers do not list, then those pods' readiness gates and annotations. Every action is idempotent (apply
 is server-side apply, a delete tolerates a child already gone, a status
 patch writes the same status again), and every reconcile decides afresh
 from what it reads, so a process stopped between any two actions resumes
@@ -22,23 +18,19 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 
 from tessera.operator import metrics, naming
 from tessera.operator.cluster import Cluster
 from tessera.operator.reconcile.actions import (Action, ApplyChild, CordonNode, DeleteChild, DeletePlan, LabelNode,
                                                 LoadAdapter, PatchPodStatus, PatchStatus, PostEvent, RecordMigFailure,
                                                 ScaleDeployment, ScaleToZero, StorePlan, UncordonNode, UnloadAdapter,
-                                                WriteMigConfigs, write_batches)
+                                                WriteMigConfigs)
 from tessera.operator.testhooks import checkpoint
 from tessera.operator.fetcher import WAIT_S as FETCH_WAIT_S
 from tessera.operator.fetcher import FetcherClient, StillFetching
 from tessera.operator.vllm import ServerError, VllmClient
 
 log = logging.getLogger("tessera.operator")
-WRITERS = 4
-"""Writes of one batch in flight at once: each holds the GIL only to encode its body and decode the answer, and a few
-bound how many threads the event loop takes turns with for it."""
 
 
 class Actor:
@@ -46,19 +38,10 @@ class Actor:
         self.cluster = cluster
         self.servers = servers
         self.fetcher = fetcher
-        self._writers = ThreadPoolExecutor(max_workers=WRITERS, thread_name_prefix="tessera-write")
-
-    def stop(self) -> None:
-        self._writers.shutdown(wait=True)
 
     def apply(self, actions: Sequence[Action]) -> None:
         refused: set[str] = set()  # nodes whose cordon the API server refused: their Deployments keep serving
-        for batch in write_batches(list(actions)):
-            if len(batch) > 1:
-                for _ in self._writers.map(self.apply_one, batch):
-                    pass  # each written, the first failure raised (the others of the batch still go out)
-                continue
-            action = batch[0]
+        for action in actions:
             if isinstance(action, CordonNode):
                 if not self.cordon(action):
                     refused.add(action.node)

@@ -39,7 +39,7 @@ from tessera.operator.gpus.planner_input import AdapterGpus, MigConfigs, lent_of
 from tessera.operator.profiling.in_cluster import Profiling
 from tessera.operator.reconcile import mig_failures
 from tessera.operator.reconcile.act import Actor
-from tessera.operator.reconcile.actions import Action, DeletePlan, Json, StorePlan, statuses_then_events
+from tessera.operator.reconcile.actions import DeletePlan, Json, StorePlan
 from tessera.operator.reconcile.adapter_pool_decide import assign_adapter_pools, mig_off_for_servers, reserved_for
 from tessera.operator.reconcile.adapter_pools import AdapterPools
 from tessera.operator.reconcile.snapshot import observe
@@ -186,9 +186,8 @@ class Reconciler:
         self.preflight = preflight.Reporter()
 
     def stop(self) -> None:
-        """Cancel the running solves (their worker processes end), then let the writers' threads go."""
+        """Cancel the running solves (their worker processes end)."""
         self.solves.stop()
-        self.actor.stop()
 
     # -- the whole cluster -----------------------------------------------------
     def reconcile(self) -> ReconcileResult:
@@ -266,7 +265,6 @@ class Reconciler:
             pool_changed = (pool_paused[pool.key] is not None
                             and state.get("pool") != self.pool_hash(pool, adapter_gpus[pool.key], outcome.quotas,
                                                                  self.profiling.digest(pool.key)))
-            statuses: list[Action] = []
             for system in members.get(pool.key, []):
                 why = paused[pool.key].get(system.ref.key)
                 phase, conditions, summary = (
@@ -274,9 +272,8 @@ class Reconciler:
                         why, waiting_changes(system, spec_digest(system), state, pool_changed))))
                 profiled = self.profiling.condition(system, pool) if summary is not None else []
                 conditions = with_quota_transition(conditions, transitions.get(system.ref.key))
-                statuses += self.status_actions(system, outcome, *self.demand.decorate(
-                    system, phase, [*conditions, *profiled, prerequisites], summary))
-            self.actor.apply(statuses_then_events(statuses))  # the pool's statuses together: a batch (act.py)
+                self.write_status(system, outcome, *self.demand.decorate(system, phase, [*conditions, *profiled,
+                                                                                        prerequisites], summary))
             metrics.record_pool(pool.key, outcome.plan, pool.gpus, [
                 layout for node, node_plan in outcome.placement.nodes.items()
                 if outcome.mig.get(node) and outcome.mig[node].applied for layout in node_plan.layouts.values()])
@@ -625,14 +622,10 @@ class Reconciler:
     # -- status ----------------------------------------------------------------
     def write_status(self, system: SystemObject, outcome: PoolOutcome, phase: str, conditions: list[st.Condition],
                      summary: dict[str, object] | None) -> None:
-        self.actor.apply(self.status_actions(system, outcome, phase, conditions, summary))
-
-    def status_actions(self, system: SystemObject, outcome: PoolOutcome, phase: str, conditions: list[st.Condition],
-                       summary: dict[str, object] | None) -> list[Action]:
         now = st.now_rfc3339()
         new = st.build_status(system.ref.generation, phase, conditions, summary, system.status, now,
                               self.demand.status_of(system, conditions), frontend_status(system, self.settings, outcome))
-        return decide_status(system, new, now)
+        self.actor.apply(decide_status(system, new, now))
 
 
 
