@@ -74,6 +74,8 @@ STALL_LINE = "event loop has not run"
 STALLS_KEPT = 10
 """Stack logs kept per scenario in the results (the operator's log has them all)."""
 CPU_WAIT = re.compile(r"event loop stalled (\d+) ms \((\d+) ms of it waiting for a CPU\)")
+SOLVE_LINE = re.compile(r"solve of \d+ system\(s\) on \d+ GPUs: .*?\(([\d.]+) s\)(?: \[(.*?)\])?\n")
+"""A solve as the operator logs it: its seconds, and (this tree) how the plan was made, building and HiGHS seconds."""
 STAND_IN_DELAYS_S = CONFIGMAP_DELAY_S + APPLY_S + PROPAGATION_S
 LATE = "late-arrival"
 
@@ -225,17 +227,21 @@ def edits_while_applying(custom, kubectl: Callable[..., None], operator: subproc
             "edit_window_s": edit_s}
 
 
-def operator_command(kubeconfig: Path, metrics_port: int, tree: Path | None) -> list[str]:
+def operator_command(kubeconfig: Path, metrics_port: int, tree: Path | None, time_limit_s: float | None = None
+                     ) -> list[str]:
     command = [sys.executable, "-P", "-m", "tessera", "operator", "--kubeconfig", str(kubeconfig),
                "--namespace", NAMESPACE, "--mig-config-propagation", str(PROPAGATION_S), "--debounce", "0.3",
                "--metrics-port", str(metrics_port), "--health-port", str(free_port())]
+    if time_limit_s is not None:
+        command += ["--solve-time-limit", str(time_limit_s)]
     settings = ((tree / "tessera" / "operator") if tree else REPO / "operator") / "settings.py"
     if "stall_report_s" in settings.read_text():
         command += ["--stall-report", str(STALL_REPORT_S)]
     return command
 
 
-def run(nodes: int, count: int, tree: Path | None, workdir: Path, edit_s: float) -> dict:
+def run(nodes: int, count: int, tree: Path | None, workdir: Path, edit_s: float, time_limit_s: float | None = None
+        ) -> dict:
     bins = bin_dir()
     cluster = ControlPlane(workdir / "cluster", bins=bins).start()
     standin = operator = sampler = None
@@ -264,7 +270,7 @@ def run(nodes: int, count: int, tree: Path | None, workdir: Path, edit_s: float)
             env["PYTHONPATH"] = str(tree)
         log_path = workdir / "operator.log"
         with open(log_path, "wb") as log:
-            operator = subprocess.Popen(operator_command(cluster.kubeconfig, metrics_port, tree), stdout=log,
+            operator = subprocess.Popen(operator_command(cluster.kubeconfig, metrics_port, tree, time_limit_s), stdout=log,
                                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=workdir, env=env)
         wait_for(lambda: b"reconciled" in log_path.read_bytes(), 120, "the operator's first reconcile")
         sampler = MemorySampler(operator.pid).start()
@@ -281,12 +287,14 @@ def run(nodes: int, count: int, tree: Path | None, workdir: Path, edit_s: float)
         sampler.stop()
         metrics = scrape(metrics_port)
         text = log_path.read_text(errors="replace")
-        solves = [float(s) for s in re.findall(r"solve of \d+ system\(s\) on \d+ GPUs: .*?\(([\d.]+) s\)\n", text)]
+        solves = [float(s) for s, _ in SOLVE_LINE.findall(text)]
         return {
-            "nodes": nodes, "gpus_per_node": 8, "systems": count,
+            "nodes": nodes, "gpus_per_node": 8, "systems": count, "solve_time_limit_s": time_limit_s,
+            "load_average": [round(x, 1) for x in os.getloadavg()],
             "apply_to_ready_s": None if to_ready is None else round(to_ready, 1),
             "apply_to_ready_less_stand_in_delays_s": None if to_ready is None else round(to_ready - STAND_IN_DELAYS_S, 1),
             "solve_s": solves,
+            "solve_split": [split for _, split in SOLVE_LINE.findall(text) if split],
             "event_loop_lag_max_ms": round(1000 * (metrics.get("tessera_event_loop_lag_max_seconds") or 0), 1),
             "event_loop_lag_samples": metrics.get("tessera_event_loop_lag_seconds_count"),
             "stalls_logged": text.count(STALL_LINE),
@@ -331,7 +339,10 @@ ROWS = [
     ("less the stand-in's delays (3 s)", lambda r: f"{r['apply_to_ready_less_stand_in_delays_s']} s"
      if r["apply_to_ready_s"] else "-"),
     ("solves in the worker (as logged)", lambda r: ", ".join(f"{s:.1f}" for s in r["solve_s"]) + " s"),
+    ("the solves' models built, HiGHS (as logged)", lambda r: "; ".join(r.get("solve_split") or []) or "not logged"),
     ("largest event-loop stall (target < 50 ms)", lambda r: f"{r['event_loop_lag_max_ms']:.0f} ms"),
+    ("load average (1, 5, 15 min) at Ready", lambda r: ", ".join(str(x) for x in r.get("load_average") or []) or "-"),
+    ("solve time limit", lambda r: f"{r['solve_time_limit_s']:g} s" if r.get("solve_time_limit_s") else "60 s (default)"),
     ("largest stall less its wait for a CPU (stalls over 30 ms)", lambda r: "not logged"
      if r.get("own_stall_max_ms") is None else f"{r['own_stall_max_ms']:.0f} ms"),
     ("stalls logged with stacks (this tree: over 30 ms; d9b08aa and older: over 100 ms)",
@@ -394,6 +405,8 @@ def main() -> None:
                         help="Run only these scenarios (NODESxSYSTEMS; repeatable).")
     parser.add_argument("--name", default="operator_many_systems", help="Results file name under bench/results.")
     parser.add_argument("--keep-logs", type=Path, help="Copy each operator's log into this folder.")
+    parser.add_argument("--solve-time-limit", type=float,
+                        help="The operators' --solve-time-limit (default: theirs, 60 s); the same for before and after.")
     parser.add_argument("--add-to", action="store_true",
                         help="Keep the other scenarios' rows of the results file --name names (a rerun of one "
                              "scenario after a run was cut short); their logged stalls are not kept.")
@@ -411,7 +424,7 @@ def main() -> None:
                 print(f"{label}: {count} systems on {nodes} nodes", flush=True)
                 workdir = Path(tempfile.mkdtemp(dir=folder))
                 try:
-                    result = {"operator": label, **run(nodes, count, tree, workdir, edit_s)}
+                    result = {"operator": label, **run(nodes, count, tree, workdir, edit_s, args.solve_time_limit)}
                 finally:
                     if args.keep_logs and (workdir / "operator.log").exists():
                         args.keep_logs.mkdir(parents=True, exist_ok=True)

@@ -1,10 +1,14 @@
 """Run a plan in a worker process: capped in wall time and memory, cancellable.
 
 A solve takes seconds to a minute and holds the GIL in HiGHS; the operator's
-event loop must not wait on it. `start_solve` starts a fresh process (the
-spawn start method: nothing of the caller's state, threads or sockets is
-inherited) that sets its own address-space limit (RLIMIT_AS) and answers one
-`PlanRequest` with one outcome (contract.py). The caller holds a handle:
+event loop must not wait on it. `start_solve` hands the request to a fresh
+process (the spawn start method: nothing of the caller's state, threads or
+sockets is inherited) that sets its own address-space limit (RLIMIT_AS) and
+answers one `PlanRequest` with one outcome (contract.py). The process is
+started one solve ahead (a spare, `warm_up`): it imports the planner while
+it waits, which took ~2-3 s of every solve on the loaded 2-core bench machine
+(bench/README.md, "The operator with many systems"), and a solve takes it
+with its imports done. The caller holds a handle:
 
     handle = start_solve(request, memory_limit_mb=4096)
     outcome = await handle.wait()       # from asyncio; or handle.result(timeout)
@@ -36,6 +40,16 @@ class SolveCancelled(Exception):
     """The solve was cancelled before it answered."""
 
 
+def _spare(requests: Connection, connection: Connection) -> None:
+    """A spare worker: its imports done, it waits for its one request (none, when its caller ends: it ends too)."""
+    try:
+        request, memory_limit_bytes = requests.recv()
+    except EOFError:
+        return
+    requests.close()
+    _child(request, memory_limit_bytes, connection)
+
+
 def _child(request: PlanRequest, memory_limit_bytes: int | None, connection: Connection) -> None:
     if memory_limit_bytes:
         resource.setrlimit(resource.RLIMIT_AS, (memory_limit_bytes, memory_limit_bytes))
@@ -51,15 +65,11 @@ class SolveHandle:
     """A running solve: poll it, wait for it, or cancel it (thread-safe)."""
 
     def __init__(self, request: PlanRequest, wall_limit_s: float, memory_limit_mb: int | None) -> None:
-        context = multiprocessing.get_context("spawn")
-        self._receive, send = context.Pipe(duplex=False)
         self.memory_limit_mb = memory_limit_mb
         self.wall_limit_s = wall_limit_s
-        self._process = context.Process(
-            target=_child, args=(request, memory_limit_mb << 20 if memory_limit_mb else None, send),
-            name="tessera-plan", daemon=True)
-        self._process.start()
-        send.close()  # the child holds the only sending end: its death ends the pipe
+        self._process, requests, self._receive = _take_spare()
+        requests.send((request, memory_limit_mb << 20 if memory_limit_mb else None))
+        requests.close()
         self._deadline = time.monotonic() + wall_limit_s
         self._lock = threading.Lock()
         self._outcome: Outcome | None = None
@@ -140,9 +150,44 @@ class SolveHandle:
         self._receive.close()  # never read again: an outcome is kept, a cancelled solve has none
 
 
+_CONTEXT = multiprocessing.get_context("spawn")
+_spare_lock = threading.Lock()
+_spare_worker: tuple[multiprocessing.process.BaseProcess, Connection, Connection] | None = None
+
+
+def _start_spare() -> tuple[multiprocessing.process.BaseProcess, Connection, Connection]:
+    """(the process, where its request goes, where its outcome comes from)."""
+    receive_request, send_request = _CONTEXT.Pipe(duplex=False)
+    receive_outcome, send_outcome = _CONTEXT.Pipe(duplex=False)
+    process = _CONTEXT.Process(target=_spare, args=(receive_request, send_outcome), name="tessera-plan", daemon=True)
+    process.start()
+    receive_request.close()
+    send_outcome.close()  # the child holds the only sending end: its death ends the pipe
+    return process, send_request, receive_outcome
+
+
+def _take_spare() -> tuple[multiprocessing.process.BaseProcess, Connection, Connection]:
+    """The spare worker (a new one where none waits, or it died), and another started to wait for the next solve."""
+    global _spare_worker
+    with _spare_lock:
+        taken, _spare_worker = _spare_worker, _start_spare()
+    if taken is None or not taken[0].is_alive():
+        return _start_spare()
+    return taken
+
+
+def warm_up() -> int | None:
+    """Start the spare worker now, so that the first solve finds its imports done; its process id."""
+    global _spare_worker
+    with _spare_lock:
+        if _spare_worker is None or not _spare_worker[0].is_alive():
+            _spare_worker = _start_spare()
+        return _spare_worker[0].pid
+
+
 def start_solve(request: PlanRequest, memory_limit_mb: int | None = None,
                 wall_limit_s: float | None = None) -> SolveHandle:
-    """Start solving `request` in a fresh worker process and return its handle at once.
+    """Start solving `request` in a worker process of its own (the spare) and return its handle at once.
 
     `wall_limit_s` defaults to the request's time limit plus GRACE_S.
     """

@@ -26,6 +26,7 @@ from tessera.operator.reconcile.reconciler import Reconciler
 from tessera.operator.reconcile.snapshot import ADAPTER_SERVER_PODS
 from tessera.operator.settings import OperatorSettings
 from tessera.operator.testhooks import checkpoint
+from tessera.planner.worker import warm_up
 
 USER_AGENT = "tessera-operator"
 POD_NAMESPACE_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
@@ -74,6 +75,7 @@ async def start(kopf_settings: kopf.OperatorSettings, memo: kopf.Memo) -> None:
     cluster = Cluster(writer, settings)
     controller = Controller(Reconciler(cluster, settings), settings)
     memo.controller, memo.elector = controller, elector
+    warm_up()  # the first solve's worker imports the planner now, while the Lease is taken
     if settings.metrics_port:
         start_http_server(settings.metrics_port, addr="0.0.0.0")
     if settings.health_port:

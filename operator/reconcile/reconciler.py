@@ -143,6 +143,17 @@ def wait_for_outcome(handle: SolveHandle, cancel: threading.Event) -> Outcome:
         return outcome
 
 
+def solve_split(result: Outcome) -> str:
+    """Where a solve's time went, for the log: how the plan was made, the models' building (pyomo) and HiGHS's seconds.
+    The rest of the solve's time is mostly loading each model into HiGHS (pyomo's appsi: about a third of a part's time
+    in bench/decompose_phases.py's profile), then the profiles, the placement, the check and the worker's start."""
+    plan = getattr(result, "plan", None)
+    if plan is None:
+        return ""
+    report = plan.solver
+    return f" [{report.method}: building the models {report.build_s:.1f} s, HiGHS {report.solve_s:.1f} s]"
+
+
 def quota_list(quotas: list[InstanceQuota]) -> list[tuple[list[str], str, int]]:
     return [(sorted(q.systems), q.mig_profile, q.limit) for q in quotas]
 
@@ -531,8 +542,8 @@ class Reconciler:
                 if not handle.done():
                     handle.cancel()
         plannable = sum(len(n.plannable_devices()) for n in node_pool.nodes)
-        log.info("pool %s: solve of %d system(s) on %d GPUs: %s %s (%.1f s)", job.pool.key, len(systems), plannable,
-                 result.kind, getattr(result, "reason", ""), time.perf_counter() - started)
+        log.info("pool %s: solve of %d system(s) on %d GPUs: %s %s (%.1f s)%s", job.pool.key, len(systems), plannable,
+                 result.kind, getattr(result, "reason", ""), time.perf_counter() - started, solve_split(result))
         return result
 
     def find_unplannable(self, job: PoolJob, systems: list[SystemObject], node_pool: NodePool,

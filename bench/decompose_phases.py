@@ -1,0 +1,89 @@
+"""Where a decomposed plan's time goes: the parts, the packing, the placement, the check (issue 29, item 6's bench).
+
+One command: `.venv/bin/python -P bench/decompose_phases.py [--systems 20] [--nodes 16 100]`. The systems are
+those bench/operator_many_systems.py applies (the three examples in turn, each under its own name, the examples'
+demand), planned through the planner's contract (`plan_outcome`, what the operator's solve worker calls) on a
+fresh pool of nodes x 8 H100s, in this process. Each phase of planner/decompose.py is timed by wrapping the
+function that does it (wall and CPU seconds, calls), and inside the parts the building of each model (pyomo) and
+its loading into HiGHS (pyomo's appsi), which the report's build_s leaves out; the parts' HiGHS seconds are their
+reports'. Prints a Markdown table per pool; writes bench/results/decompose_phases.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import tessera.planner.decompose as decompose
+import tessera.planner.solve as solve
+from tessera.planner.contract import plan_outcome
+from tessera.planner.nodes import NodePool, NodeState
+from tessera.planner.spec_file import load_systems
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = ("traffic-analysis", "social-media", "ar-assistant")
+PHASES = {"_part": "parts (each system alone)", "_pack": "packing", "assign_gpus": "placement", "check_plan": "check"}
+IN_PARTS = {"CompoundMilp": "of the parts: building the models (pyomo)",
+            "HighsModel": "of the parts: loading the models into HiGHS (pyomo's appsi)"}
+"""Inside each part's plan() (planner/solve.py): what its report's build_s leaves out, beside what it counts."""
+
+
+def bench_systems(count: int) -> list:
+    examples = [s for name in EXAMPLES for s in load_systems(ROOT / "examples" / f"{name}.yaml")]
+    return [examples[i % len(examples)].model_copy(update={"name": f"bench/{examples[i % len(examples)].name}-{i}"})
+            for i in range(count)]
+
+
+def timed(times: dict[str, list[float]], name: str, function: Callable) -> Callable:
+    def wrapper(*args, **kwargs):
+        wall, cpu = time.perf_counter(), time.process_time()
+        try:
+            return function(*args, **kwargs)
+        finally:
+            spent = times.setdefault(name, [0.0, 0.0, 0])
+            spent[0] += time.perf_counter() - wall
+            spent[1] += time.process_time() - cpu
+            spent[2] += 1
+    return wrapper
+
+
+def one_pool(count: int, nodes: int) -> str:
+    times: dict[str, list[float]] = {}
+    originals = {(module, name): getattr(module, name) for module, names in ((decompose, PHASES), (solve, IN_PARTS))
+                 for name in names}
+    for (module, name), function in originals.items():
+        setattr(module, name, timed(times, {**PHASES, **IN_PARTS}[name], function))
+    try:
+        pool = NodePool(gpu="H100-80GB", nodes=[NodeState(name=f"gpu-node-{n}", gpus=[{}] * 8) for n in range(nodes)])
+        wall, cpu, load = time.perf_counter(), time.process_time(), os.getloadavg()[0]
+        outcome = plan_outcome(bench_systems(count), pool)
+        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    finally:
+        for (module, name), function in originals.items():
+            setattr(module, name, function)
+    report = outcome.plan.solver if getattr(outcome, "plan", None) else None
+    lines = [f"### {count} systems on {nodes} nodes x 8 H100 (load average {load:.1f})", "",
+             f"{outcome.kind}, {report.method if report else 'no plan'}: {wall:.1f} s wall, {cpu:.1f} s CPU"
+             + (f"; the parts' models built in {report.build_s:.1f} s, HiGHS {report.solve_s:.1f} s" if report else ""),
+             "", "| phase | wall s | CPU s | calls |", "| --- | --- | --- | --- |"]
+    lines += [f"| {label} | {times.get(label, [0, 0, 0])[0]:.2f} | {times.get(label, [0, 0, 0])[1]:.2f} | "
+              f"{times.get(label, [0, 0, 0])[2]} |" for label in [*PHASES.values(), *IN_PARTS.values()]]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--systems", type=int, default=20)
+    parser.add_argument("--nodes", type=int, nargs="+", default=[16, 100])
+    args = parser.parse_args()
+    text = "# A decomposed plan's phases (bench/decompose_phases.py)\n\n" + "\n".join(
+        one_pool(args.systems, nodes) for nodes in args.nodes)
+    (ROOT / "bench" / "results" / "decompose_phases.md").write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
