@@ -717,14 +717,16 @@ class CompoundMilp:
                         continue
                     y = m.y[system.name, t, v]
                     slices = sum(self.candidate(o).compute_slices * m.n[o] for o in options)
+                    # Per bulk class, each level's most load per instance size: the same under every condition.
+                    by_class = [(bulk_class, [self._capacity_by_size(options, k, dispersion) for k in levels])
+                                for bulk_class, dispersion in self._cut_classes(system.name, t)]
                     for parent, demand in conditions:
                         if demand <= 0:
                             continue
                         off = (1 - y) + (0 if parent is None else 1 - parent)
                         least_dispersed: list[int] = []
-                        for bulk_class, dispersion in self._cut_classes(system.name, t):
-                            fewest = [fewest_slices(self._capacity_by_size(options, k, dispersion), demand, most)
-                                      for k in levels]
+                        for bulk_class, capacities in by_class:
+                            fewest = [fewest_slices(capacity, demand, most) for capacity in capacities]
                             if fewest == least_dispersed:
                                 continue  # this bulk class's instances carry no less: the class-0 cut says it
                             least_dispersed = least_dispersed or fewest
