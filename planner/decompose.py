@@ -76,11 +76,13 @@ from tessera.planner.solve import PlannerOptions, plan
 
 FIRST_SUB_POOL_GPUS = 8
 """A part is first planned on this many GPUs (one node of eight), doubled until it is served in full."""
-DECOMPOSED_SHARE = 0.75
-"""The share of the time limit the parts and the packing may take. A joint fallback gets what is left of the
-limit, at least the other quarter of it: after parts that overran their share (a part's model build and check
-are not bounded) a plan may take the limit and a quarter, which the worker's grace (worker.GRACE_S, 30 s)
-covers for limits up to 120 s."""
+FALLBACK_SHARE = 0.25
+"""The least share of the time limit a joint fallback gets. The parts and the packing may take the whole limit:
+a joint solve rarely plans in what parts that ran out of time leave, and with the parts held to three quarters
+of 60 s, twenty systems on a machine at load 9-12 fell back every time, the joint ran out too, and the pool
+stayed unplanned solve after solve (bench/README.md, operator_speed). After parts that took the limit (a part's
+model build and check are not bounded) a plan may take the limit and a quarter, which the worker's grace
+(worker.GRACE_S, 30 s) covers for limits up to 120 s."""
 
 JOINT, DECOMPOSED, INCREMENTAL, JOINT_FALLBACK = "joint", "decomposed", "incremental", "joint-fallback"
 
@@ -129,7 +131,7 @@ def _or_joint(attempt: Callable[[], Plan], systems: list[SystemSpec], pool: Pool
     try:
         return attempt()
     except _Fallback as why:
-        left = max(options.time_limit_s - (time.perf_counter() - started), options.time_limit_s * (1 - DECOMPOSED_SHARE))
+        left = max(options.time_limit_s - (time.perf_counter() - started), options.time_limit_s * FALLBACK_SHARE)
         joint = plan(systems, pool, store, features, options.model_copy(update={"time_limit_s": left}), current,
                      quotas, running)
         joint.solver.method, joint.solver.fallback = JOINT_FALLBACK, str(why)
@@ -198,7 +200,7 @@ def _plan_decomposed(systems: list[SystemSpec], pool: Pool | NodePool, store: Pr
                      options: PlannerOptions, quotas: Sequence[InstanceQuota], running: Mapping[str, float]) -> Plan:
     """The parts planned alone, packed and placed on the pool, checked as a whole; raises _Fallback where
     the combined plan cannot stand."""
-    deadline = time.perf_counter() + options.time_limit_s * DECOMPOSED_SHARE
+    deadline = time.perf_counter() + options.time_limit_s
     gpus = pool_gpus(pool)
     parts = [_part(system, gpus.gpu, len(gpus.gpus), store, features, options, quotas, deadline) for system in systems]
     layouts, packing = _pack(parts, gpus.gpu, len(gpus.gpus), Counter(), f"the pool's {len(gpus.gpus)} GPUs",
@@ -227,7 +229,7 @@ def _plan_incremental(systems: list[SystemSpec], pool: Pool | NodePool, store: P
                       running: Mapping[str, float], kept: list[str]) -> Plan:
     """The kept systems' parts as in force, the others planned alone and packed onto what is left, checked as a
     whole; raises _Fallback where the combined plan cannot stand."""
-    deadline = time.perf_counter() + options.time_limit_s * DECOMPOSED_SHARE
+    deadline = time.perf_counter() + options.time_limit_s
     gpus = pool_gpus(pool)
     held_for = {n.name for n in pool.nodes if n.kept_for} if isinstance(pool, NodePool) else set()
     staying = _staying_gpus(gpus, current, set(kept), held_for)
@@ -341,7 +343,7 @@ def _part(system: SystemSpec, gpu: str, pool_size: int, store: ProfileStore, fea
     while True:
         left = deadline - time.perf_counter()
         if left <= 0:
-            raise _Fallback(f"the parts took more than {DECOMPOSED_SHARE:.0%} of the time limit")
+            raise _Fallback("the parts took the whole time limit")
         own = options.model_copy(update={"time_limit_s": left, "exact_up_to_gpus": pool_size if exact else 0})
         try:
             part = plan([system], Pool(gpu=gpu, gpus=size), store, features, own, quotas=quotas)
