@@ -56,7 +56,7 @@ from tessera.operator.reconcile.running_decide import protection
 from tessera.operator.reconcile.pool_access import denied
 from tessera.operator.reconcile.pool_solves import PoolSolves
 from tessera.operator.reconcile.solve_decide import (RunningSolve, Size, Step, alone_verdict, awaits_measurement,
-                                                     cut_to, exceeds_caps, fits_caps, next_probe, next_solve,
+                                                     cut_to, exceeds_caps, fits_caps, longer_limit, next_probe, next_solve,
                                                      settling, settling_message, size_of, still_invalid, too_large,
                                                      too_large_message)
 from tessera.operator.reconcile.quota_transitions import Room, kept_while_stepped, step_children, with_quota_transition
@@ -484,7 +484,8 @@ class Reconciler:
             "options": self.settings.planner.model_dump(mode="json"), "measured": measured})
 
     def solve(self, job: PoolJob, candidates: list[SystemObject], node_pool: NodePool, cancel: threading.Event,
-              running: dict[str, float]) -> tuple[Plan | None, dict[str, tuple[str, str]], str | None]:
+              running: dict[str, float], time_limit_s: float | None = None,
+              ) -> tuple[Plan | None, dict[str, tuple[str, str]], str | None]:
         """(the plan, {}, None), (None, the systems the planner cannot use, None) or (None, {}, why it failed).
 
         The planner serves as much demand as it can, so a system whose SLO no
@@ -493,11 +494,14 @@ class Reconciler:
         pool, else the pool is too small (Degraded). A time limit with a
         checked plan is a plan; one without, or a planner failure, keeps
         what runs and retries, unless a system exceeds the solver's caps on
-        every try (solve_decide.too_large): that one is left out. Each system
-        is checked alone without its namespace's quotas: a quota that leaves
-        it nothing holds it back, it does not make its spec unplannable.
+        every try (solve_decide.too_large): that one is left out; where none
+        does, the pool's solve is tried once more with a longer time limit
+        (solve_decide.longer_limit). Each system is checked alone without its
+        namespace's quotas: a quota that leaves it nothing holds it back, it
+        does not make its spec unplannable.
         """
-        result = self.run_solver(job, candidates, node_pool, job.stored_plan, cancel, job.quotas, running)
+        result = self.run_solver(job, candidates, node_pool, job.stored_plan, cancel, job.quotas, running,
+                                 time_limit_s)
         node_pool = node_pool.without_kept()  # a system is unplannable alone on the pool, whatever runs there
         nodes_settling = settling(job.pool.nodes)
         if isinstance(result, (Planned, TimeLimit, Infeasible)) and result.plan is not None:
@@ -519,19 +523,27 @@ class Reconciler:
             culprits = self.find_unplannable(job, candidates, node_pool, cancel, nodes_settling)
             if culprits:
                 return None, culprits, None
-        if exceeds_caps(result):
-            culprits = self.find_too_large(job, candidates, node_pool, result, cancel)
+        if exceeds_caps(result) and time_limit_s is None:
+            alone = self.each_alone(job, candidates, node_pool, cancel)
+            culprits = {s.ref.key: (st.TOO_LARGE_TO_PLAN, too_large_message(size_of(s.spec), None, self.caps()))
+                        for s in candidates if s.spec is not None and s.ref.key in too_large(result, alone)}
             if culprits:
                 return None, culprits, None
+            longer = longer_limit(result, alone, self.settings.planner.time_limit_s)
+            if longer is not None and not cancel.is_set():
+                return self.solve(job, candidates, node_pool, cancel, running, longer)
         return None, {}, result.reason if not isinstance(result, Planned) else "no plan"
 
     def run_solver(self, job: PoolJob, systems: list[SystemObject], node_pool: NodePool, current: Plan | None,
                    cancel: threading.Event, quotas: list[InstanceQuota] | None = None,
-                   running: dict[str, float] | None = None) -> Outcome:
-        """One solve in the planner's worker process; the solve's thread waits, `cancel` stops it."""
+                   running: dict[str, float] | None = None, time_limit_s: float | None = None) -> Outcome:
+        """One solve in the planner's worker process (at the settings' time limit unless `time_limit_s`); the
+        solve's thread waits, `cancel` stops it."""
+        options = self.settings.planner if time_limit_s is None else \
+            self.settings.planner.model_copy(update={"time_limit_s": time_limit_s})
         request = PlanRequest(
             systems=[SystemInput(namespace=s.ref.namespace, name=s.ref.name, spec=s.spec) for s in systems],
-            pool=node_pool, options=self.settings.planner, current=current, measured=job.measured,
+            pool=node_pool, options=options, current=current, measured=job.measured,
             quotas=quotas or [], running=running or {})
         started = time.perf_counter()
         with metrics.SOLVE_SECONDS.labels(job.pool.key).time():
@@ -558,13 +570,10 @@ class Reconciler:
                 found[system.ref.key] = verdict
         return found
 
-    def find_too_large(self, job: PoolJob, systems: list[SystemObject], node_pool: NodePool, pool_result: Outcome,
-                       cancel: threading.Event) -> dict[str, tuple[str, str]]:
-        """The pool's solve exceeded the solver's caps: each system alone; those that exceed them alone too, with
-        their size (the size that fits is measured once the others are planned: measure_fit)."""
-        alone = {s.ref.key: self.run_solver(job, [s], node_pool, None, cancel) for s in systems}
-        return {s.ref.key: (st.TOO_LARGE_TO_PLAN, too_large_message(size_of(s.spec), None, self.caps()))
-                for s in systems if s.spec is not None and s.ref.key in too_large(pool_result, alone)}
+    def each_alone(self, job: PoolJob, systems: list[SystemObject], node_pool: NodePool,
+                   cancel: threading.Event) -> dict[str, Outcome]:
+        """Each system's solve alone on the pool, after the pool's exceeded the solver's caps."""
+        return {s.ref.key: self.run_solver(job, [s], node_pool, None, cancel) for s in systems}
 
     def measure_fit(self, job: PoolJob, system: SystemObject, node_pool: NodePool, cancel: threading.Event) -> str:
         """The TooLargeToPlan message with the size measured to fit: smaller cuts of the system, each solved alone

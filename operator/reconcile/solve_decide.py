@@ -10,7 +10,9 @@ A system exceeds the solver's caps (its memory cap, or its time limit without a 
 solve exceeded them and the system alone did too: it is then left out of the pool's plan (`TooLargeToPlan`) with
 its size, tasks x variants, so the other systems of its pool are served, and then the size measured to fit under
 the same caps (a solve of its own after the pool's plan is stored). The record is kept with the pool's stored
-plan, by spec hash and caps: a changed spec, or other caps, is planned again.
+plan, by spec hash and caps: a changed spec, or other caps, is planned again. Where the pool's solve ran out of
+time without a plan and every system alone ended within the caps, none is too large: the pool's solve is tried
+once more at twice the time limit (longer_limit).
 """
 
 from __future__ import annotations
@@ -117,6 +119,20 @@ def too_large(pool_solve: Outcome, alone: dict[str, Outcome]) -> set[str]:
     if not exceeds_caps(pool_solve):
         return set()
     return {key for key, outcome in alone.items() if exceeds_caps(outcome)}
+
+
+RETRY_LIMIT_FACTOR = 2.0
+"""How much longer the one more try of a pool's solve may run (longer_limit)."""
+
+
+def longer_limit(pool_solve: Outcome, alone: dict[str, Outcome], limit_s: float) -> float | None:
+    """The time limit of one more try of the pool's solve, or None: where it ran out of time without a plan while
+    every system alone ended within the caps, no system is too large: the systems together, or a loaded machine
+    (the limit is wall-clock time), need more time, and retrying with the same limit at the next resync ran out
+    the same way, solve after solve (20 systems on 100 nodes at load 9: bench/README.md, operator_speed)."""
+    if not isinstance(pool_solve, TimeLimit) or pool_solve.plan is not None or not alone:
+        return None
+    return limit_s * RETRY_LIMIT_FACTOR if all(fits_caps(outcome) for outcome in alone.values()) else None
 
 
 @dataclass(frozen=True, order=True)

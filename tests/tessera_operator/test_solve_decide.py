@@ -5,7 +5,7 @@ from __future__ import annotations
 from tessera.operator.api import status as st
 from tessera.operator.gpus.discovery import node_facts
 from tessera.operator.reconcile.solve_decide import (RunningSolve, Size, Step, alone_verdict, awaits_measurement, cut_to,
-                                                     exceeds_caps, fits_caps, fitting, next_probe, next_solve,
+                                                     exceeds_caps, fits_caps, fitting, longer_limit, next_probe, next_solve,
                                                      settling, size_of, still_invalid, too_large, too_large_message)
 from tessera.planner.contract import Infeasible, InvalidInput, Planned, PlannerFailed, TimeLimit
 from tessera.planner.model import SystemSpec
@@ -59,6 +59,21 @@ def test_a_system_is_too_large_when_the_pools_solve_and_its_own_alone_exceed_the
 def test_no_system_is_too_large_when_the_pools_solve_did_not_exceed_the_caps():
     failed = PlannerFailed(reason="the plan failed the checker", errors=["overloaded"])
     assert too_large(failed, {"ns/large": HIGHS_MEMORY}) == set()
+
+
+RAN_OUT = TimeLimit(reason="no plan found within the time limit of 60 s")
+
+
+def test_a_pools_solve_out_of_time_while_every_system_alone_was_planned_is_tried_once_more_at_twice_the_limit():
+    planned = Planned.model_construct(plan=None)
+    assert longer_limit(RAN_OUT, {"ns/a": planned, "ns/b": Infeasible(reason="too small")}, 60.0) == 120.0
+
+
+def test_no_longer_try_where_a_system_alone_also_exceeded_the_caps_or_the_pool_ran_out_of_memory():
+    planned = Planned.model_construct(plan=None)
+    assert longer_limit(RAN_OUT, {"ns/a": planned, "ns/large": HIGHS_MEMORY}, 60.0) is None
+    assert longer_limit(RAN_OUT, {"ns/a": planned, "ns/slow": RAN_OUT}, 60.0) is None
+    assert longer_limit(OUT_OF_MEMORY, {"ns/a": planned}, 60.0) is None, "a worker out of memory needs no more time"
 
 
 def test_a_size_fits_when_its_solve_ends_within_the_caps_and_a_time_limit_even_with_a_plan_does_not():
