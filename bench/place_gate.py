@@ -59,6 +59,7 @@ def baseline_gate(ref: str) -> tuple[ModuleType, str]:
     assert spec is not None
     module = importlib.util.module_from_spec(spec)
     module.__package__ = "tessera.planner.placement"
+    sys.modules[spec.name] = module  # dataclasses look their module up while the class is made
     exec(compile(source, f"{ref}:planner/placement/twin_gate.py", "exec"), module.__dict__)
     return module, revision
 
@@ -121,6 +122,8 @@ def one(scenario: Scenario, fraction: float, gate_before: ModuleType, hours_befo
     bound = packed.lower_bound.servers
     start, hours_before[0] = time.perf_counter(), 0
     before = gate_before.twin_gate(packed.placement, problem, model)
+    if isinstance(before, tuple):  # gates since 5 Dec return the placement and their log
+        before = before[0]
     before_s = time.perf_counter() - start
     after, log = twin_gate(packed.placement, problem, model, workers=workers)
     row = {"scenario": scenario.name, "bound_served": fraction, "lower_bound": bound,
