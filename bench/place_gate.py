@@ -2,6 +2,7 @@
 
     nice -n 10 .venv/bin/python -P bench/place_gate.py [--workers 2] [--baseline main]
         -> bench/results/place_gate.{json,md}
+    .venv/bin/python -P bench/place_gate.py --across BEFORE.json AFTER.json OUT.md   # two trees' runs
 
 The scenarios of bench/place_scenarios.py, issue 26's 64-adapter pool and large
 low-rate pools at the edge (some at a 0.95 service bound). For each: the
@@ -175,11 +176,35 @@ def markdown(rows: list[dict], label: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def across_trees(before: dict, after: dict) -> str:
+    """This gate's placements of two runs (two trees: their predictors and twin profiles) side by side."""
+    lines = ["| scenario | bound served | lower bound | servers before / after | after - bound "
+             "| independent hour before / after | hours before / after |", "|---|---|---|---|---|---|---|"]
+    for b, a in zip(before["rows"], after["rows"]):
+        assert (b["scenario"], b["bound_served"]) == (a["scenario"], a["bound_served"])
+        x, y = b["after"], a["after"]
+        lines.append(f"| {a['scenario']} | {a['bound_served']} | {a['lower_bound']} "
+                     f"| {_cell(x['servers'], x['twin_pass'])} / {_cell(y['servers'], y['twin_pass'])} "
+                     f"| +{y['servers'] - a['lower_bound']} "
+                     f"| {'pass' if x['independent']['pass'] else 'FAIL'} {x['independent']['worst_served']:.3f} / "
+                     f"{'pass' if y['independent']['pass'] else 'FAIL'} {y['independent']['worst_served']:.3f} "
+                     f"| {x['hours']} / {y['hours']} |")
+    within = sum(r["after"]["servers"] - r["lower_bound"] <= 1 for r in after["rows"])
+    return "\n".join(lines) + f"\n\nwithin one server of the lower bound after: {within}/{len(after['rows'])}\n"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--baseline", default="main", metavar="REF", help="git revision whose twin gate is 'before'")
+    parser.add_argument("--across", nargs=3, metavar=("BEFORE_JSON", "AFTER_JSON", "OUT_MD"),
+                        help="only compare this gate's placements of two earlier runs (e.g. two trees)")
     args = parser.parse_args()
+    if args.across:
+        before, after = (json.loads(Path(p).read_text()) for p in args.across[:2])
+        Path(args.across[2]).write_text(across_trees(before, after))
+        print(across_trees(before, after))
+        return
     gate_before, revision = baseline_gate(args.baseline)
     hours_before = counted(gate_before)
     started = time.perf_counter()
