@@ -5,9 +5,10 @@ same process, alternating, and the figure is the ratio of their medians. The
 earlier kernel is ``git show REF:planner/twin/_kernel.c`` compiled here, run with
 REF's shipped Qwen profile and its own signature (a kernel from before vLLM's
 slot pass takes no set order); the current one runs with this tree's shipped
-profile (since issue 26's resweep: the slot cost, the skipped-waiting rule
-and vLLM's slot pass on, as ``tessera twin calibrate`` fits them), so the
-ratio includes the rules' work. Writes bench/results/twin_speed_ab.json.
+Qwen profile, so a tree that ships other rules (issue 26's resweep patch: the
+slot cost, the skipped-waiting rule and vLLM's slot pass) is timed with their
+work. (Before issue 26's resweep the current kernel ran with the profile
+``tessera twin calibrate`` fits on all runs.) Writes bench/results/twin_speed_ab.json.
 
     nice -n 10 .venv/bin/python -P bench/twin_speed_ab.py [--ref main] [--repeats 5]
 """
