@@ -2,6 +2,7 @@
 
     nice -n 10 .venv/bin/python -P bench/place_gate.py [--workers 2] [--baseline main]
         -> bench/results/place_gate.{json,md}
+    .venv/bin/python -P bench/place_gate.py --across BEFORE.json AFTER.json OUT.md   # two trees' runs
 
 The scenarios of bench/place_scenarios.py, issue 26's 64-adapter pool and large
 low-rate pools at the edge (some at a 0.95 service bound). For each: the
@@ -59,6 +60,7 @@ def baseline_gate(ref: str) -> tuple[ModuleType, str]:
     assert spec is not None
     module = importlib.util.module_from_spec(spec)
     module.__package__ = "tessera.planner.placement"
+    sys.modules[spec.name] = module  # dataclasses look their module up while the class is made
     exec(compile(source, f"{ref}:planner/placement/twin_gate.py", "exec"), module.__dict__)
     return module, revision
 
@@ -121,6 +123,8 @@ def one(scenario: Scenario, fraction: float, gate_before: ModuleType, hours_befo
     bound = packed.lower_bound.servers
     start, hours_before[0] = time.perf_counter(), 0
     before = gate_before.twin_gate(packed.placement, problem, model)
+    if isinstance(before, tuple):  # gates since 5 Dec return the placement and their log
+        before = before[0]
     before_s = time.perf_counter() - start
     after, log = twin_gate(packed.placement, problem, model, workers=workers)
     row = {"scenario": scenario.name, "bound_served": fraction, "lower_bound": bound,
@@ -172,11 +176,35 @@ def markdown(rows: list[dict], label: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def across_trees(before: dict, after: dict) -> str:
+    """This gate's placements of two runs (two trees: their predictors and twin profiles) side by side."""
+    lines = ["| scenario | bound served | lower bound | servers before / after | after - bound "
+             "| independent hour before / after | hours before / after |", "|---|---|---|---|---|---|---|"]
+    for b, a in zip(before["rows"], after["rows"]):
+        assert (b["scenario"], b["bound_served"]) == (a["scenario"], a["bound_served"])
+        x, y = b["after"], a["after"]
+        lines.append(f"| {a['scenario']} | {a['bound_served']} | {a['lower_bound']} "
+                     f"| {_cell(x['servers'], x['twin_pass'])} / {_cell(y['servers'], y['twin_pass'])} "
+                     f"| +{y['servers'] - a['lower_bound']} "
+                     f"| {'pass' if x['independent']['pass'] else 'FAIL'} {x['independent']['worst_served']:.3f} / "
+                     f"{'pass' if y['independent']['pass'] else 'FAIL'} {y['independent']['worst_served']:.3f} "
+                     f"| {x['hours']} / {y['hours']} |")
+    within = sum(r["after"]["servers"] - r["lower_bound"] <= 1 for r in after["rows"])
+    return "\n".join(lines) + f"\n\nwithin one server of the lower bound after: {within}/{len(after['rows'])}\n"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--baseline", default="main", metavar="REF", help="git revision whose twin gate is 'before'")
+    parser.add_argument("--across", nargs=3, metavar=("BEFORE_JSON", "AFTER_JSON", "OUT_MD"),
+                        help="only compare this gate's placements of two earlier runs (e.g. two trees)")
     args = parser.parse_args()
+    if args.across:
+        before, after = (json.loads(Path(p).read_text()) for p in args.across[:2])
+        Path(args.across[2]).write_text(across_trees(before, after))
+        print(across_trees(before, after))
+        return
     gate_before, revision = baseline_gate(args.baseline)
     hours_before = counted(gate_before)
     started = time.perf_counter()

@@ -3,11 +3,12 @@
 Timings on a shared machine drift with its load, so both kernels run in the
 same process, alternating, and the figure is the ratio of their medians. The
 earlier kernel is ``git show REF:planner/twin/_kernel.c`` compiled here, run with
-the shipped profile (what it could model) and its own signature (a kernel
-from before vLLM's slot pass takes no set order); the current one runs with
-the profile ``tessera twin validate`` calibrates (the slot cost, the
-skipped-waiting rule and vLLM's slot pass on), so the ratio includes the new
-rules' work. Writes bench/results/twin_speed_ab.json.
+REF's shipped Qwen profile and its own signature (a kernel from before vLLM's
+slot pass takes no set order); the current one runs with this tree's shipped
+Qwen profile, so a tree that ships other rules (issue 26's resweep patch: the
+slot cost, the skipped-waiting rule and vLLM's slot pass) is timed with their
+work. (Before issue 26's resweep the current kernel ran with the profile
+``tessera twin calibrate`` fits on all runs.) Writes bench/results/twin_speed_ab.json.
 
     nice -n 10 .venv/bin/python -P bench/twin_speed_ab.py [--ref main] [--repeats 5]
 """
@@ -27,10 +28,10 @@ import numpy as np
 from tessera.planner.twin import ckernel
 from tessera.planner.twin.profile import load_profile
 from tessera.planner.twin.sim import ServerConfig, simulate
-from tessera.planner.twin.validate import calibrate, load_runs
 from tessera.planner.twin.workload import Workload
 
 ROOT = Path(__file__).resolve().parents[1]
+PROFILE = "planner/twin/profiles/qwen2.5-7b-instruct.yaml"
 
 
 def _library(source: str, directory: Path) -> ctypes.CDLL:
@@ -71,18 +72,18 @@ def main() -> None:
     ap.add_argument("--ref", default="main")
     ap.add_argument("--repeats", type=int, default=5)
     args = ap.parse_args()
-    shipped = load_profile("qwen")
-    calibrated = calibrate(load_runs(), shipped)
     k = np.arange(384)
     w = Workload(ranks=np.array([8, 16, 32])[k % 3], rates=np.array([1.6, 0.8, 0.4])[k % 3],
                  duration_s=3600.0, n_arrivals=960_714)
     cfg = ServerConfig(max_loras=16, max_rank=32, outstanding_cap=26_000)
     with tempfile.TemporaryDirectory() as tmp:
-        old_source = subprocess.run(["git", "show", f"{args.ref}:planner/twin/_kernel.c"], cwd=ROOT, check=True,
-                                    capture_output=True, text=True).stdout
+        old_source, old_profile = (subprocess.run(["git", "show", f"{args.ref}:{path}"], cwd=ROOT, check=True,
+                                                  capture_output=True, text=True).stdout
+                                   for path in ("planner/twin/_kernel.c", PROFILE))
+        (Path(tmp) / "before.yaml").write_text(old_profile)
         sources = {"before": old_source, "after": (ROOT / "planner/twin/_kernel.c").read_text()}
         kernels = {name: (_library(source, Path(tmp) / name), _takes_set_order(source)) for name, source in sources.items()}
-        profiles = {"before": shipped, "after": calibrated}
+        profiles = {"before": load_profile(Path(tmp) / "before.yaml"), "after": load_profile("qwen")}
         walls: dict[str, list[float]] = {name: [] for name in kernels}
         steps: dict[str, int] = {}
         loads: dict[str, int] = {}
