@@ -303,6 +303,7 @@ class Event(BaseModel):
     what: str  # "re-plan", "partition" (free nodes) or "re-partition" (serving nodes)
     detail: str
     charged_s: float = 0.0  # of a re-plan: the seconds the clock charged it
+    answer: str = ""  # of a re-plan: how it was answered and the outcome's kind ("solve: time-limit")
 
 
 class LoopResult(BaseModel):
@@ -482,10 +483,7 @@ class ClosedLoop:
         settings, duration = self.settings, self.trace.duration_s
         rates = self.start_rates()  # what is planned for until a first reading
         states = {name: hy.DemandState(rate) for name, rate in rates.items()}
-        first = self.replanner.replan(self.specs_for(rates), self.pool(), None, demand_moved=False)
-        if first.plan is None:
-            raise ValueError(f"no first plan for the specs' demand ({first.answer})")
-        running, planned_for = first.plan, dict(rates)
+        running, planned_for = self.first_plan(rates), dict(rates)
         before = running  # the plan a change in progress leaves
         self.layouts.update(node_layouts(running))
         serving, serving_since = running, 0.0
@@ -521,7 +519,8 @@ class ClosedLoop:
                 at = now + charged
                 detail = f"{answer.kind} ({answer.answer}, {answer.charged_s:.1f} s) for " + ", ".join(
                     f"{name.split('/')[-1]} {rate:g}" for name, rate in wanted.items())
-                self.events.append(Event(at_s=now, what="re-plan", detail=detail, charged_s=charged))
+                self.events.append(Event(at_s=now, what="re-plan", detail=detail, charged_s=charged,
+                                         answer=f"{answer.kind.removeprefix('cached ')}: {answer.answer}"))
                 if answer.plan is not None:
                     steps, free, changed = change_steps(running, answer.plan, self.layouts, self.pool(), at,
                                                         self.change_s, settings.max_changing_nodes)
@@ -537,6 +536,20 @@ class ClosedLoop:
             now = min(now + settings.poll_s, duration)
         self.serve(serving, serving_since, duration)
         return self.result()
+
+    def first_plan(self, rates: dict[str, float]) -> Plan:
+        """The plan the loop starts from. It is not on the loop's clock, so a first solve the time limit cut short
+        without a plan (on a loaded machine the limit may not suffice) is tried once more with twice the limit."""
+        specs, pool = self.specs_for(rates), self.pool()
+        first = self.replanner.replan(specs, pool, None, demand_moved=False)
+        if first.plan is None and first.answer == "time-limit":
+            longer = self.options.model_copy(update={"time_limit_s": 2 * self.options.time_limit_s})
+            retry = Replanner(longer, self.features, self.replanner.cache_dir)
+            first = retry.replan(specs, pool, None, demand_moved=False)
+            self.replanner.solver_wall_s += retry.solver_wall_s
+        if first.plan is None:
+            raise ValueError(f"no first plan for the specs' demand ({first.answer})")
+        return first.plan
 
     def serve(self, plan: Plan, start_s: float, end_s: float) -> None:
         """Simulate `plan` serving the trace's arrivals in [start, end), without and with early dropping."""
