@@ -1,7 +1,7 @@
 """The closed loop under bursty demand: the operator's decisions, re-plans and re-partitions (issue 31).
 
     .venv/bin/python -P bench/closed_loop.py [--duration 900] [--traces mmpp,diurnal,azure-conv] [--features A+S+T,A+S]
-        [--time-limit 60] [--plan-gpus 16] [--gpus-per-node 1] [--headroom 0.1] [--name closed_loop]
+        [--time-limit 60] [--plan-gpus 16] [--gpus-per-node 1] [--headroom 0.1] [--name closed_loop] [--merge]
     .venv/bin/python -P bench/closed_loop.py --day-speed    # the simulation's share of a simulated day
 
 The three examples together (traffic-analysis, social-media, ar-assistant) on H100-80GB nodes, each trace
@@ -176,6 +176,20 @@ def day_speed(systems, planner: PlannerOptions, pieces: int = 96) -> dict:
                 source_requests=sum(t.requests for t in loop.record.totals))
 
 
+def earlier_runs(path: Path, header: dict, traces: list[str]) -> tuple[list[dict], dict, dict]:
+    """The runs, pools and events of `path` for traces other than `traces`, if it was made with `header`."""
+    if not path.exists():
+        return [], {}, {}
+    earlier = json.loads(path.read_text())
+    differs = {k: (earlier.get(k), v) for k, v in header.items() if earlier.get(k) != v}
+    if differs:
+        raise SystemExit(f"--merge: {path.name} was made with other settings (earlier, now): {differs}")
+    kept = [r for r in earlier["runs"] if r["trace"] not in traces]
+    labels = {f"{r['trace']} {r['features']}" for r in kept}
+    return (kept, {t: p for t, p in earlier["pools"].items() if t not in traces},
+            {k: e for k, e in earlier["events"].items() if k in labels})
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--duration", type=float, default=900.0)
@@ -187,6 +201,9 @@ def main() -> None:
     parser.add_argument("--name", default="closed_loop")
     parser.add_argument("--headroom", type=float, default=None, help="The planner's margin (default its own).")
     parser.add_argument("--day-speed", action="store_true", help="Time the simulation of one day, then stop.")
+    parser.add_argument("--merge", action="store_true",
+                        help="Add these traces' runs to <name>.json (replacing their earlier runs) instead of "
+                             "starting it anew; refused if its planner options differ.")
     args = parser.parse_args()
     systems = [s for path in default_example_systems() for s in load_systems(path)]
     if args.day_speed:
@@ -199,10 +216,11 @@ def main() -> None:
     planner = options(args.time_limit, args.headroom)
     settings = LoopSettings(gpus_per_node=args.gpus_per_node)
     RESULTS.mkdir(exist_ok=True)
-    rows: list[dict] = []
-    pools: dict[str, dict] = {}
-    events: dict[str, list[dict]] = {}
-    for trace_name in args.traces.split(","):
+    traces = args.traces.split(",")
+    header = dict(latency_model=latency_model(planner), duration_s=args.duration, gpus_per_node=args.gpus_per_node,
+                  time_limit_s=args.time_limit, headroom=planner.headroom)
+    rows, pools, events = earlier_runs(RESULTS / f"{args.name}.json", header, traces) if args.merge else ([], {}, {})
+    for trace_name in traces:
         trace = built_in(trace_name, args.duration)
         gpus, peak = pool_for_peak(systems, trace, planner, settings.rate_window_s)
         pools[trace_name] = dict(gpus=gpus, peak_of_minute=peak)
@@ -221,10 +239,8 @@ def main() -> None:
         common = served_systems([r for r, _ in results])
         rows += [row(r, common, wall, gpus) for r, wall in results]
         events.update({f"{r.trace} {r.features}": [e.model_dump() for e in r.events] for r, _ in results})
-        (RESULTS / f"{args.name}.json").write_text(json.dumps(dict(
-            latency_model=latency_model(planner), duration_s=args.duration, gpus_per_node=args.gpus_per_node,
-            time_limit_s=args.time_limit, headroom=planner.headroom, pools=pools, runs=rows, events=events),
-            indent=1))
+        (RESULTS / f"{args.name}.json").write_text(json.dumps(dict(**header, pools=pools, runs=rows, events=events),
+                                                              indent=1))
     met = [r for r in rows if r["features"] == "A+S+T" and r["violation_pct"] <= TARGET_VIOLATION_PCT
            and r["slice_use_pct"] <= TARGET_SLICE_USE_PCT]
     lines = [f"Closed loop of the three examples on H100-80GB, {args.gpus_per_node} GPU(s) per node, "

@@ -94,6 +94,13 @@ class LoopSettings:
     gpus_per_node: int = 1
     bin_s: float = 60.0
     seed: int = 0
+    # Counterfactuals for the attribution of violations (bench/closed_loop_sweep.py); the defaults model the operator.
+    charge_solve_time: bool = True
+    """False: a re-plan's plan serves from the reading that asked for it (what instant solves would give)."""
+    change_s: float | None = None
+    """Seconds a node's layout change takes; None: the planner's reconfigure_s (0: changes lose no capacity)."""
+    start_from_trace: bool = False
+    """True: the first plan is for the trace's first rate window, not the specs' rate (no cold start)."""
 
 
 def latency_model(options: PlannerOptions) -> str:
@@ -293,9 +300,10 @@ class SystemTotals(BaseModel):
 
 class Event(BaseModel):
     at_s: float
-    what: str  # "re-plan" or "re-partition"
+    what: str  # "re-plan", "partition" (free nodes) or "re-partition" (serving nodes)
     detail: str
     charged_s: float = 0.0  # of a re-plan: the seconds the clock charged it
+    answer: str = ""  # of a re-plan: how it was answered and the outcome's kind ("solve: time-limit")
 
 
 class LoopResult(BaseModel):
@@ -452,6 +460,18 @@ class ClosedLoop:
     def specs_for(self, rates: dict[str, float]) -> list[SystemSpec]:
         return [s.model_copy(update={"demand_rps": rates[s.name]}) for s in self.base]
 
+    def start_rates(self) -> dict[str, float]:
+        """The specs' rates, or (start_from_trace) their mean over the trace's first rate window, rounded as
+        status keeps a planned rate."""
+        if not self.settings.start_from_trace:
+            return {s.name: s.demand_rps for s in self.base}
+        first = self.trace.multiplier[:max(1, int(self.settings.rate_window_s / self.trace.bin_s))]
+        return {s.name: round(s.demand_rps * float(first.mean()), 3) for s in self.base}
+
+    @property
+    def change_s(self) -> float:
+        return self.options.reconfigure_s if self.settings.change_s is None else self.settings.change_s
+
     def reading(self, system: SystemSpec, now_s: float) -> float:
         """The frontend counter's rate over the template's window ending now (Poisson arrivals of the trace)."""
         start = max(0.0, now_s - self.settings.rate_window_s)
@@ -461,12 +481,9 @@ class ClosedLoop:
 
     def run(self) -> LoopResult:
         settings, duration = self.settings, self.trace.duration_s
-        rates = {s.name: s.demand_rps for s in self.base}  # the specs' rates until a first reading
+        rates = self.start_rates()  # what is planned for until a first reading
         states = {name: hy.DemandState(rate) for name, rate in rates.items()}
-        first = self.replanner.replan(self.specs_for(rates), self.pool(), None, demand_moved=False)
-        if first.plan is None:
-            raise ValueError(f"no first plan for the specs' demand ({first.answer})")
-        running, planned_for = first.plan, dict(rates)
+        running, planned_for = self.first_plan(rates), dict(rates)
         before = running  # the plan a change in progress leaves
         self.layouts.update(node_layouts(running))
         serving, serving_since = running, 0.0
@@ -479,7 +496,7 @@ class ClosedLoop:
                 self.serve(serving, serving_since, step.start_s)
                 serving, serving_since = step.serving, step.start_s
                 if step.stopped:
-                    self.lost_slice_s += step.lost_slices * self.options.reconfigure_s
+                    self.lost_slice_s += step.lost_slices * self.change_s
                     self.events.append(Event(at_s=step.start_s, what="re-partition",
                                              detail=f"{', '.join(step.stopped)}: {step.lost_slices} slices stop"))
                     stopped = {i.system for g in before.gpus if g.node in step.stopped for i in g.instances if i.system}
@@ -496,16 +513,21 @@ class ClosedLoop:
             if wanted != planned_for and now >= busy_until:
                 answer = self.replanner.replan(self.specs_for(wanted), self.pool(), running, demand_moved=True)
                 self.replans += 1
-                self.charged_s += answer.charged_s
+                charged = answer.charged_s if settings.charge_solve_time else 0.0
+                self.charged_s += charged
                 planned_for = wanted  # a failed re-plan is retried when demand moves again
-                at = now + answer.charged_s
+                at = now + charged
                 detail = f"{answer.kind} ({answer.answer}, {answer.charged_s:.1f} s) for " + ", ".join(
                     f"{name.split('/')[-1]} {rate:g}" for name, rate in wanted.items())
-                self.events.append(Event(at_s=now, what="re-plan", detail=detail, charged_s=answer.charged_s))
+                self.events.append(Event(at_s=now, what="re-plan", detail=detail, charged_s=charged,
+                                         answer=f"{answer.kind.removeprefix('cached ')}: {answer.answer}"))
                 if answer.plan is not None:
                     steps, free, changed = change_steps(running, answer.plan, self.layouts, self.pool(), at,
-                                                        self.options.reconfigure_s, settings.max_changing_nodes)
+                                                        self.change_s, settings.max_changing_nodes)
                     self.free_partitions += len(free)
+                    if free:
+                        self.events.append(Event(at_s=at, what="partition", detail=f"{', '.join(free)}: free, "
+                                                 f"serve their new replicas from {at + self.change_s:g} s"))
                     self.repartitions += len(changed)
                     pending = steps
                     busy_until = steps[-1].start_s
@@ -514,6 +536,20 @@ class ClosedLoop:
             now = min(now + settings.poll_s, duration)
         self.serve(serving, serving_since, duration)
         return self.result()
+
+    def first_plan(self, rates: dict[str, float]) -> Plan:
+        """The plan the loop starts from. It is not on the loop's clock, so a first solve the time limit cut short
+        without a plan (on a loaded machine the limit may not suffice) is tried once more with twice the limit."""
+        specs, pool = self.specs_for(rates), self.pool()
+        first = self.replanner.replan(specs, pool, None, demand_moved=False)
+        if first.plan is None and first.answer == "time-limit":
+            longer = self.options.model_copy(update={"time_limit_s": 2 * self.options.time_limit_s})
+            retry = Replanner(longer, self.features, self.replanner.cache_dir)
+            first = retry.replan(specs, pool, None, demand_moved=False)
+            self.replanner.solver_wall_s += retry.solver_wall_s
+        if first.plan is None:
+            raise ValueError(f"no first plan for the specs' demand ({first.answer})")
+        return first.plan
 
     def serve(self, plan: Plan, start_s: float, end_s: float) -> None:
         """Simulate `plan` serving the trace's arrivals in [start, end), without and with early dropping."""
