@@ -26,8 +26,11 @@ def test_a_second_system_is_served_on_free_capacity_without_touching_the_first_s
     free capacity: idle instances and the fresh node. Its plan keeps the first node's layout, and both are
     served in full (before the change price, the joint re-plan re-partitioned the first node to save a
     GPU: NodeInUse, and `second` never deployed; the same test with the price off, `--reconfigure-s 0`,
-    fails at its second wait_ready)."""
-    operator = run_operator(nodes=1).start()
+    fails at its second wait_ready). The operator solves jointly (`--joint-only`): the price is the joint
+    solve's; an incremental re-plan keeps the first system's node by construction and prices nothing."""
+    operator = run_operator(nodes=1)
+    operator.extra_args.append("--joint-only")
+    operator.start()
     namespace = operator.namespace
     kubectl("apply", "-n", namespace, "-f", "-", input=system_yaml("first", demandRequestsPerSecond=10000))
     wait_ready(custom, namespace, ["first"], READY_TIMEOUT_S, operator)
