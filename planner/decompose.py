@@ -62,6 +62,7 @@ from types import MappingProxyType
 import pyomo.environ as pyo
 
 from tessera.planner.assignment import assign_gpus, gpu_key, layout_of
+from tessera.planner.change_cost import ChangeSummary, nodes_changed, serving_nodes
 from tessera.planner.catalog import COMPUTE_SLICES, Layout, gpu_product, layout_compute_slices, valid_layouts
 from tessera.planner.checker import check_plan
 from tessera.planner.errors import NoPlanError
@@ -257,7 +258,7 @@ def _plan_incremental(systems: list[SystemSpec], pool: Pool | NodePool, store: P
         "slices_used": sum(layout_compute_slices(product, layout_of(g)) for g in combined_gpus),
         "profile_sources": dict(Counter(c.source.value for t in all_tasks for c in t.configs)),
         "solver": _report(parts, packing, INCREMENTAL, kept),
-        "diagnosis": [], "changes": None, "running": _floors(running, systems),
+        "diagnosis": [], "changes": _changes(gpus, combined_gpus, current), "running": _floors(running, systems),
         "kept_for": {n.name: list(n.kept_for) for n in pool.nodes if n.kept_for} if isinstance(pool, NodePool) else {},
     })
     errors = check_plan(combined, systems, pool, store, features, options, quotas)
@@ -265,6 +266,13 @@ def _plan_incremental(systems: list[SystemSpec], pool: Pool | NodePool, store: P
         raise _Fallback(f"the combined plan, keeping {len(kept)} systems, fails the check ({len(errors)} "
                         f"violations): {errors[0]}")
     return combined
+
+
+def _changes(gpus: PoolGpus, planned: list[GpuPlan], current: Plan) -> ChangeSummary:
+    """Which serving nodes the incremental plan changes and keeps. Unpriced (`price` 0, no slices saved or
+    forgone): no cost stage weighed a change against keeping, the kept parts' nodes keep their layouts by rule."""
+    changed, kept = nodes_changed(gpus, {(g.node, g.device): layout_of(g) for g in planned}, serving_nodes(current))
+    return ChangeSummary(nodes_changed=changed, nodes_kept=kept, price=0.0)
 
 
 def _staying_gpus(gpus: PoolGpus, current: Plan, kept: set[str], held_for: set[str]) -> dict[int, GpuPlan]:

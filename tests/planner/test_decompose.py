@@ -143,6 +143,17 @@ def test_a_new_system_is_placed_on_gpus_the_running_ones_leave_free_and_nothing_
         [(g.node, g.device, g.layout) for g in first.gpus]
 
 
+def test_an_incremental_plan_says_it_changes_no_serving_node_and_keeps_the_running_ones():
+    one, two = two_systems(3000)
+    pool = nodes(3, gpus=2)
+    first, _ = solve([one], pool)
+    second, _ = replan([one, two], first, pool)
+    assert second.solver.method == INCREMENTAL
+    assert second.changes is not None and second.changes.nodes_changed == []
+    assert second.changes.nodes_kept == sorted({node for node, _ in gpus_of(first, one.name)})
+    assert second.changes.summary == "changes 0 nodes (price 0.0)"
+
+
 def test_a_new_system_takes_the_free_instances_a_removed_system_left_on_a_kept_gpu():
     # Two systems share one GPU (a 3g instance each); the second is removed and a third, alike, added: it takes the
     # freed instance, the GPU's layout stays, and the plan still uses one GPU.
