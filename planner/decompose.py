@@ -73,7 +73,7 @@ from tessera.planner.nodes import NodePool, PlannableGpu, PoolGpus, as_layout, p
 from tessera.planner.plan import GpuPlan, InstancePlan, Plan, SolverReport, TaskPlan
 from tessera.planner.profiles import ProfileStore
 from tessera.planner.quota import InstanceQuota, instances_of
-from tessera.planner.solve import PlannerOptions, plan
+from tessera.planner.solve import PlannerOptions, kept_for_of, plan, running_floors
 
 FIRST_SUB_POOL_GPUS = 8
 """A part is first planned on this many GPUs (one node of eight), doubled until it is served in full."""
@@ -182,8 +182,7 @@ def _stands(planned: GpuPlan, now: PlannableGpu | None, priorities: Mapping[str,
         return False
     if not all(now.usable_by(priorities[system]) for system in systems):
         return False
-    room = Counter(dict(now.usable if now.usable is not None else layout_of(planned)))
-    return not Counter(i.mig_profile for i in planned.instances if i.system) - room
+    return not _used(planned) - _room(now, planned)
 
 
 def decomposable(systems: list[SystemSpec], pool: Pool | NodePool, options: PlannerOptions,
@@ -217,7 +216,7 @@ def _plan_decomposed(systems: list[SystemSpec], pool: Pool | NodePool, store: Pr
         "slices_used": sum(layout_compute_slices(product, layout) * count for layout, count in layouts),
         "profile_sources": dict(sum((Counter(part.profile_sources) for part in parts), Counter())),
         "solver": _report(parts, packing, DECOMPOSED),
-        "running": _floors(running, systems),
+        "running": running_floors(running, systems),
     })
     errors = check_plan(combined, systems, pool, store, features, options, quotas)
     if errors:
@@ -232,8 +231,8 @@ def _plan_incremental(systems: list[SystemSpec], pool: Pool | NodePool, store: P
     whole; raises _Fallback where the combined plan cannot stand."""
     deadline = time.perf_counter() + options.time_limit_s
     gpus = pool_gpus(pool)
-    held_for = {n.name for n in pool.nodes if n.kept_for} if isinstance(pool, NodePool) else set()
-    staying = _staying_gpus(gpus, current, set(kept), held_for)
+    kept_for = kept_for_of(pool)
+    staying = _staying_gpus(gpus, current, set(kept), set(kept_for))
     kept_tasks = [t for t in current.tasks if t.system in kept]
     left = [_quota_left(q, kept_tasks) for q in quotas]
     parts = [_part(system, gpus.gpu, len(gpus.gpus), store, features, options, left, deadline)
@@ -258,8 +257,8 @@ def _plan_incremental(systems: list[SystemSpec], pool: Pool | NodePool, store: P
         "slices_used": sum(layout_compute_slices(product, layout_of(g)) for g in combined_gpus),
         "profile_sources": dict(Counter(c.source.value for t in all_tasks for c in t.configs)),
         "solver": _report(parts, packing, INCREMENTAL, kept),
-        "diagnosis": [], "changes": _changes(gpus, combined_gpus, current), "running": _floors(running, systems),
-        "kept_for": {n.name: list(n.kept_for) for n in pool.nodes if n.kept_for} if isinstance(pool, NodePool) else {},
+        "diagnosis": [], "changes": _changes(gpus, combined_gpus, current), "running": running_floors(running, systems),
+        "kept_for": kept_for,
     })
     errors = check_plan(combined, systems, pool, store, features, options, quotas)
     if errors:
@@ -311,8 +310,17 @@ def _idle(planned: GpuPlan, gpu: PlannableGpu) -> Layout:
     to some systems: the new parts are placed where any system may be)."""
     if gpu.usable_above is not None:
         return ()
-    usable = Counter(dict(gpu.usable if gpu.usable is not None else layout_of(planned)))
-    return as_layout(usable - Counter(i.mig_profile for i in planned.instances if i.system))
+    return as_layout(_room(gpu, planned) - _used(planned))
+
+
+def _room(gpu: PlannableGpu, planned: GpuPlan) -> Counter[str]:
+    """The instances of a GPU of the plan in force that the plan may use: all its layout's but those others hold."""
+    return Counter(dict(gpu.usable if gpu.usable is not None else layout_of(planned)))
+
+
+def _used(planned: GpuPlan) -> Counter[str]:
+    """The instances the plan in force runs a replica on, per MIG profile."""
+    return Counter(i.mig_profile for i in planned.instances if i.system)
 
 
 def _merged(staying: GpuPlan, placed: GpuPlan | None) -> GpuPlan:
@@ -420,8 +428,3 @@ def _report(parts: list[Plan], packing: tuple[float, float, float, str], method:
         kept=sorted(kept),
     )
 
-
-def _floors(running: Mapping[str, float], systems: list[SystemSpec]) -> dict[str, float]:
-    """The running floors given for the planned systems (Plan.running)."""
-    names = {s.name for s in systems}
-    return {name: floor for name, floor in sorted(running.items()) if name in names}

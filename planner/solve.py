@@ -350,15 +350,26 @@ def plan(
     plan_ = result.finish(placed, report)
     if milp.prices_change:
         plan_.changes = _change_summary(gpus, plan_, milp, solver)
-    plan_.running = {name: floor for name, floor in sorted(running.items()) if any(s.name == name for s in systems)}
-    if isinstance(pool, NodePool):
-        plan_.kept_for = {node.name: list(node.kept_for) for node in pool.nodes if node.kept_for}
+    plan_.running = running_floors(running, systems)
+    plan_.kept_for = kept_for_of(pool)
     check_capacity_covers_demand(plan_, systems)
     plan_.diagnosis = diagnose(plan_, systems, data.candidates, data.levels)
     errors = check_plan(plan_, systems, pool, store, features, options, quotas)
     if errors:
         raise PlannerBug(f"the plan fails the independent checker ({len(errors)} violations): {errors[0]}", errors)
     return plan_
+
+
+def running_floors(running: Mapping[str, float], systems: list[SystemSpec]) -> dict[str, float]:
+    """The running floors given for the planned systems (Plan.running)."""
+    names = {s.name for s in systems}
+    return {name: floor for name, floor in sorted(running.items()) if name in names}
+
+
+def kept_for_of(pool: Pool | NodePool) -> dict[str, list[str]]:
+    """Nodes kept for running systems -> those systems (Plan.kept_for); none on a pool of unnamed GPUs."""
+    return {node.name: list(node.kept_for) for node in pool.nodes if node.kept_for} if isinstance(pool, NodePool) \
+        else {}
 
 
 def _build(data: MilpInput, options: PlannerOptions, started: float) -> tuple[CompoundMilp, _StagedSolver, float]:
