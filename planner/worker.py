@@ -171,9 +171,12 @@ def _take_spare() -> tuple[multiprocessing.process.BaseProcess, Connection, Conn
     global _spare_worker
     with _spare_lock:
         taken, _spare_worker = _spare_worker, _start_spare()
-    if taken is None or not taken[0].is_alive():
-        return _start_spare()
-    return taken
+    if taken is not None and taken[0].is_alive():
+        return taken
+    if taken is not None:
+        for connection in taken[1:]:
+            connection.close()  # a spare that died: its pipes would stay open for nothing
+    return _start_spare()
 
 
 def warm_up() -> int | None:
