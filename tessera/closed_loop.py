@@ -49,6 +49,7 @@ from tessera.operator.demand import hysteresis as hy
 from tessera.operator.demand.settings import DemandSettings
 from tessera.operator.demand.templates import RATE_WINDOW
 from tessera.operator.reconcile.serving_nodes import Rules
+from tessera.operator.reconcile.solve_decide import RETRY_LIMIT_FACTOR
 from tessera.planner.catalog import Layout, gpu_product
 from tessera.planner.change_cost import nodes_changed, serving_nodes
 from tessera.planner.contract import PlanRequest, SystemInput, solve_request
@@ -539,11 +540,12 @@ class ClosedLoop:
 
     def first_plan(self, rates: dict[str, float]) -> Plan:
         """The plan the loop starts from. It is not on the loop's clock, so a first solve the time limit cut short
-        without a plan (on a loaded machine the limit may not suffice) is tried once more with twice the limit."""
+        without a plan (on a loaded machine the limit may not suffice) is tried once more with a longer limit, by the
+        operator's factor (solve_decide.longer_limit)."""
         specs, pool = self.specs_for(rates), self.pool()
         first = self.replanner.replan(specs, pool, None, demand_moved=False)
         if first.plan is None and first.answer == "time-limit":
-            longer = self.options.model_copy(update={"time_limit_s": 2 * self.options.time_limit_s})
+            longer = self.options.model_copy(update={"time_limit_s": RETRY_LIMIT_FACTOR * self.options.time_limit_s})
             retry = Replanner(longer, self.features, self.replanner.cache_dir)
             first = retry.replan(specs, pool, None, demand_moved=False)
             self.replanner.solver_wall_s += retry.solver_wall_s
