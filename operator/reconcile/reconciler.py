@@ -151,7 +151,8 @@ def solve_split(result: Outcome) -> str:
     if plan is None:
         return ""
     report = plan.solver
-    return f" [{report.method}: building the models {report.build_s:.1f} s, HiGHS {report.solve_s:.1f} s]"
+    reused = f", {len(report.reused)} parts reused from identical systems" if report.reused else ""
+    return f" [{report.method}: building the models {report.build_s:.1f} s, HiGHS {report.solve_s:.1f} s{reused}]"
 
 
 def quota_list(quotas: list[InstanceQuota]) -> list[tuple[list[str], str, int]]:
