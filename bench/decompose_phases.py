@@ -5,7 +5,7 @@ those bench/operator_many_systems.py applies (the three examples in turn, each u
 demand), planned through the planner's contract (`plan_outcome`, what the operator's solve worker calls) on a
 fresh pool of nodes x 8 H100s, in this process. Each phase of planner/decompose.py is timed by wrapping the
 function that does it (wall and CPU seconds, calls), and inside the parts the building of each model (pyomo) and
-its loading into HiGHS (pyomo's appsi), which the report's build_s leaves out; the parts' HiGHS seconds are their
+its loading into HiGHS (highs_driver.load_model), which the report's build_s leaves out; the parts' HiGHS seconds are their
 reports'. Prints a Markdown table per pool; writes bench/results/decompose_phases.md.
 """
 
@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ("traffic-analysis", "social-media", "ar-assistant")
 PHASES = {"_part": "parts (each system alone)", "_pack": "packing", "assign_gpus": "placement", "check_plan": "check"}
 IN_PARTS = {"CompoundMilp": "of the parts: building the models (pyomo)",
-            "HighsModel": "of the parts: loading the models into HiGHS (pyomo's appsi)"}
+            "HighsModel": "of the parts: loading the models into HiGHS (highs_driver.load_model)"}
 """Inside each part's plan() (planner/solve.py): what its report's build_s leaves out, beside what it counts."""
 
 

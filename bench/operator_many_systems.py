@@ -20,6 +20,11 @@ Measured per scenario:
 - with --edit-s S (after the 20 systems on 16 nodes are Ready): one edit every 2 s to one system's
   demand while one more system is applied; the seconds until that one is Ready (or "not Ready" after S).
 
+With --distinct-demands each tree runs each scenario a second time with every copy's demand its example's less
+i % for the i-th copy (labelled "demands distinct"): no two systems alike, so the planner solves every part (it
+solves a part once for systems alike but for the name, planner/decompose.py), the honest figure for pools of
+different systems.
+
 With --before REF the same scenarios run, each right after this tree's, with the operator of git REF
 (its package tree staged from `git archive` and put first on PYTHONPATH). Results:
 bench/results/operator_many_systems.{json,md}, the memory plot operator_many_systems_memory.png and the
@@ -78,15 +83,20 @@ SOLVE_LINE = re.compile(r"solve of \d+ system\(s\) on \d+ GPUs: .*?\(([\d.]+) s\
 """A solve as the operator logs it: its seconds, and (this tree) how the plan was made, building and HiGHS seconds."""
 STAND_IN_DELAYS_S = CONFIGMAP_DELAY_S + APPLY_S + PROPAGATION_S
 LATE = "late-arrival"
+DISTINCT = ", demands distinct"
+"""The label's ending of a run with --distinct-demands' systems."""
 
 
-def system_documents(count: int) -> list[dict]:
-    """`count` systems: the three examples in turn, each copy named after its example and its number."""
+def system_documents(count: int, distinct: bool = False) -> list[dict]:
+    """`count` systems: the three examples in turn, each copy named after its example and its number; `distinct`:
+    the i-th copy's demand lowered by i % (no two alike, so the planner solves every part)."""
     examples = [yaml.safe_load((REPO / "examples" / f"{name}.yaml").read_text()) for name in EXAMPLES]
     documents = []
     for i in range(count):
         document = json.loads(json.dumps(examples[i % len(examples)]))
         document["metadata"]["name"] = f"{document['metadata']['name']}-{i}"
+        if distinct:
+            document["spec"]["demandRequestsPerSecond"] *= 1 - i / 100
         documents.append(document)
     return documents
 
@@ -240,8 +250,8 @@ def operator_command(kubeconfig: Path, metrics_port: int, tree: Path | None, tim
     return command
 
 
-def run(nodes: int, count: int, tree: Path | None, workdir: Path, edit_s: float, time_limit_s: float | None = None
-        ) -> dict:
+def run(nodes: int, count: int, tree: Path | None, workdir: Path, edit_s: float, time_limit_s: float | None = None,
+        distinct: bool = False) -> dict:
     bins = bin_dir()
     cluster = ControlPlane(workdir / "cluster", bins=bins).start()
     standin = operator = sampler = None
@@ -274,7 +284,7 @@ def run(nodes: int, count: int, tree: Path | None, workdir: Path, edit_s: float,
                                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=workdir, env=env)
         wait_for(lambda: b"reconciled" in log_path.read_bytes(), 120, "the operator's first reconcile")
         sampler = MemorySampler(operator.pid).start()
-        documents = system_documents(count)
+        documents = system_documents(count, distinct)
         started = time.monotonic()
         kubectl("apply", "-n", NAMESPACE, "-f", "-", stdin=yaml.safe_dump_all(documents))
         try:
@@ -407,6 +417,9 @@ def main() -> None:
     parser.add_argument("--keep-logs", type=Path, help="Copy each operator's log into this folder.")
     parser.add_argument("--solve-time-limit", type=float,
                         help="The operators' --solve-time-limit (default: theirs, 60 s); the same for before and after.")
+    parser.add_argument("--distinct-demands", action="store_true",
+                        help="Also run each tree with every copy's demand distinct (labelled '..., demands "
+                             "distinct'): no two systems alike, so no part of the planner's is solved once for several.")
     parser.add_argument("--add-to", action="store_true",
                         help="Keep the other scenarios' rows of the results file --name names (a rerun of one "
                              "scenario after a run was cut short); their logged stalls are not kept.")
@@ -415,21 +428,24 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="tessera-bench-many-") as folder:
         trees: dict[str, Path | None] = {"after": None}
         if args.before:
-            trees = {"after": None, f"before ({args.before})": staged_tree(args.before, Path(folder) / "before")}
+            trees[f"before ({args.before})"] = staged_tree(args.before, Path(folder) / "before")
+        if args.distinct_demands:
+            trees = {**trees, **{label + DISTINCT: tree for label, tree in trees.items()}}
         for nodes, count in SCENARIOS:
             if args.only and f"{nodes}x{count}" not in args.only:
                 continue
             for label, tree in trees.items():
-                edit_s = args.edit_s if (nodes, count) == EDITS_ON and tree is None else 0.0
+                edit_s = args.edit_s if (nodes, count) == EDITS_ON and label == "after" else 0.0
                 print(f"{label}: {count} systems on {nodes} nodes", flush=True)
                 workdir = Path(tempfile.mkdtemp(dir=folder))
                 try:
-                    result = {"operator": label, **run(nodes, count, tree, workdir, edit_s, args.solve_time_limit)}
+                    result = {"operator": label, **run(nodes, count, tree, workdir, edit_s, args.solve_time_limit,
+                                                        label.endswith(DISTINCT))}
                 finally:
                     if args.keep_logs and (workdir / "operator.log").exists():
                         args.keep_logs.mkdir(parents=True, exist_ok=True)
                         shutil.copy(workdir / "operator.log",
-                                    args.keep_logs / f"{label.split()[0]}-{nodes}x{count}.log")
+                                    args.keep_logs / f"{re.sub(r'[^a-z0-9]+', '-', label)}-{nodes}x{count}.log")
                 print({k: v for k, v in result.items() if k != "stall_logs"}, flush=True)
                 results.append(result)
                 write_results(results, args.name)  # after each scenario: a run cut short keeps what it measured

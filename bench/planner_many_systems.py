@@ -19,7 +19,9 @@ plan was made, and the outcome.
 
 Run: .venv/bin/python -P bench/planner_many_systems.py [--systems 5 10 20] [--nodes 16 100] [--baseline main]
      [--time-limit 120]
-Writes bench/results/planner_many_systems.{md,json}.
+Writes bench/results/planner_many_systems.{md,json}. With --copies every system is its example's demand in one
+namespace (alike but for the name, as bench/operator_many_systems.py applies them: the planner solves a part once
+for such systems): bench/results/planner_many_systems_copies.{md,json}.
 
 --add-one SYSTEMS:NODES ... (e.g. --add-one 10:16 20:100): a re-plan instead. The
 running plan: SYSTEMS systems planned by this tree on a fresh pool of NODES
@@ -71,14 +73,16 @@ NAMESPACES = 4
 FACTORS = [1.0, 3.5, 2.0, 5.0, 1.5, 4.0, 2.5, 5.5, 3.0, 4.5]  # demand x the example's, in this order
 
 
-def many_systems(count: int) -> list:
+def many_systems(count: int, copies: bool = False) -> list:
+    """`count` systems of the examples in turn, each with its own name, namespace and demand; `copies`: each the
+    example's demand in one namespace (alike but for the name, as bench/operator_many_systems.py applies them)."""
     examples = [s for name in EXAMPLES for s in load_systems(ROOT / "examples" / f"{name}.yaml")]
     made = []
     for i in range(count):
         example = examples[i % len(examples)]
         made.append(example.model_copy(update={
-            "name": f"team-{i % NAMESPACES}/{example.name}-{i}",
-            "demand_rps": example.demand_rps * FACTORS[i % len(FACTORS)]}))
+            "name": f"bench/{example.name}-{i}" if copies else f"team-{i % NAMESPACES}/{example.name}-{i}",
+            "demand_rps": example.demand_rps * (1.0 if copies else FACTORS[i % len(FACTORS)])}))
     return made
 
 
@@ -87,10 +91,11 @@ def fresh_pool(nodes: int) -> NodePool:
                                     for n in range(nodes)])
 
 
-def one_plan(systems: int, nodes: int, limit: float, running: Path | None = None, keep: Path | None = None) -> dict:
+def one_plan(systems: int, nodes: int, limit: float, running: Path | None = None, keep: Path | None = None,
+             copies: bool = False) -> dict:
     """One plan of `systems` on a fresh pool, or (with `running`, a plan in force of all but the last) their
     re-plan on the pool that plan left; `keep`: where the plan is written."""
-    demand = many_systems(systems)
+    demand = many_systems(systems, copies)
     pool, current, floors = fresh_pool(nodes), None, {}
     if running is not None:
         current = Plan.model_validate_json(running.read_text())
@@ -145,10 +150,10 @@ def part_of(plan: Plan, system: str) -> tuple[list, list]:
 
 
 def plan_in_process(planner_dir: Path, systems: int, nodes: int, limit: float, running: Path | None = None,
-                    keep: Path | None = None) -> dict:
+                    keep: Path | None = None, copies: bool = False) -> dict:
     """one_plan in a fresh process with the planner of `planner_dir`; `keep`: where its plan is written."""
     command = [sys.executable, "-P", str(Path(__file__).resolve()), "--one-plan", str(planner_dir), str(systems),
-               str(nodes), repr(limit), str(running or ""), str(keep or "")]
+               str(nodes), repr(limit), str(running or ""), str(keep or ""), "copies" if copies else ""]
     done = subprocess.run(command, capture_output=True, text=True, check=True)
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -175,9 +180,11 @@ def _notes(rows: list[dict], what: str) -> list[str]:
             for r in rows for run in ("before", "after") if r[run].get("fallback") or r[run].get("reason")]
 
 
-def markdown(rows: list[dict], label: str, limit: float) -> str:
+def markdown(rows: list[dict], label: str, limit: float, copies: bool = False) -> str:
+    made = "alike but for their names (the examples' demand, one namespace)" if copies else \
+        "names, namespaces and demands of their own"
     lines = [
-        f"Systems made from the three examples (names, namespaces and demands of their own) on fresh pools of "
+        f"Systems made from the three examples ({made}) on fresh pools of "
         f"nodes x {GPUS_PER_NODE} {GPU}, through `plan_outcome`. {_setting(rows, label, limit)} CPU s: the plan's "
         f"process CPU time (what an idle core would take).",
         "",
@@ -237,9 +244,10 @@ def add_one(pairs: list[str], before: Path, label: str, limit: float, scratch: P
 
 
 def one_plan_command(args: list[str]) -> None:
-    """--one-plan PLANNER SYSTEMS NODES LIMIT [RUNNING] [KEEP]: one_plan's row printed."""
+    """--one-plan PLANNER SYSTEMS NODES LIMIT [RUNNING] [KEEP] [copies]: one_plan's row printed."""
     running, keep = (Path(a) if a else None for a in (args[4:6] + ["", ""])[:2])
-    print(json.dumps(one_plan(int(args[1]), int(args[2]), float(args[3]), running, keep)))
+    copies = args[6:7] == ["copies"]
+    print(json.dumps(one_plan(int(args[1]), int(args[2]), float(args[3]), running, keep, copies)))
 
 
 def main() -> None:
@@ -251,12 +259,15 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, nargs="+", default=[16, 100])
     parser.add_argument("--baseline", default="main", help="The git revision whose planner plans before.")
     parser.add_argument("--time-limit", type=float, default=120.0, help="Wall-clock limit per plan.")
+    parser.add_argument("--copies", action="store_true",
+                        help="Systems alike but for the name (each its example's demand, one namespace), as the "
+                             "operator bench applies them; results planner_many_systems_copies.{md,json}.")
     parser.add_argument("--add-one", nargs="+", metavar="SYSTEMS:NODES",
                         help="Re-plans instead: one system added to a running plan of SYSTEMS on NODES nodes.")
     args = parser.parse_args()
     revision = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", args.baseline],
                               capture_output=True, text=True, check=True).stdout.strip()
-    label = f"{args.baseline} {revision} (joint solve)"
+    label = f"{args.baseline} {revision}"
     rows = []
     with tempfile.TemporaryDirectory() as scratch:
         before = baseline_planner(args.baseline, Path(scratch))
@@ -266,15 +277,17 @@ def main() -> None:
         for nodes in args.nodes:
             for systems in args.systems:
                 row = {"systems": systems, "nodes": nodes, "load_average": os.getloadavg()[0],
-                       "before": plan_in_process(before, systems, nodes, args.time_limit),
-                       "after": plan_in_process(ROOT / "planner", systems, nodes, args.time_limit)}
+                       "before": plan_in_process(before, systems, nodes, args.time_limit, copies=args.copies),
+                       "after": plan_in_process(ROOT / "planner", systems, nodes, args.time_limit,
+                                                copies=args.copies)}
                 print(json.dumps(row), flush=True)
                 rows.append(row)
     out = ROOT / "bench" / "results"
     out.mkdir(parents=True, exist_ok=True)
-    (out / "planner_many_systems.json").write_text(json.dumps(rows, indent=2))
-    text = markdown(rows, label, args.time_limit)
-    (out / "planner_many_systems.md").write_text(text)
+    name = "planner_many_systems_copies" if args.copies else "planner_many_systems"
+    (out / f"{name}.json").write_text(json.dumps(rows, indent=2))
+    text = markdown(rows, label, args.time_limit, args.copies)
+    (out / f"{name}.md").write_text(text)
     print(text)
 
 

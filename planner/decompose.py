@@ -70,7 +70,7 @@ from tessera.planner.features import Features
 from tessera.planner.highs_driver import HighsModel
 from tessera.planner.model import Pool, SystemSpec
 from tessera.planner.nodes import NodePool, PlannableGpu, PoolGpus, as_layout, pool_gpus
-from tessera.planner.plan import GpuPlan, InstancePlan, Plan, SolverReport, TaskPlan
+from tessera.planner.plan import GpuPlan, InstancePlan, PathPlan, Plan, SolverReport, SystemSummary, TaskPlan
 from tessera.planner.profiles import ProfileStore
 from tessera.planner.quota import InstanceQuota, instances_of
 from tessera.planner.solve import PlannerOptions, kept_for_of, plan, running_floors
@@ -202,7 +202,7 @@ def _plan_decomposed(systems: list[SystemSpec], pool: Pool | NodePool, store: Pr
     the combined plan cannot stand."""
     deadline = time.perf_counter() + options.time_limit_s
     gpus = pool_gpus(pool)
-    parts = [_part(system, gpus.gpu, len(gpus.gpus), store, features, options, quotas, deadline) for system in systems]
+    parts = _parts(systems, gpus.gpu, len(gpus.gpus), store, features, options, quotas, deadline)
     layouts, packing = _pack(parts, gpus.gpu, len(gpus.gpus), Counter(), f"the pool's {len(gpus.gpus)} GPUs",
                              features, options, deadline)
     tasks = [task for part in parts for task in part.tasks]
@@ -235,8 +235,8 @@ def _plan_incremental(systems: list[SystemSpec], pool: Pool | NodePool, store: P
     staying = _staying_gpus(gpus, current, set(kept), set(kept_for))
     kept_tasks = [t for t in current.tasks if t.system in kept]
     left = [_quota_left(q, kept_tasks) for q in quotas]
-    parts = [_part(system, gpus.gpu, len(gpus.gpus), store, features, options, left, deadline)
-             for system in systems if system.name not in kept]
+    parts = _parts([s for s in systems if s.name not in kept], gpus.gpu, len(gpus.gpus), store, features, options,
+                   left, deadline)
     left_gpus = _left_over(gpus, staying)
     room = sum((Counter(dict(g.usable)) for g in left_gpus.gpus if g.usable), Counter())
     layouts, packing = _pack(parts, gpus.gpu, len(left_gpus.free), room,
@@ -348,6 +348,47 @@ def _quota_left(quota: InstanceQuota, kept: list[TaskPlan]) -> InstanceQuota:
     return quota.model_copy(update={"limit": max(0, quota.limit - instances_of(quota, kept))})
 
 
+def _parts(systems: list[SystemSpec], gpu: str, pool_size: int, store: ProfileStore, features: Features,
+           options: PlannerOptions, quotas: Sequence[InstanceQuota], deadline: float) -> list[Plan]:
+    """Each system's part (_part), solved once per input: a system planned from what one solved before was (its
+    spec but the name, under the same quotas) gets that one's part under its own name (_renamed).
+
+    The two solves would build the same model but for the name (one system, the same pool, profiles, features,
+    options and quotas) and HiGHS is deterministic, so the plan is the one its own solve gives (a unit test compares
+    them); a part with a diagnosis (served below its demand) is solved anyway, its messages name the system.
+    """
+    solved: dict[str, Plan] = {}
+    parts = []
+    for system in systems:
+        key = _part_input(system, quotas)
+        if key in solved and not solved[key].diagnosis:
+            parts.append(_renamed(solved[key], system.name))
+        else:
+            solved[key] = _part(system, gpu, pool_size, store, features, options, quotas, deadline)
+            parts.append(solved[key])
+    return parts
+
+
+def _part_input(system: SystemSpec, quotas: Sequence[InstanceQuota]) -> str:
+    """What a part is solved from beyond what all parts share: the spec but its name, and which quotas cap it."""
+    capped_by = [i for i, quota in enumerate(quotas) if system.name in quota.systems]
+    return f"{capped_by} {system.model_copy(update={'name': ''}).model_dump_json()}"
+
+
+def _renamed(part: Plan, name: str) -> Plan:
+    """A part of one system as the same part of the system `name` (every name it carries renamed), its solve not
+    counted again (no build or HiGHS seconds) and `solver.reused` saying whose it is."""
+    old = part.systems[0].system
+    copy = part.model_copy(deep=True)
+    named: list[TaskPlan | PathPlan | SystemSummary | InstancePlan] = [
+        *copy.tasks, *copy.paths, *copy.systems, *(i for g in copy.gpus for i in g.instances)]
+    for item in named:
+        if item.system == old:
+            item.system = name
+    copy.solver = copy.solver.model_copy(update={"build_s": 0.0, "solve_s": 0.0, "reused": [name]})
+    return copy
+
+
 def _part(system: SystemSpec, gpu: str, pool_size: int, store: ProfileStore, features: Features, options: PlannerOptions,
           quotas: Sequence[InstanceQuota], deadline: float) -> Plan:
     """One system alone, on a sub-pool of FIRST_SUB_POOL_GPUS GPUs doubled until it serves the whole demand.
@@ -426,5 +467,6 @@ def _report(parts: list[Plan], packing: tuple[float, float, float, str], method:
                             | ({"packing"} if status != "Optimal" else set())),
         method=method,
         kept=sorted(kept),
+        reused=sorted(name for _, report in reports for name in report.reused),
     )
 

@@ -1,8 +1,8 @@
 """Drive HiGHS directly on a Pyomo model loaded once.
 
-The model is written in Pyomo and handed to HiGHS through Pyomo's appsi
-interface once. The stages of a lexicographic solve then change objectives,
-bounds, integrality and rows in HiGHS itself: appsi re-synchronises the whole
+The model is written in Pyomo and handed to HiGHS once (load_model). The
+stages of a lexicographic solve then change objectives, bounds, integrality
+and rows in HiGHS itself: pyomo's appsi interface re-synchronises the whole
 model on such changes, which took minutes for relax-and-fix on large pools.
 """
 
@@ -16,7 +16,7 @@ from typing import Any
 import highspy
 import numpy as np
 import pyomo.environ as pyo
-from pyomo.contrib.appsi.solvers import Highs as AppsiHighs
+from pyomo.core.expr.visitor import identify_variables
 from pyomo.repn import generate_standard_repn
 
 _FEASIBLE_SOLUTION = 2  # HiGHS's kSolutionStatusFeasible
@@ -45,22 +45,84 @@ class SolveResult:
     seconds: float
 
 
+@dataclass
+class LoadedModel:
+    """A Pyomo model in HiGHS: the solver, each variable's column (by id) and each constraint's row."""
+
+    h: highspy.Highs
+    variables: list[Any]
+    column: dict[int, int]
+    row: dict[Any, int]
+
+
+def load_model(model: pyo.ConcreteModel) -> LoadedModel:
+    """The model's active constraints as HiGHS rows, in order, and as columns the variables they use, in the order
+    they first appear: the model pyomo's appsi interface (set_instance) gives HiGHS, column for column and row for
+    row (tests/planner/test_highs_driver.py compares them), in 0.4-0.5 of its CPU time (appsi also keeps, per
+    variable and constraint, what a re-synchronisation would need): loading was about a fifth of a part's time
+    (bench/decompose_phases.py).
+
+    For the models the planner writes: linear, without a Pyomo objective (set_objective gives HiGHS its costs),
+    mutable parameters or fixed variables (HighsModel.fix bounds columns); others are refused.
+    """
+    if next(model.component_data_objects(pyo.Objective, active=True), None) is not None:
+        raise ValueError("a model for HighsModel sets its objective with set_objective, not as a Pyomo Objective")
+    if any(p.mutable for p in model.component_objects(pyo.Param, descend_into=True)):
+        raise ValueError("a model for HighsModel has no mutable parameters")
+    if any(v.fixed for v in model.component_data_objects(pyo.Var, descend_into=True)):
+        raise ValueError("a model for HighsModel has no fixed variables (fix() bounds their columns)")
+    column: dict[int, int] = {}
+    variables: list[Any] = []
+    row: dict[Any, int] = {}
+    lower: list[float] = []
+    upper: list[float] = []
+    starts: list[int] = []
+    indices: list[int] = []
+    values: list[float] = []
+    for constraint in model.component_data_objects(pyo.Constraint, descend_into=True, active=True):
+        low, body, high = constraint.to_bounded_expression(evaluate_bounds=True)
+        # Columns in the order the variables first appear, a term of coefficient 0 included (a system without
+        # demand): as appsi gives them; the standard representation leaves such terms out.
+        for var in identify_variables(body, include_fixed=False):
+            if id(var) not in column:
+                column[id(var)] = len(variables)
+                variables.append(var)
+        repn = generate_standard_repn(body, quadratic=False, compute_values=True)
+        if not repn.is_linear():
+            raise ValueError(f"constraint {constraint.name} is not linear")
+        starts.append(len(values))
+        indices += [column[id(var)] for var in repn.linear_vars]
+        values += repn.linear_coefs
+        lower.append(-highspy.kHighsInf if low is None else low - repn.constant)
+        upper.append(highspy.kHighsInf if high is None else high - repn.constant)
+        row[constraint] = len(row)
+    h = highspy.Highs()  # type: ignore[no-untyped-call]  # highspy ships no annotations for its constructor
+    h.setOptionValue("output_flag", False)
+    bounds = [var.bounds for var in variables]
+    h.addVars(len(variables), np.array([-highspy.kHighsInf if lb is None else lb for lb, _ in bounds], dtype=float),
+              np.array([highspy.kHighsInf if ub is None else ub for _, ub in bounds], dtype=float))
+    kinds = [highspy.HighsVarType.kContinuous if var.is_continuous() else highspy.HighsVarType.kInteger
+             for var in variables]
+    h.changeColsIntegrality(len(kinds), np.arange(len(kinds), dtype=np.int32), np.array(kinds, dtype=np.uint8))
+    h.addRows(len(row), np.array(lower, dtype=float), np.array(upper, dtype=float), len(values),
+              np.array(starts, dtype=np.int32), np.array(indices, dtype=np.int32), np.array(values, dtype=float))
+    return LoadedModel(h, variables, column, row)
+
+
 class HighsModel:
     def __init__(self, model: pyo.ConcreteModel, mip_gap: float) -> None:
-        loader = AppsiHighs()
-        loader.config.load_solution = False
-        loader.set_instance(model)
-        self.h: highspy.Highs = loader._solver_model
-        self._column = dict(loader._pyomo_var_to_solver_var_map)
-        self._row = dict(loader._pyomo_con_to_solver_con_map)
-        self._vars = {id(v): v for v in model.component_data_objects(pyo.Var, descend_into=True)}
+        loaded = load_model(model)
+        self.h: highspy.Highs = loaded.h
+        self._column = loaded.column
+        self._row = loaded.row
+        self._vars = {id(v): v for v in loaded.variables}
         self.mip_gap = mip_gap
         self._configure()
         self._solution: SolutionCopy | None = None
         self.last_status = "not solved"
 
     def in_model(self, variables: Iterable[Any]) -> list[Any]:
-        """Those of the variables HiGHS has a column for (appsi leaves out those no row or objective uses)."""
+        """Those of the variables HiGHS has a column for (load_model leaves out those no row uses)."""
         return [v for v in variables if id(v) in self._column]
 
     def columns(self, variables: Iterable[Any]) -> np.ndarray:

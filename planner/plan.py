@@ -131,6 +131,10 @@ class SolverReport(BaseModel):
     fallback: str | None = Field(default=None, description="Why a decomposed plan gave way to the joint solve.")
     kept: list[str] = Field(default_factory=list, description="An incremental plan's systems whose parts of the "
                                                               "plan in force were kept as they were.")
+    reused: list[str] = Field(default_factory=list, description="A decomposed or incremental plan's systems whose "
+                                                                "part was not solved: another system's, planned "
+                                                                "from the same spec but the name under the same "
+                                                                "quotas, under their name.")
 
 
 class Plan(BaseModel):

@@ -112,6 +112,7 @@ def summary_table(plan: Plan) -> Table:
                             f"{solver.variables} variables, {solver.constraints} constraints")
     table.add_row("objective stages", ", ".join(f"{k}={v:.4g}" for k, v in solver.objective.items()))
     kept = f" (kept as in force: {len(solver.kept)} systems)" if solver.kept else ""
+    kept += f" (solved once for identical systems: {len(solver.reused)} parts reused)" if solver.reused else ""
     table.add_row("made", solver.method + kept + (f" ({solver.fallback})" if solver.fallback else ""))
     if solver.cost:
         table.add_row("cost proof", _cost_proof(solver.cost))

@@ -145,13 +145,15 @@ def wait_for_outcome(handle: SolveHandle, cancel: threading.Event) -> Outcome:
 
 def solve_split(result: Outcome) -> str:
     """Where a solve's time went, for the log: how the plan was made, the models' building (pyomo) and HiGHS's seconds.
-    The rest of the solve's time is mostly loading each model into HiGHS (pyomo's appsi: about a third of a part's time
-    in bench/decompose_phases.py's profile), then the profiles, the placement, the check and the worker's start."""
+    The rest of the solve's time is mostly loading each model into HiGHS (highs_driver.load_model: about a tenth of a
+    part's time in bench/decompose_phases.py's profile, a fifth with pyomo's appsi before), then the profiles, the
+    placement, the check and the worker's start."""
     plan = getattr(result, "plan", None)
     if plan is None:
         return ""
     report = plan.solver
-    return f" [{report.method}: building the models {report.build_s:.1f} s, HiGHS {report.solve_s:.1f} s]"
+    reused = f", {len(report.reused)} parts reused from identical systems" if report.reused else ""
+    return f" [{report.method}: building the models {report.build_s:.1f} s, HiGHS {report.solve_s:.1f} s{reused}]"
 
 
 def quota_list(quotas: list[InstanceQuota]) -> list[tuple[list[str], str, int]]:

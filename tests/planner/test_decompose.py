@@ -1,12 +1,15 @@
 """Systems planned one at a time, packed together and checked as a whole (planner/decompose.py), else jointly."""
 
+import math
 from pathlib import Path
 
 import pytest
 
+import tessera.planner.decompose as decompose
 from tessera.planner.catalog import gpu_product
 from tessera.planner.checker import check_plan
 from tessera.planner.contract import plan_outcome
+from tessera.planner.features import Features
 from tessera.planner.decompose import DECOMPOSED, INCREMENTAL, JOINT, JOINT_FALLBACK, plan_pool
 from tessera.planner.model import Pool
 from tessera.planner.nodes import NodePool, NodeState
@@ -249,3 +252,66 @@ def test_a_replan_with_decompose_off_is_joint():
     first, _ = solve([one], pool)
     second, _ = replan([one, two], first, pool, JOINT_ONLY)
     assert second.solver.method == JOINT and second.solver.kept == []
+
+
+# -- parts of systems identical but for the name are solved once ---------------------------------------------------
+
+def counted_solves(monkeypatch) -> list[str]:
+    """The names of the systems each solve the decomposition runs plans (the real solve, counted)."""
+    solves: list[str] = []
+    real = decompose.plan
+
+    def counting(systems, *args, **kwargs):
+        solves.append(",".join(s.name for s in systems))
+        return real(systems, *args, **kwargs)
+    monkeypatch.setattr(decompose, "plan", counting)
+    return solves
+
+
+def three_systems():
+    """Two copies of one system in one namespace and a third of another demand."""
+    one, two = two_systems(3000)
+    return [one, two.model_copy(update={"name": "team-a/copy"}), two.model_copy(update={"demand_rps": 2000})]
+
+
+def test_a_system_identical_to_another_but_for_the_name_is_not_solved_again(monkeypatch):
+    systems = three_systems()
+    solves = counted_solves(monkeypatch)
+    plan, store = solve(systems, nodes(3))
+    assert plan.solver.method == DECOMPOSED and plan.solver.reused == ["team-a/copy"]
+    assert solves == ["team-a/one", "team-b/two"]
+    assert check_plan(plan, systems, nodes(3), store) == []
+
+
+def test_a_reused_part_is_the_plan_the_systems_own_solve_gives():
+    one, copy, _ = three_systems()
+    store = build_profile_store([one, copy], GPU)
+    parts = decompose._parts([one, copy], GPU, 3, store, Features(), PlannerOptions(), (), math.inf)
+    own = decompose._part(copy, GPU, 3, store, Features(), PlannerOptions(), (), math.inf)
+    timing = {"solver": {"build_s", "solve_s", "reused"}}
+    assert parts[1].solver.reused == [copy.name]
+    assert parts[1].model_dump(exclude=timing) == own.model_dump(exclude=timing)
+
+
+def test_copies_under_different_quotas_are_each_solved(monkeypatch):
+    systems = three_systems()
+    capped = InstanceQuota(systems=frozenset({"team-a/copy"}), mig_profile="7g.80gb", limit=0, source="copy's quota")
+    solves = counted_solves(monkeypatch)
+    plan, _ = solve(systems, nodes(3), quotas=[capped])
+    assert plan.solver.reused == []
+    assert solves == ["team-a/one", "team-a/copy", "team-b/two"]
+
+
+def test_solved_once_copies_that_together_break_their_namespaces_quota_fall_back_to_the_joint_solve(monkeypatch):
+    # The combined plan of reused parts goes through the independent checker like any: each copy alone keeps the
+    # namespace's quota of three 2g.20gb instances (it takes two), the two together do not.
+    one, two = two_systems(6000)
+    systems = [one, two.model_copy(update={"name": "team-a/copy"})]
+    shared = InstanceQuota(systems=frozenset(s.name for s in systems), mig_profile="2g.20gb", limit=3,
+                           source="team-a's quota")
+    solves = counted_solves(monkeypatch)
+    plan, store = solve(systems, nodes(2), quotas=[shared])
+    assert solves == ["team-a/one", "team-a/one,team-a/copy"]  # one part, then the joint solve
+    assert plan.solver.method == JOINT_FALLBACK
+    assert "over the quota of 3 (team-a's quota)" in plan.solver.fallback
+    assert check_plan(plan, systems, nodes(2), store, quotas=[shared]) == []
