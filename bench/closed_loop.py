@@ -1,6 +1,6 @@
 """The closed loop under bursty demand: the operator's decisions, re-plans and re-partitions (issue 31).
 
-    .venv/bin/python -P bench/closed_loop.py [--duration 900] [--traces mmpp,diurnal,azure-conv] [--features A+S+T,A+S]
+    .venv/bin/python -P bench/closed_loop.py [--duration 900] [--traces mmpp,diurnal,azure-conv] [--features A+S+T,A+S,A+T,S+T]
         [--time-limit 60] [--plan-gpus 16] [--gpus-per-node 1] [--headroom 0.1] [--name closed_loop] [--merge]
     .venv/bin/python -P bench/closed_loop.py --day-speed    # the simulation's share of a simulated day
 
@@ -25,12 +25,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 from pathlib import Path
 
 import numpy as np
 
-from tessera.closed_loop import ClosedLoop, LoopResult, LoopSettings, Replanner, keyed, latency_model, node_pool
+from tessera.closed_loop import (ClosedLoop, LoopResult, LoopSettings, NoFirstPlan, Replanner, keyed, latency_model,
+                                 node_pool)
 from tessera.operator.settings import OperatorSettings
 from tessera.planner.features import Features
 from tessera.planner.simulation.workloads import RateTrace, built_in
@@ -73,12 +75,12 @@ def pool_for_peak(systems, trace: RateTrace, planner: PlannerOptions, window_s: 
 
 def served_systems(results: list[LoopResult]) -> list[str]:
     """The systems every run served (unserved arrivals under half its requests): the comparison's base."""
-    names = [s.system for s in results[0].systems]
+    names = [s.system for s in results[0].systems] if results else []
     return [n for n in names if all(next(s for s in r.systems if s.system == n).unserved
                                      < 0.5 * next(s for s in r.systems if s.system == n).requests for r in results)]
 
 
-def row(result: LoopResult, common: list[str], wall_s: float, sized_gpus: int) -> dict:
+def row(result: LoopResult, common: list[str], wall_s: float, sized_gpus: int, load: dict) -> dict:
     every, shared = result.totals(), result.totals(common)
     sized_slices = sized_gpus * result.pool_slices // result.pool_gpus
     return dict(
@@ -94,7 +96,7 @@ def row(result: LoopResult, common: list[str], wall_s: float, sized_gpus: int) -
         repartitions=result.repartitions, free_partitions=result.free_partitions,
         lost_slice_s=result.lost_slice_s, lost_pct_of_allocated=result.lost_pct,
         charged_solve_s=result.charged_solve_s, solver_wall_s=result.solver_wall_s,
-        simulation_wall_s=result.simulation_wall_s, wall_s=wall_s,
+        simulation_wall_s=result.simulation_wall_s, wall_s=wall_s, load_average=load,
         systems={s.system: dict(requests=s.requests, violation_pct=s.violation_pct, drop_pct=s.drop_pct,
                                 unserved=s.unserved) for s in result.systems})
 
@@ -149,6 +151,10 @@ def table(rows: list[dict]) -> list[str]:
              "| capacity lost (slice-s, % of allocated) | charged solve s | solver wall s | simulation wall s |",
              "|" + "---|" * 15]
     for r in rows:
+        if "no_plan" in r:
+            lines.append(f"| {r['trace']} | {r['features']} | {r['pool_gpus']} | no plan for the specs' demand "
+                         f"({r['no_plan']}): the loop cannot start |" + " |" * 13)
+            continue
         lines.append(
             f"| {r['trace']} | {r['features']} | {r['pool_gpus']} | {r['violation_pct']:.2f} | {r['drop_pct']:.2f} "
             f"| {r['common_violation_pct']:.2f} | {r['common_drop_pct']:.2f} | {r['slice_use_pct']:.1f} "
@@ -157,6 +163,25 @@ def table(rows: list[dict]) -> list[str]:
             f"| {r['repartitions']} (+{r['free_partitions']}) | {r['lost_slice_s']:.0f}, "
             f"{r['lost_pct_of_allocated']:.2f} | {r['charged_solve_s']:.0f} | {r['solver_wall_s']:.0f} "
             f"| {r['simulation_wall_s']:.1f} |")
+    return lines
+
+
+def comparison(rows: list[dict]) -> list[str]:
+    """Per trace, A+S+T against each other feature set on the systems all of them serve (equal served demand):
+    the target is fewer late requests at no more slices."""
+    lines = []
+    for trace in dict.fromkeys(r["trace"] for r in rows):
+        ran = [r for r in rows if r["trace"] == trace and "no_plan" not in r]
+        ours = next((r for r in ran if r["features"] == "A+S+T"), None)
+        if ours is None:
+            continue
+        others = [r for r in ran if r is not ours]
+        verdicts = [f"{r['features']} {r['common_violation_pct']:.2f}% at {r['slice_use_pct']:.1f}% "
+                    f"({'A+S+T fewer late at no more slices' if ours['common_violation_pct'] < r['common_violation_pct'] and ours['slice_use_pct'] <= r['slice_use_pct'] else 'not met'})"
+                    for r in others]
+        names = ", ".join(n.split("/")[-1] for n in ours["common_systems"])
+        lines.append(f"- {trace}, on {names}: A+S+T {ours['common_violation_pct']:.2f}% late at "
+                     f"{ours['slice_use_pct']:.1f}% slice use; " + "; ".join(verdicts) + ".")
     return lines
 
 
@@ -194,7 +219,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--duration", type=float, default=900.0)
     parser.add_argument("--traces", default="mmpp,diurnal,azure-conv")
-    parser.add_argument("--features", default="A+S+T,A+S")
+    parser.add_argument("--features", default="A+S+T,A+S,A+T,S+T")
     parser.add_argument("--time-limit", type=float, default=OperatorSettings().planner.time_limit_s)
     parser.add_argument("--plan-gpus", type=int, default=SIZING_GPUS, help="GPUs the loop plans on.")
     parser.add_argument("--gpus-per-node", type=int, default=1)
@@ -225,23 +250,28 @@ def main() -> None:
         gpus, peak = pool_for_peak(systems, trace, planner, settings.rate_window_s)
         pools[trace_name] = dict(gpus=gpus, peak_of_minute=peak)
         print(f"{trace_name}: pool {gpus} GPUs for the 1-minute peak {peak:.2f}x", flush=True)
-        results = []
+        results, unplanned = [], []
         for label in args.features.split(","):
-            started = time.perf_counter()
-            result = ClosedLoop(systems, GPU, args.plan_gpus, trace, planner, Features.parse(label), settings,
-                                cache_dir=CACHE).run()
+            started, load_before = time.perf_counter(), os.getloadavg()
+            try:
+                result = ClosedLoop(systems, GPU, args.plan_gpus, trace, planner, Features.parse(label), settings,
+                                    cache_dir=CACHE).run()
+            except NoFirstPlan as missing:  # the SLO is not reachable with these features: no run to compare
+                unplanned.append(dict(trace=trace_name, features=label, pool_gpus=gpus, no_plan=missing.answer))
+                print(f"  {label}: {missing}", flush=True)
+                continue
             wall = time.perf_counter() - started
-            results.append((result, wall))
+            results.append((result, wall, dict(before=load_before, after=os.getloadavg())))
             write_png(result, slo_ms, gpus * result.pool_slices // result.pool_gpus, RESULTS / f"{args.name}_{trace_name}_{label.replace('+', '')}.png")
             print(f"  {label}: {result.totals().violation_pct:.2f}% late, slice use {result.slice_use_pct:.1f}%, "
                   f"{result.replans} re-plans, {result.repartitions} re-partitions, wall {wall:.0f} s "
                   f"(solver {result.solver_wall_s:.0f} s, simulation {result.simulation_wall_s:.1f} s)", flush=True)
-        common = served_systems([r for r, _ in results])
-        rows += [row(r, common, wall, gpus) for r, wall in results]
-        events.update({f"{r.trace} {r.features}": [e.model_dump() for e in r.events] for r, _ in results})
+        common = served_systems([r for r, _, _ in results])
+        rows += [row(r, common, wall, gpus, load) for r, wall, load in results] + unplanned
+        events.update({f"{r.trace} {r.features}": [e.model_dump() for e in r.events] for r, _, _ in results})
         (RESULTS / f"{args.name}.json").write_text(json.dumps(dict(**header, pools=pools, runs=rows, events=events),
                                                               indent=1))
-    met = [r for r in rows if r["features"] == "A+S+T" and r["violation_pct"] <= TARGET_VIOLATION_PCT
+    met = [r for r in rows if r["features"] == "A+S+T" and "no_plan" not in r and r["violation_pct"] <= TARGET_VIOLATION_PCT
            and r["slice_use_pct"] <= TARGET_SLICE_USE_PCT]
     lines = [f"Closed loop of the three examples on H100-80GB, {args.gpus_per_node} GPU(s) per node, "
              f"{args.duration:g} simulated s per trace; plans: {latency_model(planner)}, headroom "
@@ -251,6 +281,8 @@ def main() -> None:
              "early dropping; common = the systems every feature set serves; slice use = allocated slices over "
              "the pool's, averaged over time; busy = the slice-weighted busy share of the allocated slices.", "",
              *table(rows), "",
+             "A+S+T against the other feature sets at equal served demand (late % without dropping on the "
+             "systems every feature set that planned serves; slice use of the whole run):", *comparison(rows), "",
              f"Pools: {json.dumps(pools)}.",
              f"Targets for A+S+T (<= {TARGET_VIOLATION_PCT}% late at <= {TARGET_SLICE_USE_PCT}% slice use): met in "
              f"{len(met)} of {sum(r['features'] == 'A+S+T' for r in rows)} traces."]
