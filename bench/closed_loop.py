@@ -194,10 +194,11 @@ def day_speed(systems, planner: PlannerOptions, pieces: int = 96) -> dict:
                                   False)
     assert first.plan is not None, first.answer
     piece_s = trace.duration_s / pieces
-    started = time.perf_counter()
+    load_before, started, cpu = os.getloadavg(), time.perf_counter(), time.process_time()
     for k in range(pieces):
         loop.serve(first.plan, k * piece_s, (k + 1) * piece_s)
     return dict(simulated_s=trace.duration_s, pieces=pieces, wall_s=time.perf_counter() - started,
+                cpu_s=time.process_time() - cpu, load_average=dict(before=load_before, after=os.getloadavg()),
                 source_requests=sum(t.requests for t in loop.record.totals))
 
 
