@@ -33,6 +33,7 @@ import numpy as np
 
 from tessera.closed_loop import (ClosedLoop, LoopResult, LoopSettings, NoFirstPlan, Replanner, keyed, latency_model,
                                  node_pool)
+from tessera.operator.reconcile.solve_decide import RETRY_LIMIT_FACTOR
 from tessera.operator.settings import OperatorSettings
 from tessera.planner.features import Features
 from tessera.planner.simulation.workloads import RateTrace, built_in
@@ -66,8 +67,11 @@ def pool_for_peak(systems, trace: RateTrace, planner: PlannerOptions, window_s: 
     """The GPUs the A+S+T plan for the trace's 1-minute peak uses, and that peak."""
     peak = peak_of_minute(trace, window_s)
     specs = [s.model_copy(update={"demand_rps": s.demand_rps * peak}) for s in keyed(systems)]
-    sizing = planner.model_copy(update={"time_limit_s": SIZING_TIME_LIMIT_S})
-    answer = Replanner(sizing, Features(), CACHE).replan(specs, node_pool(GPU, {}, SIZING_GPUS, 1), None, False)
+    for limit_s in (SIZING_TIME_LIMIT_S, RETRY_LIMIT_FACTOR * SIZING_TIME_LIMIT_S):  # the operator's longer retry
+        sizing = planner.model_copy(update={"time_limit_s": limit_s})
+        answer = Replanner(sizing, Features(), CACHE).replan(specs, node_pool(GPU, {}, SIZING_GPUS, 1), None, False)
+        if answer.plan is not None or answer.answer != "time-limit":
+            break
     if answer.plan is None:
         raise SystemExit(f"no A+S+T plan for the {trace.name} peak ({peak:.2f}x) on {SIZING_GPUS} GPUs")
     return answer.plan.gpus_used, peak
