@@ -1,7 +1,7 @@
 """The closed loop under bursty demand: the operator's decisions, re-plans and re-partitions (issue 31).
 
     .venv/bin/python -P bench/closed_loop.py [--duration 900] [--traces mmpp,diurnal,azure-conv] [--features A+S+T,A+S,A+T,S+T]
-        [--time-limit 60] [--plan-gpus 16] [--gpus-per-node 1] [--headroom 0.1] [--name closed_loop] [--merge]
+        [--time-limit 60] [--plan-gpus 16] [--gpus-per-node 1] [--headroom 0.1] [--seed 0] [--name closed_loop] [--merge]
     .venv/bin/python -P bench/closed_loop.py --day-speed    # the simulation's share of a simulated day
 
 The three examples together (traffic-analysis, social-media, ar-assistant) on H100-80GB nodes, each trace
@@ -229,6 +229,8 @@ def main() -> None:
     parser.add_argument("--plan-gpus", type=int, default=SIZING_GPUS, help="GPUs the loop plans on.")
     parser.add_argument("--gpus-per-node", type=int, default=1)
     parser.add_argument("--name", default="closed_loop")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="The loop's seed (its readings and arrivals): another sample of the same protocol.")
     parser.add_argument("--headroom", type=float, default=None, help="The planner's margin (default its own).")
     parser.add_argument("--day-speed", action="store_true", help="Time the simulation of one day, then stop.")
     parser.add_argument("--merge", action="store_true",
@@ -244,11 +246,11 @@ def main() -> None:
         return
     slo_ms = {s.name: s.slo.latency_ms for s in keyed(systems)}
     planner = options(args.time_limit, args.headroom)
-    settings = LoopSettings(gpus_per_node=args.gpus_per_node)
+    settings = LoopSettings(gpus_per_node=args.gpus_per_node, seed=args.seed)
     RESULTS.mkdir(exist_ok=True)
     traces = args.traces.split(",")
     header = dict(latency_model=latency_model(planner), duration_s=args.duration, gpus_per_node=args.gpus_per_node,
-                  time_limit_s=args.time_limit, headroom=planner.headroom)
+                  time_limit_s=args.time_limit, headroom=planner.headroom, seed=args.seed)
     rows, pools, events = earlier_runs(RESULTS / f"{args.name}.json", header, traces) if args.merge else ([], {}, {})
     for trace_name in traces:
         trace = built_in(trace_name, args.duration)
@@ -279,7 +281,7 @@ def main() -> None:
     met = [r for r in rows if r["features"] == "A+S+T" and "no_plan" not in r and r["violation_pct"] <= TARGET_VIOLATION_PCT
            and r["slice_use_pct"] <= TARGET_SLICE_USE_PCT]
     lines = [f"Closed loop of the three examples on H100-80GB, {args.gpus_per_node} GPU(s) per node, "
-             f"{args.duration:g} simulated s per trace; plans: {latency_model(planner)}, headroom "
+             f"{args.duration:g} simulated s per trace, seed {args.seed}; plans: {latency_model(planner)}, headroom "
              f"{planner.headroom:g}, solver time limit "
              f"{args.time_limit:g} s; simulation: per-request routing, spread 1.3. Late % = source requests "
              "later than the SLO without dropping (unserved arrivals count late); dropped % = with the frontend's "
