@@ -233,15 +233,18 @@ def main() -> None:
                         help="The loop's seed (its readings and arrivals): another sample of the same protocol.")
     parser.add_argument("--headroom", type=float, default=None, help="The planner's margin (default its own).")
     parser.add_argument("--day-speed", action="store_true", help="Time the simulation of one day, then stop.")
+    parser.add_argument("--day-pieces", type=int, default=96,
+                        help="--day-speed: pieces the day is served in (a closed-loop day has one per change).")
     parser.add_argument("--merge", action="store_true",
                         help="Add these traces' runs to <name>.json (replacing their earlier runs) instead of "
                              "starting it anew; refused if its planner options differ.")
     args = parser.parse_args()
     systems = [s for path in default_example_systems() for s in load_systems(path)]
     if args.day_speed:
-        speed = day_speed(systems, options(args.time_limit))
+        speed = day_speed(systems, options(args.time_limit), args.day_pieces)
         RESULTS.mkdir(exist_ok=True)
-        (RESULTS / "closed_loop_speed.json").write_text(json.dumps(speed, indent=1))
+        suffix = "" if args.day_pieces == 96 else f"_{args.day_pieces}_pieces"
+        (RESULTS / f"closed_loop_speed{suffix}.json").write_text(json.dumps(speed, indent=1))
         print(speed)
         return
     slo_ms = {s.name: s.slo.latency_ms for s in keyed(systems)}
