@@ -1,7 +1,7 @@
 """The closed loop under bursty demand: the operator's decisions, re-plans and re-partitions (issue 31).
 
-    .venv/bin/python -P bench/closed_loop.py [--duration 900] [--traces mmpp,diurnal,azure-conv] [--features A+S+T,A+S]
-        [--time-limit 60] [--plan-gpus 16] [--gpus-per-node 1] [--headroom 0.1] [--name closed_loop] [--merge]
+    .venv/bin/python -P bench/closed_loop.py [--duration 900] [--traces mmpp,diurnal,azure-conv] [--features A+S+T,A+S,A+T,S+T]
+        [--time-limit 60] [--plan-gpus 16] [--gpus-per-node 1] [--headroom 0.1] [--seed 0] [--name closed_loop] [--merge]
     .venv/bin/python -P bench/closed_loop.py --day-speed    # the simulation's share of a simulated day
 
 The three examples together (traffic-analysis, social-media, ar-assistant) on H100-80GB nodes, each trace
@@ -25,12 +25,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 from pathlib import Path
 
 import numpy as np
 
-from tessera.closed_loop import ClosedLoop, LoopResult, LoopSettings, Replanner, keyed, latency_model, node_pool
+from tessera.closed_loop import (ClosedLoop, LoopResult, LoopSettings, NoFirstPlan, Replanner, keyed, latency_model,
+                                 node_pool)
+from tessera.operator.reconcile.solve_decide import RETRY_LIMIT_FACTOR
 from tessera.operator.settings import OperatorSettings
 from tessera.planner.features import Features
 from tessera.planner.simulation.workloads import RateTrace, built_in
@@ -64,8 +67,11 @@ def pool_for_peak(systems, trace: RateTrace, planner: PlannerOptions, window_s: 
     """The GPUs the A+S+T plan for the trace's 1-minute peak uses, and that peak."""
     peak = peak_of_minute(trace, window_s)
     specs = [s.model_copy(update={"demand_rps": s.demand_rps * peak}) for s in keyed(systems)]
-    sizing = planner.model_copy(update={"time_limit_s": SIZING_TIME_LIMIT_S})
-    answer = Replanner(sizing, Features(), CACHE).replan(specs, node_pool(GPU, {}, SIZING_GPUS, 1), None, False)
+    for limit_s in (SIZING_TIME_LIMIT_S, RETRY_LIMIT_FACTOR * SIZING_TIME_LIMIT_S):  # the operator's longer retry
+        sizing = planner.model_copy(update={"time_limit_s": limit_s})
+        answer = Replanner(sizing, Features(), CACHE).replan(specs, node_pool(GPU, {}, SIZING_GPUS, 1), None, False)
+        if answer.plan is not None or answer.answer != "time-limit":
+            break
     if answer.plan is None:
         raise SystemExit(f"no A+S+T plan for the {trace.name} peak ({peak:.2f}x) on {SIZING_GPUS} GPUs")
     return answer.plan.gpus_used, peak
@@ -73,12 +79,12 @@ def pool_for_peak(systems, trace: RateTrace, planner: PlannerOptions, window_s: 
 
 def served_systems(results: list[LoopResult]) -> list[str]:
     """The systems every run served (unserved arrivals under half its requests): the comparison's base."""
-    names = [s.system for s in results[0].systems]
+    names = [s.system for s in results[0].systems] if results else []
     return [n for n in names if all(next(s for s in r.systems if s.system == n).unserved
                                      < 0.5 * next(s for s in r.systems if s.system == n).requests for r in results)]
 
 
-def row(result: LoopResult, common: list[str], wall_s: float, sized_gpus: int) -> dict:
+def row(result: LoopResult, common: list[str], wall_s: float, sized_gpus: int, load: dict) -> dict:
     every, shared = result.totals(), result.totals(common)
     sized_slices = sized_gpus * result.pool_slices // result.pool_gpus
     return dict(
@@ -94,7 +100,7 @@ def row(result: LoopResult, common: list[str], wall_s: float, sized_gpus: int) -
         repartitions=result.repartitions, free_partitions=result.free_partitions,
         lost_slice_s=result.lost_slice_s, lost_pct_of_allocated=result.lost_pct,
         charged_solve_s=result.charged_solve_s, solver_wall_s=result.solver_wall_s,
-        simulation_wall_s=result.simulation_wall_s, wall_s=wall_s,
+        simulation_wall_s=result.simulation_wall_s, wall_s=wall_s, load_average=load,
         systems={s.system: dict(requests=s.requests, violation_pct=s.violation_pct, drop_pct=s.drop_pct,
                                 unserved=s.unserved) for s in result.systems})
 
@@ -149,6 +155,10 @@ def table(rows: list[dict]) -> list[str]:
              "| capacity lost (slice-s, % of allocated) | charged solve s | solver wall s | simulation wall s |",
              "|" + "---|" * 15]
     for r in rows:
+        if "no_plan" in r:
+            lines.append(f"| {r['trace']} | {r['features']} | {r['pool_gpus']} | no plan for the specs' demand "
+                         f"({r['no_plan']}): the loop cannot start |" + " |" * 13)
+            continue
         lines.append(
             f"| {r['trace']} | {r['features']} | {r['pool_gpus']} | {r['violation_pct']:.2f} | {r['drop_pct']:.2f} "
             f"| {r['common_violation_pct']:.2f} | {r['common_drop_pct']:.2f} | {r['slice_use_pct']:.1f} "
@@ -157,6 +167,25 @@ def table(rows: list[dict]) -> list[str]:
             f"| {r['repartitions']} (+{r['free_partitions']}) | {r['lost_slice_s']:.0f}, "
             f"{r['lost_pct_of_allocated']:.2f} | {r['charged_solve_s']:.0f} | {r['solver_wall_s']:.0f} "
             f"| {r['simulation_wall_s']:.1f} |")
+    return lines
+
+
+def comparison(rows: list[dict]) -> list[str]:
+    """Per trace, A+S+T against each other feature set on the systems all of them serve (equal served demand):
+    the target is fewer late requests at no more slices."""
+    lines = []
+    for trace in dict.fromkeys(r["trace"] for r in rows):
+        ran = [r for r in rows if r["trace"] == trace and "no_plan" not in r]
+        ours = next((r for r in ran if r["features"] == "A+S+T"), None)
+        if ours is None:
+            continue
+        others = [r for r in ran if r is not ours]
+        verdicts = [f"{r['features']} {r['common_violation_pct']:.2f}% at {r['slice_use_pct']:.1f}% "
+                    f"({'A+S+T fewer late at no more slices' if ours['common_violation_pct'] < r['common_violation_pct'] and ours['slice_use_pct'] <= r['slice_use_pct'] else 'not met'})"
+                    for r in others]
+        names = ", ".join(n.split("/")[-1] for n in ours["common_systems"])
+        lines.append(f"- {trace}, on {names}: A+S+T {ours['common_violation_pct']:.2f}% late at "
+                     f"{ours['slice_use_pct']:.1f}% slice use; " + "; ".join(verdicts) + ".")
     return lines
 
 
@@ -169,10 +198,11 @@ def day_speed(systems, planner: PlannerOptions, pieces: int = 96) -> dict:
                                   False)
     assert first.plan is not None, first.answer
     piece_s = trace.duration_s / pieces
-    started = time.perf_counter()
+    load_before, started, cpu = os.getloadavg(), time.perf_counter(), time.process_time()
     for k in range(pieces):
         loop.serve(first.plan, k * piece_s, (k + 1) * piece_s)
     return dict(simulated_s=trace.duration_s, pieces=pieces, wall_s=time.perf_counter() - started,
+                cpu_s=time.process_time() - cpu, load_average=dict(before=load_before, after=os.getloadavg()),
                 source_requests=sum(t.requests for t in loop.record.totals))
 
 
@@ -194,63 +224,75 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--duration", type=float, default=900.0)
     parser.add_argument("--traces", default="mmpp,diurnal,azure-conv")
-    parser.add_argument("--features", default="A+S+T,A+S")
+    parser.add_argument("--features", default="A+S+T,A+S,A+T,S+T")
     parser.add_argument("--time-limit", type=float, default=OperatorSettings().planner.time_limit_s)
     parser.add_argument("--plan-gpus", type=int, default=SIZING_GPUS, help="GPUs the loop plans on.")
     parser.add_argument("--gpus-per-node", type=int, default=1)
     parser.add_argument("--name", default="closed_loop")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="The loop's seed (its readings and arrivals): another sample of the same protocol.")
     parser.add_argument("--headroom", type=float, default=None, help="The planner's margin (default its own).")
     parser.add_argument("--day-speed", action="store_true", help="Time the simulation of one day, then stop.")
+    parser.add_argument("--day-pieces", type=int, default=96,
+                        help="--day-speed: pieces the day is served in (a closed-loop day has one per change).")
     parser.add_argument("--merge", action="store_true",
                         help="Add these traces' runs to <name>.json (replacing their earlier runs) instead of "
                              "starting it anew; refused if its planner options differ.")
     args = parser.parse_args()
     systems = [s for path in default_example_systems() for s in load_systems(path)]
     if args.day_speed:
-        speed = day_speed(systems, options(args.time_limit))
+        speed = day_speed(systems, options(args.time_limit), args.day_pieces)
         RESULTS.mkdir(exist_ok=True)
-        (RESULTS / "closed_loop_speed.json").write_text(json.dumps(speed, indent=1))
+        suffix = "" if args.day_pieces == 96 else f"_{args.day_pieces}_pieces"
+        (RESULTS / f"closed_loop_speed{suffix}.json").write_text(json.dumps(speed, indent=1))
         print(speed)
         return
     slo_ms = {s.name: s.slo.latency_ms for s in keyed(systems)}
     planner = options(args.time_limit, args.headroom)
-    settings = LoopSettings(gpus_per_node=args.gpus_per_node)
+    settings = LoopSettings(gpus_per_node=args.gpus_per_node, seed=args.seed)
     RESULTS.mkdir(exist_ok=True)
     traces = args.traces.split(",")
     header = dict(latency_model=latency_model(planner), duration_s=args.duration, gpus_per_node=args.gpus_per_node,
-                  time_limit_s=args.time_limit, headroom=planner.headroom)
+                  time_limit_s=args.time_limit, headroom=planner.headroom, seed=args.seed)
     rows, pools, events = earlier_runs(RESULTS / f"{args.name}.json", header, traces) if args.merge else ([], {}, {})
     for trace_name in traces:
         trace = built_in(trace_name, args.duration)
         gpus, peak = pool_for_peak(systems, trace, planner, settings.rate_window_s)
         pools[trace_name] = dict(gpus=gpus, peak_of_minute=peak)
         print(f"{trace_name}: pool {gpus} GPUs for the 1-minute peak {peak:.2f}x", flush=True)
-        results = []
+        results, unplanned = [], []
         for label in args.features.split(","):
-            started = time.perf_counter()
-            result = ClosedLoop(systems, GPU, args.plan_gpus, trace, planner, Features.parse(label), settings,
-                                cache_dir=CACHE).run()
+            started, load_before = time.perf_counter(), os.getloadavg()
+            try:
+                result = ClosedLoop(systems, GPU, args.plan_gpus, trace, planner, Features.parse(label), settings,
+                                    cache_dir=CACHE).run()
+            except NoFirstPlan as missing:  # the SLO is not reachable with these features: no run to compare
+                unplanned.append(dict(trace=trace_name, features=label, pool_gpus=gpus, no_plan=missing.answer))
+                print(f"  {label}: {missing}", flush=True)
+                continue
             wall = time.perf_counter() - started
-            results.append((result, wall))
+            results.append((result, wall, dict(before=load_before, after=os.getloadavg())))
             write_png(result, slo_ms, gpus * result.pool_slices // result.pool_gpus, RESULTS / f"{args.name}_{trace_name}_{label.replace('+', '')}.png")
             print(f"  {label}: {result.totals().violation_pct:.2f}% late, slice use {result.slice_use_pct:.1f}%, "
                   f"{result.replans} re-plans, {result.repartitions} re-partitions, wall {wall:.0f} s "
                   f"(solver {result.solver_wall_s:.0f} s, simulation {result.simulation_wall_s:.1f} s)", flush=True)
-        common = served_systems([r for r, _ in results])
-        rows += [row(r, common, wall, gpus) for r, wall in results]
-        events.update({f"{r.trace} {r.features}": [e.model_dump() for e in r.events] for r, _ in results})
+        common = served_systems([r for r, _, _ in results])
+        rows += [row(r, common, wall, gpus, load) for r, wall, load in results] + unplanned
+        events.update({f"{r.trace} {r.features}": [e.model_dump() for e in r.events] for r, _, _ in results})
         (RESULTS / f"{args.name}.json").write_text(json.dumps(dict(**header, pools=pools, runs=rows, events=events),
                                                               indent=1))
-    met = [r for r in rows if r["features"] == "A+S+T" and r["violation_pct"] <= TARGET_VIOLATION_PCT
+    met = [r for r in rows if r["features"] == "A+S+T" and "no_plan" not in r and r["violation_pct"] <= TARGET_VIOLATION_PCT
            and r["slice_use_pct"] <= TARGET_SLICE_USE_PCT]
     lines = [f"Closed loop of the three examples on H100-80GB, {args.gpus_per_node} GPU(s) per node, "
-             f"{args.duration:g} simulated s per trace; plans: {latency_model(planner)}, headroom "
+             f"{args.duration:g} simulated s per trace, seed {args.seed}; plans: {latency_model(planner)}, headroom "
              f"{planner.headroom:g}, solver time limit "
              f"{args.time_limit:g} s; simulation: per-request routing, spread 1.3. Late % = source requests "
              "later than the SLO without dropping (unserved arrivals count late); dropped % = with the frontend's "
              "early dropping; common = the systems every feature set serves; slice use = allocated slices over "
              "the pool's, averaged over time; busy = the slice-weighted busy share of the allocated slices.", "",
              *table(rows), "",
+             "A+S+T against the other feature sets at equal served demand (late % without dropping on the "
+             "systems every feature set that planned serves; slice use of the whole run):", *comparison(rows), "",
              f"Pools: {json.dumps(pools)}.",
              f"Targets for A+S+T (<= {TARGET_VIOLATION_PCT}% late at <= {TARGET_SLICE_USE_PCT}% slice use): met in "
              f"{len(met)} of {sum(r['features'] == 'A+S+T' for r in rows)} traces."]

@@ -1,8 +1,9 @@
-"""The loop's switches for attributing violations (bench/closed_loop_sweep.py): each off by default."""
+"""How the loop starts, and its switches for attributing violations (bench/closed_loop_sweep.py): each off by default."""
 
 import numpy as np
+import pytest
 
-from tessera.closed_loop import ClosedLoop, LoopSettings
+from tessera.closed_loop import ClosedLoop, LoopSettings, NoFirstPlan
 from tessera.planner.simulation.workloads import RateTrace
 from tessera.planner.solve import PlannerOptions
 from tessera.planner.spec_file import load_systems
@@ -30,3 +31,12 @@ def test_a_warm_start_plans_for_the_traces_first_rate_window():
 def test_node_changes_take_the_planners_reconfigure_time_unless_the_loop_sets_its_own():
     assert _loop(LoopSettings()).change_s == PlannerOptions().reconfigure_s
     assert _loop(LoopSettings(change_s=0.0)).change_s == 0.0
+
+
+def test_a_loop_whose_slo_no_plan_reaches_says_so_with_the_outcome():
+    systems = [s.model_copy(update={"slo": s.slo.model_copy(update={"latency_ms": 0.01})})
+               for s in load_systems(example("single-model.yaml"))]
+    loop = ClosedLoop(systems, "H100-80GB", 1, TRACE, PlannerOptions())
+    with pytest.raises(NoFirstPlan) as raised:
+        loop.run()
+    assert raised.value.answer == "infeasible"
