@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from tessera.planner.predictors.workload_features import FEATURES, MODEL_IDS, TOKENS_PER_REQUEST, feature_vector
 from tessera.planner.predictors.predict import predict_features
@@ -39,6 +39,10 @@ BUSY_WINDOW_S = 8.0  # the predictors' active8 window: about one request's time 
 OVERLOAD = FEATURES.index("overload")
 CYCLE = FEATURES.index("cycle8")
 SLOT_LEVELS = (4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 320, 384, 512)
+# The sweep's fewest adapters (twin.sweep.N_LEVELS[0]; the sweep's module reads parquet, which placement
+# may not import). Below it the trees extrapolate: after issue 26's resweep they called one Llama adapter at
+# 5.8 req/s on its own slot starved and the same at 10 req/s healthy.
+FEWEST_SWEPT_ADAPTERS = 8
 
 
 def _busy(rate: float, window: float) -> float:
@@ -64,6 +68,12 @@ class ServerLoad:
         return ServerLoad(self.n + 1, max(self.max_rank, adapter.rank), self.rank_sum + adapter.rank,
                           self.rate_sum + r, self.rate_sq_sum + r * r, max(self.max_rate, r),
                           self.busy2 + _busy(r, 2.0), self.busy8 + _busy(r, BUSY_WINDOW_S), self.busy30 + _busy(r, 30.0))
+
+    def spread_over(self, n: int) -> "ServerLoad":
+        """``n`` adapters sharing this load's total rate evenly, at its mean and max rank."""
+        rate = self.rate_sum / n
+        return ServerLoad(n, self.max_rank, self.rank_sum / self.n * n, self.rate_sum, n * rate * rate, rate,
+                          n * _busy(rate, 2.0), n * _busy(rate, BUSY_WINDOW_S), n * _busy(rate, 30.0))
 
     @classmethod
     def of(cls, adapters: Iterable[AdapterDemand]) -> "ServerLoad":
@@ -121,6 +131,16 @@ class ServerModel:
 
     # ---- predictors ----
     def predict(self, load: ServerLoad, max_loras: int, max_lora_rank: int) -> Prediction:
+        """What the predictors say. A server of fewer adapters than the sweep's fewest, each on its own
+        slot, is judged as the sweep's fewest on a slot each sharing its rate evenly: in the twin that
+        server is no easier (more distinct adapters a step, more slots, less KV cache; a slot each, so
+        no adapter waits for one), and the trees were trained on it."""
+        if load.n < FEWEST_SWEPT_ADAPTERS and max_loras >= load.n and load.rate_sum > 0:
+            stand_in = self._predict(load.spread_over(FEWEST_SWEPT_ADAPTERS), FEWEST_SWEPT_ADAPTERS, max_lora_rank)
+            return replace(stand_in, busy_per_slot=load.busy8 / max_loras)
+        return self._predict(load, max_loras, max_lora_rank)
+
+    def _predict(self, load: ServerLoad, max_loras: int, max_lora_rank: int) -> Prediction:
         kv = self.profile.kv_tokens(max_loras, max_lora_rank)
         features = feature_vector(load.n, max_loras, max_lora_rank, load.rank_sum / load.n, load.rate_sum,
                                   load.max_rate, load.rate_cv, kv, self.model_id, load.busy2, load.busy8,
