@@ -8,9 +8,9 @@ Per-adapter guard. The 0.9 rule judges a server's total throughput, and hides
 an adapter that is never served: in vLLM's V1 scheduler a request waits while
 the adapters already in the batch fill ``--max-loras``; when the adapters with
 a request in the server outnumber the slots, hot adapters keep the slots and a
-cold adapter's requests wait (twin, 60 Zipf-rated rank-16 adapters at 20 req/s,
-A_max 8: throughput 0.944 of offered, not starved, yet 14 adapters served below
-0.9, the worst 0.84). The guard gives every adapter its own slot, or keeps
+cold adapter's requests wait (twin with vLLM 0.8.5's rules, 60 Zipf-rated rank-16
+adapters at 25 req/s, A_max 8: throughput 0.925 of offered, not starved, yet 23
+adapters served below 0.9, the worst 0.79; the published twin showed it at 20 req/s). The guard gives every adapter its own slot, or keeps
 both the expected number of adapters with a request arriving within
 ``BUSY_WINDOW_S`` (about one request's time in the server) at or below the
 slots, and the adapter rule's polling cycle (adapters x request latency /
