@@ -10,8 +10,8 @@ the adapters already in the batch fill ``--max-loras``; when the adapters with
 a request in the server outnumber the slots, hot adapters keep the slots and a
 cold adapter's requests wait (twin with vLLM 0.8.5's rules, 60 Zipf-rated rank-16
 adapters at 25 req/s, A_max 8: throughput 0.925 of offered, not starved, yet 23
-adapters served below 0.9, the worst 0.79; the published twin showed it at 20 req/s). The guard gives every adapter its own slot, or keeps
-both the expected number of adapters with a request arriving within
+adapters served below 0.9, the worst 0.79; the published twin showed it at 20
+req/s). The guard gives every adapter its own slot, or keeps both the expected number of adapters with a request arriving within
 ``BUSY_WINDOW_S`` (about one request's time in the server) at or below the
 slots, and the adapter rule's polling cycle (adapters x request latency /
 slots: how long a cold adapter's request can wait for a slot) within 60 s. The
@@ -132,11 +132,13 @@ class ServerModel:
     # ---- predictors ----
     def predict(self, load: ServerLoad, max_loras: int, max_lora_rank: int) -> Prediction:
         """What the predictors say. A server of fewer adapters than the sweep's fewest, each on its own
-        slot, is judged as the sweep's fewest on a slot each sharing its rate evenly: in the twin that
-        server is no easier (more distinct adapters a step, more slots, less KV cache; a slot each, so
-        no adapter waits for one), and the trees were trained on it."""
+        slot, is judged as max(the sweep's fewest, its slots) adapters on a slot each sharing its rate
+        evenly: in the twin that server is no easier (more distinct adapters a step, at least as many
+        slots, so no more KV cache; a slot each, so no adapter waits for one), and the trees were trained
+        on such servers (A_max = adapters)."""
         if load.n < FEWEST_SWEPT_ADAPTERS and max_loras >= load.n and load.rate_sum > 0:
-            stand_in = self._predict(load.spread_over(FEWEST_SWEPT_ADAPTERS), FEWEST_SWEPT_ADAPTERS, max_lora_rank)
+            slots = max(FEWEST_SWEPT_ADAPTERS, max_loras)
+            stand_in = self._predict(load.spread_over(slots), slots, max_lora_rank)
             return replace(stand_in, busy_per_slot=load.busy8 / max_loras)
         return self._predict(load, max_loras, max_lora_rank)
 
