@@ -8,10 +8,10 @@ Per-adapter guard. The 0.9 rule judges a server's total throughput, and hides
 an adapter that is never served: in vLLM's V1 scheduler a request waits while
 the adapters already in the batch fill ``--max-loras``; when the adapters with
 a request in the server outnumber the slots, hot adapters keep the slots and a
-cold adapter's requests wait (twin, 60 Zipf-rated rank-16 adapters at 20 req/s,
-A_max 8: throughput 0.944 of offered, not starved, yet 14 adapters served below
-0.9, the worst 0.84). The guard gives every adapter its own slot, or keeps
-both the expected number of adapters with a request arriving within
+cold adapter's requests wait (twin with vLLM 0.8.5's rules, 60 Zipf-rated rank-16
+adapters at 25 req/s, A_max 8: throughput 0.925 of offered, not starved, yet 23
+adapters served below 0.9, the worst 0.79; the published twin showed it at 20
+req/s). The guard gives every adapter its own slot, or keeps both the expected number of adapters with a request arriving within
 ``BUSY_WINDOW_S`` (about one request's time in the server) at or below the
 slots, and the adapter rule's polling cycle (adapters x request latency /
 slots: how long a cold adapter's request can wait for a slot) within 60 s. The
@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from tessera.planner.predictors.workload_features import FEATURES, MODEL_IDS, TOKENS_PER_REQUEST, feature_vector
 from tessera.planner.predictors.predict import predict_features
@@ -39,6 +39,10 @@ BUSY_WINDOW_S = 8.0  # the predictors' active8 window: about one request's time 
 OVERLOAD = FEATURES.index("overload")
 CYCLE = FEATURES.index("cycle8")
 SLOT_LEVELS = (4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 320, 384, 512)
+# The sweep's fewest adapters (twin.sweep.N_LEVELS[0]; the sweep's module reads parquet, which placement
+# may not import). Below it the trees extrapolate: after issue 26's resweep they called one Llama adapter at
+# 5.8 req/s on its own slot starved and the same at 10 req/s healthy.
+FEWEST_SWEPT_ADAPTERS = 8
 
 
 def _busy(rate: float, window: float) -> float:
@@ -64,6 +68,12 @@ class ServerLoad:
         return ServerLoad(self.n + 1, max(self.max_rank, adapter.rank), self.rank_sum + adapter.rank,
                           self.rate_sum + r, self.rate_sq_sum + r * r, max(self.max_rate, r),
                           self.busy2 + _busy(r, 2.0), self.busy8 + _busy(r, BUSY_WINDOW_S), self.busy30 + _busy(r, 30.0))
+
+    def spread_over(self, n: int) -> "ServerLoad":
+        """``n`` adapters sharing this load's total rate evenly, at its mean and max rank."""
+        rate = self.rate_sum / n
+        return ServerLoad(n, self.max_rank, self.rank_sum / self.n * n, self.rate_sum, n * rate * rate, rate,
+                          n * _busy(rate, 2.0), n * _busy(rate, BUSY_WINDOW_S), n * _busy(rate, 30.0))
 
     @classmethod
     def of(cls, adapters: Iterable[AdapterDemand]) -> "ServerLoad":
@@ -121,6 +131,18 @@ class ServerModel:
 
     # ---- predictors ----
     def predict(self, load: ServerLoad, max_loras: int, max_lora_rank: int) -> Prediction:
+        """What the predictors say. A server of fewer adapters than the sweep's fewest, each on its own
+        slot, is judged as max(the sweep's fewest, its slots) adapters on a slot each sharing its rate
+        evenly: in the twin that server is no easier (more distinct adapters a step, at least as many
+        slots, so no more KV cache; a slot each, so no adapter waits for one), and the trees were trained
+        on such servers (A_max = adapters)."""
+        if load.n < FEWEST_SWEPT_ADAPTERS and max_loras >= load.n and load.rate_sum > 0:
+            slots = max(FEWEST_SWEPT_ADAPTERS, max_loras)
+            stand_in = self._predict(load.spread_over(slots), slots, max_lora_rank)
+            return replace(stand_in, busy_per_slot=load.busy8 / max_loras)
+        return self._predict(load, max_loras, max_lora_rank)
+
+    def _predict(self, load: ServerLoad, max_loras: int, max_lora_rank: int) -> Prediction:
         kv = self.profile.kv_tokens(max_loras, max_lora_rank)
         features = feature_vector(load.n, max_loras, max_lora_rank, load.rank_sum / load.n, load.rate_sum,
                                   load.max_rate, load.rate_cv, kv, self.model_id, load.busy2, load.busy8,

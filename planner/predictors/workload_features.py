@@ -11,12 +11,12 @@ skipping requests; ``rate_per_slot`` and ``load_per_kv`` relate the offered
 load to the slots and to the KV cache.
 
 Five more come from the twin's step-time model, step_ms = (a + b*B) *
-(c0 + c1*n) + run*B with B running requests and n distinct adapters in the
-batch (taken as min(active_tau, A_max)): every running request gains one
-token per step, so with request rate lam and O output tokens per request the
-decode utilisation is ``util = lam*O*(b*k + run)/1000`` (k = c0 + c1*n; at 1
-the batch grows without bound), the fixed-point time of a request in the
-server is ``lat = O*a*k/1000/(1 - util)`` s, and ``kv_demand`` is the KV the
+(c0 + c1*n) + slot*(A_max + 1) + run*B with B running requests and n distinct
+adapters in the batch (taken as min(active_tau, A_max)): every running request
+gains one token per step, so with request rate lam and O output tokens per
+request the decode utilisation is ``util = lam*O*(b*k + run)/1000`` (k = c0 +
+c1*n; at 1 the batch grows without bound), the fixed-point time of a request in
+the server is ``lat = O*(a*k + slot*(A_max + 1))/1000/(1 - util)`` s, and ``kv_demand`` is the KV the
 fixed-point batch (lam*lat requests) needs over the KV capacity.
 
 Four carry what a one-hour run does beyond the fixed point:
@@ -73,6 +73,7 @@ class StepConstants:
     lora_c1: float
     run_ms: float
     wait_ms: float
+    slot_ms: float  # per GPU slot (A_max + 1) and step, busy or not: vLLM's LoRA kernels' grid
 
 
 @dataclass(frozen=True)
@@ -89,7 +90,8 @@ def server_constants() -> ServerConstants:
     for name, model_id in MODEL_IDS.items():
         profile = load_profile(name)
         step[model_id] = StepConstants(profile.step.a_ms, profile.step.b_ms, profile.step.lora_c0,
-                                       profile.step.lora_c1, profile.overhead.run_ms, profile.overhead.wait_ms)
+                                       profile.step.lora_c1, profile.overhead.run_ms, profile.overhead.wait_ms,
+                                       profile.step.slot_ms)
     budget = ServerConfig(max_loras=1).max_num_batched_tokens / (1.0 + PROMPT_TOKENS / OUTPUT_TOKENS)
     return ServerConstants(step, budget, float(OUTSTANDING_REQUEST_CAP))
 
@@ -101,19 +103,20 @@ def feature_vector(n_adapters: float, a_max: float, max_rank: float, mean_rank: 
     constants = server_constants()
     step = constants.step[int(model_id)]
     a, b, c0, c1, run, wait = step.a_ms, step.b_ms, step.lora_c0, step.lora_c1, step.run_ms, step.wait_ms
+    slots = step.slot_ms * (a_max + 1)
     lo = total_rate * OUTPUT_TOKENS / 1000.0
     k30 = c0 + c1 * (active30 if active30 < a_max else a_max)
     k8 = c0 + c1 * (active8 if active8 < a_max else a_max)
     kn = c0 + c1 * (n_adapters if n_adapters < a_max else a_max)
     u30 = lo * (b * k30 + run)
     u8 = lo * (b * k8 + run)
-    l30 = min(OUTPUT_TOKENS * a * k30 / 1000.0 / max(1.0 - u30, 0.01), LAT_CAP)
-    l8 = min(OUTPUT_TOKENS * a * k8 / 1000.0 / max(1.0 - u8, 0.01), LAT_CAP)
+    l30 = min(OUTPUT_TOKENS * (a * k30 + slots) / 1000.0 / max(1.0 - u30, 0.01), LAT_CAP)
+    l8 = min(OUTPUT_TOKENS * (a * k8 + slots) / 1000.0 / max(1.0 - u8, 0.01), LAT_CAP)
     kv = kv_tokens if kv_tokens > 1.0 else 1.0
     batch = min(kv / KV_TOKENS_PER_RUNNING, constants.budget_batch)
     # lam / mu = lam * O * step_ms(batch) / (1000 * batch)
-    over = lo * ((a + b * batch) * k30 + run * batch) / batch
-    over_q = lo * ((a + b * batch) * kn + run * batch + wait * constants.queue_cap) / batch
+    over = lo * ((a + b * batch) * k30 + slots + run * batch) / batch
+    over_q = lo * ((a + b * batch) * kn + slots + run * batch + wait * constants.queue_cap) / batch
     return [float(n_adapters), float(a_max), a_max / n_adapters, float(max_rank), float(mean_rank),
             float(total_rate), math.log(max(total_rate, 1e-6)), float(max_rate), float(rate_cv),
             float(kv_tokens), float(model_id), active2 / a_max, active8 / a_max, active30 / a_max,

@@ -11,9 +11,10 @@ from tessera.planner.placement import (AdapterDemand, PlacementProblem, PoolLimi
 from tessera.planner.placement.packing import STRATEGIES
 from tessera.planner.placement.scenarios import Scenario, problem_of
 from tessera.planner.placement.model import MOST_BUSY_PER_SLOT, MOST_CYCLE_S
-from tessera.planner.placement.server import ServerLoad
+from tessera.planner.placement.server import FEWEST_SWEPT_ADAPTERS, ServerLoad
 from tessera.planner.twin.profile import load_profile
 from tessera.planner.twin.sim import OUTSTANDING_REQUEST_CAP, ServerConfig, simulate
+from tessera.planner.twin.sweep import N_LEVELS
 from tessera.planner.twin.workload import VLLM_MAX_LORA_RANKS, Workload, server_max_lora_rank
 
 
@@ -102,6 +103,19 @@ def test_the_twin_finishes_no_more_requests_than_the_lower_bounds_server_capacit
     result = simulate(Workload(ranks=np.array([8]), rates=np.array([2 * capacity]), duration_s=duration),
                       load_profile("qwen"), ServerConfig(max_loras=1, outstanding_cap=OUTSTANDING_REQUEST_CAP), seed=0)
     assert result.finished / duration <= 0.9 * capacity
+
+
+@pytest.mark.parametrize("model", ["qwen", "llama"])
+def test_a_lone_adapter_on_its_own_slot_is_healthy_at_every_rate_up_to_one_the_twin_keeps_up(model):
+    """Below the sweep's fewest adapters (8) the trees extrapolate: they called one Llama adapter at 5.8
+    req/s starved and at 10 req/s healthy. Such a server is judged as the sweep's fewest, a slot each."""
+    assert FEWEST_SWEPT_ADAPTERS == N_LEVELS[0]
+    for rate in (0.5, 2.0, 5.8, 10.0, 20.0):
+        adapter = AdapterDemand("a", 16, rate)
+        assert ServerModel(PlacementProblem((adapter,), model)).healthy(ServerLoad.of([adapter]), 1, 16) is not None
+    twin = simulate(Workload(ranks=np.array([16]), rates=np.array([20.0]), duration_s=600.0), load_profile(model),
+                    ServerConfig(max_loras=1, outstanding_cap=OUTSTANDING_REQUEST_CAP), seed=0)
+    assert not twin.starved
 
 
 def test_idle_adapters_are_placed_and_an_empty_pool_needs_no_server():

@@ -12,7 +12,7 @@ from tessera.planner.placement.server import ServerLoad
 from tessera.planner.placement.twin_check import MAX_CHECKED_RATE_RPS, TwinCheckTooLarge, check_placement
 
 
-def _zipf_adapters(n=60, total=20.0):
+def _zipf_adapters(n=60, total=25.0):
     weights = 1.0 / np.arange(1, n + 1)
     return tuple(AdapterDemand(f"a{i:02d}", 16, float(total * w / weights.sum())) for i, w in enumerate(weights))
 

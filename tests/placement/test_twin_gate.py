@@ -29,8 +29,9 @@ def _checked(adapters, servers, hour_s=3600.0):
 
 
 def _failing_server():
-    """60 Zipf-rated adapters on 8 slots: unstarved, but cold adapters served under 0.9."""
-    adapters = _zipf("a", 60, 20.0)
+    """60 Zipf-rated adapters on 8 slots: unstarved (0.925 of offered), but cold adapters served under
+    0.9 (23 of them, the worst 0.79)."""
+    adapters = _zipf("a", 60, 25.0)
     return _checked(adapters, [([a.name for a in adapters], 8)])
 
 
@@ -48,7 +49,7 @@ def test_a_placement_whose_twin_check_fails_is_reported_as_a_failure_naming_the_
     _, _, checked = _failing_server()
     failure = placement_failure(checked)
     under = checked.servers[0].twin.adapters_under_bound
-    assert failure.startswith("server 0 (60 adapters, 20.00 req/s) fails the twin check")
+    assert failure.startswith("server 0 (60 adapters, 25.00 req/s) fails the twin check")
     assert f"{len(under)} adapters under the service bound" in failure and under[0] in failure
 
 
@@ -93,9 +94,9 @@ def test_the_gate_decides_the_same_way_every_run():
 
 
 def test_a_server_whose_first_hour_passes_and_second_fails_is_not_reported_as_passing():
-    """A 256-adapter server at a 0.95 bound: the placement's hour passes it (worst adapter 0.956), the
-    gate's second hour does not; with no hours left to split it, the placement is a failure."""
-    problem = problem_of(Scenario(256, 20.0, "qwen", 1.0), bound=ServiceBound(min_served_fraction=0.95))
+    """A 256-adapter server at a 0.95 bound: the placement's hour passes it (worst adapter 0.950), the
+    gate's second hour does not (0.938); with no hours left to split it, the placement is a failure."""
+    problem = problem_of(Scenario(256, 18.0, "qwen", 1.0), bound=ServiceBound(min_served_fraction=0.95))
     packed = plan_placement(problem, baselines=(), gate=False).placement
     assert packed.twin_ok
     gated, log = twin_gate(packed, problem, ServerModel(problem), max_hours=0)

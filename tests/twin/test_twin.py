@@ -105,10 +105,11 @@ def test_fcfs_skip_rule_admits_later_request_of_scheduled_adapter():
     prof = QWEN.with_updates(lengths={"eos_fraction": 0.0})
     w = Workload(ranks=np.array([16, 16]), rates=np.array([1.0, 1.0]), duration_s=100.0,
                  trace=Trace(t=np.array([0.0, 0.5, 0.6]), adapter=np.array([0, 1, 0]),
-                             prompt=np.array([100, 100, 100]), output=np.array([200, 5, 5])))
+                             prompt=np.array([100, 100, 100]), output=np.array([400, 5, 5])))
     res = simulate(w, prof, ServerConfig(max_loras=1), seed=0, keep_requests=True)
     assert res.finished == 3
-    # the adapter-0 request that arrived later got its first token long before adapter 1's
+    # the adapter-0 request that arrived later got its first token long before adapter 1's, which
+    # waits for the first one's 400 steps (about 5.4 s at the calibrated profile's 13.5 ms a step)
     assert res.ttft_s[2] < 0.5 < 3.0 < res.ttft_s[1]
 
 
