@@ -373,10 +373,11 @@ class CompoundMilp:
         else:
             m.phi = pyo.Var([s.name for s in data.systems], domain=pyo.NonNegativeReals, bounds=(0, 1))
         m.cons = pyo.ConstraintList()
-        # The most-load rows of split bulks (valid while all demand is served) and, kept aside, those of
-        # whole bulks that replace them when it is not (add_whole_bulk_rows).
+        # The most-load rows of split bulks (valid while all demand is served) and, kept aside, rows added
+        # when it is not (each an expression <= 0): those of whole bulks that replace them, and the step
+        # rows of levels a task can take only then (_levels_when_served).
         m.split_bulk_rows = pyo.ConstraintList()
-        self.whole_bulk_rows: list[Callable[[], Any]] = []
+        self.part_served_rows: list[Callable[[], Any]] = []
         self._choices()
         self._demand_flow()
         self._routing_and_capacity()
@@ -387,6 +388,7 @@ class CompoundMilp:
         m.full_demand_cuts = pyo.ConstraintList()
         if not data.maximise_common_scale:
             self._full_demand_cuts()
+            self._served_level_cuts()
         if data.current_layouts or data.current_replicas:
             self._change_variables()
         if data.node_groups:
@@ -426,6 +428,36 @@ class CompoundMilp:
             c = d.candidates[option.candidate]
             self.by_task[(c.system, c.task)].append(o)
             self.by_variant[(c.system, c.task, c.variant)].append(o)
+        self.served_levels = self._levels_when_served()
+
+    def _levels_when_served(self) -> dict[TaskKey, tuple[int, int]]:
+        """Per task, the lowest and highest budget level it can take in a plan that serves all demand.
+
+        A task whose least demand is positive carries load, so runs instances of some unit (x <= capacity
+        n), so its level is at least the lowest any of its units is usable at (n <= bound Z_first); each
+        path's budgets fit its SLO, so a task's level is at most what a path leaves it with the other tasks
+        at their lowest (4 H100s at 80% fill: the AR assistant's three levels are fixed so, and 3,185 of
+        15,443 level steps lie above). Levels outside hold only plans that serve part of the demand.
+        """
+        d = self.data
+        if d.maximise_common_scale:  # no stage serves all demand (a common scale of it)
+            return {(s, t): (0, len(d.levels[s]) - 1) for s, t in self.task_keys}
+        found: dict[TaskKey, tuple[int, int]] = {}
+        for system in d.systems:
+            levels, slo = d.levels[system.name], system.slo.latency_ms
+            least = demand_bound(system, d.variants, pick=min)
+            lowest = {t: min((self.options[o].level for o in self.by_task[(system.name, t)]), default=0)
+                      if least[t] > 0 else 0 for t in least}
+            slack = 1e-6 * max(1.0, slo)  # budgets are grid steps apart: far more than the solver's tolerance
+            for t in least:
+                if len(levels) == 1:  # no path rows (_budgets_and_paths)
+                    found[(system.name, t)] = (0, 0)
+                    continue
+                fits = [k for k in range(len(levels))
+                        if all(levels[k] + sum(levels[lowest[other]] for other in path if other != t) <= slo + slack
+                               for path in system.paths if t in path)]
+                found[(system.name, t)] = (lowest[t], max(fits, default=-1))
+        return found
 
     def _replica_bound(self, option: Unit, supply: dict[str, int]) -> int:
         """No optimal plan runs more instances of an option than its task's demand can load."""
@@ -477,8 +509,10 @@ class CompoundMilp:
     def _routing_and_capacity(self) -> None:
         m = self.m
         for s, t, parent, j in self.bulk_keys:
-            if j > 1:  # bulks of class j or larger are of class j - 1 or larger (_most_loads_rows sums on that)
-                m.cons.add(m.U[s, t, parent, j] <= m.U[s, t, parent, j - 1])
+            # Bulks of class j or larger are of class j - 1 or larger (_most_loads_rows sums on that); every
+            # bulk is of class 0 or larger, a row that gives HiGHS a column for a U whose other rows may wait
+            # until not all demand is served (part_served_rows).
+            m.cons.add(m.U[s, t, parent, j] <= (m.U[s, t, parent, j - 1] if j > 1 else 1))
         for (s, t, v), indices in self.by_variant.items():
             m.cons.add(sum(m.x[o] for o in indices) == m.W[s, t, v])
         for o, unit in enumerate(self.options):
@@ -527,39 +561,55 @@ class CompoundMilp:
         """
         c = self.candidate(o)
         split = self.share_base.get((c.system, c.task), 0.0) > 0 and bool(self.arrivals[(c.system, c.task)])
+        reached = self._last_step_served(c, unit)
         for parent, classes in self._edge_classes(c):
-            rows: list[tuple[Any, bool, list[float]]] = []  # (relax_level, whole bulks, most load per class)
+            # (relax_level, whole bulks, most load per class, beyond the levels all demand allows)
+            rows: list[tuple[Any, bool, list[float], bool]] = []
             for i, (level, _) in enumerate(unit.steps):
                 relax_level = 0 if i + 1 == len(unit.steps) else self._levels_from(c, unit.steps[i + 1][0])
                 for whole in (False, True) if split else (True,):
                     mosts = self._falling_mosts(c, level, classes, capacity, split=not whole)
                     if mosts[-1] < capacity * (1 - 1e-12):
-                        rows.append((relax_level, whole, mosts))
+                        rows.append((relax_level, whole, mosts, i > reached and self._carries_no_less(
+                            c, unit, reached, classes, capacity, not whole, mosts)))
             per_class = [[j for j in range(len(mosts)) if mosts[j] < capacity * (1 - 1e-12)
-                          and (j == 0 or mosts[j] < mosts[j - 1])] for _, _, mosts in rows]
-            falling = sorted({j for _, _, mosts in rows for j in range(1, len(mosts)) if mosts[j] < mosts[j - 1]})
+                          and (j == 0 or mosts[j] < mosts[j - 1])] for _, _, mosts, _ in rows]
+            falling = sorted({j for _, _, mosts, _ in rows for j in range(1, len(mosts)) if mosts[j] < mosts[j - 1]})
             # Sized by the rows while all demand is served (whole bulks' rows come only when it is not).
-            live = [not (split and whole) for _, whole, _ in rows]
+            live = [not (split and whole) and not beyond for _, whole, _, beyond in rows]
             by_count = (sum(len(js) for js, kept in zip(per_class, live) if kept)
                         > sum(live) + len(falling))
             counts = {j: self._class_count(o, c, parent, j, bound) for j in falling} if by_count else {}
-            for (relax_level, whole, mosts), js in zip(rows, per_class):
+            for (relax_level, whole, mosts, beyond), js in zip(rows, per_class):
                 if by_count:
                     falls = [(mosts[j - 1] - mosts[j], counts[j]) for j in falling if mosts[j] < mosts[j - 1]]
-                    self._most_load_row(o, mosts[0], mosts[-1], falls, capacity, bound, relax_level, split, whole)
+                    self._most_load_row(o, mosts[0], mosts[-1], falls, capacity, bound, relax_level, split, whole,
+                                        beyond)
                 for j in () if by_count else js:
                     relax = relax_level + (0 if j == 0 else 1 - self.m.U[c.system, c.task, parent, j])
-                    self._most_load_row(o, mosts[j], mosts[j], [], capacity, bound, relax, split, whole)
+                    self._most_load_row(o, mosts[j], mosts[j], [], capacity, bound, relax, split, whole, beyond)
+
+    def _carries_no_less(self, c: Candidate, unit: Unit, reached: int, classes: list[float], capacity: float,
+                         split: bool, mosts: list[float]) -> bool:
+        """Whether a step's most loads are at least the reached step's under every bulk class (then, while
+        all demand is served, the reached step's row, in force, implies the step's; else n is 0: none reached)."""
+        if reached < 0:
+            return True
+        at_reached = self._falling_mosts(c, unit.steps[reached][0], classes, capacity, split=split)
+        return all(mine >= theirs for mine, theirs in zip(mosts, at_reached))
 
     def _most_load_row(self, o: int, top: float, least: float, falls: list[tuple[float, Any]], capacity: float,
-                       bound: int, relax: Any, split: bool, whole: bool) -> None:
+                       bound: int, relax: Any, split: bool, whole: bool, beyond: bool) -> None:
+        """One most-load row, kept aside for when not all demand is served where it holds only then (whole
+        bulks where they split) or is implied while it is (`beyond` the levels all demand allows)."""
         excess = partial(self._excess, o, top, least, falls, capacity, bound, relax)
-        if not split:
-            self.m.cons.add(excess() <= 0)
-        elif whole:  # built only once the pool cannot serve all demand: <= 0 then
-            self.whole_bulk_rows.append(excess)
+        if split and not whole:
+            if not beyond:  # beyond: implied while all demand is served, and relaxed (as split rows are) when not
+                self.m.split_bulk_rows.add(excess() <= 0)
+        elif split or beyond:
+            self.part_served_rows.append(excess)
         else:
-            self.m.split_bulk_rows.add(excess() <= 0)
+            self.m.cons.add(excess() <= 0)
 
     def _falling_mosts(self, c: Candidate, level: int, classes: list[float], capacity: float,
                        split: bool) -> list[float]:
@@ -592,6 +642,16 @@ class CompoundMilp:
         big_m = min((capacity - least) * bound, demand * (1 - least / capacity))
         return m.x[o] - top * m.n[o] + sum(fall * count for fall, count in falls) - big_m * relax
 
+    def _served_level_cuts(self) -> None:
+        """While all demand is served, each task's level is at most its highest then (_levels_when_served):
+        Z_highest+1 = 0, which also puts the step rows left out above it (_least_loads, _most_loads_rows) in
+        force in the relaxation. (The lowest as a row too, Z_lowest >= 1, made 120 H100s slower: 50 against
+        33 CPU s, bench/README.md.)"""
+        m = self.m
+        for (s, t), (_, highest) in self.served_levels.items():
+            if highest < len(self.data.levels[s]) - 1:
+                m.full_demand_cuts.add(m.Z[s, t, max(highest + 1, 0)] <= 0)
+
     def _edge_classes(self, c: Candidate) -> list[tuple[str | None, list[float]]]:
         """(parent, its bulk classes' dispersions) per incoming edge; (None, [Poisson's or 0]) where no parent
         hands bulks over."""
@@ -617,15 +677,31 @@ class CompoundMilp:
         needs less): x >= L_i n - (L_i - L_last) bound (levels from step i + 1 chosen).
         """
         m, c = self.m, self.candidate(o)
+        reached = self._last_step_served(c, unit)
         for i, (_, least) in enumerate(unit.steps):
             if least <= 0:
                 continue
             if i + 1 == len(unit.steps):
-                m.cons.add(m.x[o] >= least * m.n[o])
+                shortfall = partial(self._shortfall, o, least, 0.0, 0)
             else:
                 # x >= (the last step's least) n always holds, so least n - x is at most (least - that) bound
                 big_m = (least - unit.min_load_rps) * bound
-                m.cons.add(m.x[o] >= least * m.n[o] - big_m * self._levels_from(c, unit.steps[i + 1][0]))
+                shortfall = partial(self._shortfall, o, least, big_m, self._levels_from(c, unit.steps[i + 1][0]))
+            if i > reached:
+                # Beyond the levels all demand allows: while it is served, the reached step's row is in force
+                # (its next level too high) with a least load at least this one's, or n is 0.
+                self.part_served_rows.append(shortfall)
+            else:
+                m.cons.add(shortfall() <= 0)
+
+    def _shortfall(self, o: int, least: float, big_m: float, relax: Any) -> Any:
+        """Load below the least load (x >= least n), less the big-M that `relax` frees."""
+        return least * self.m.n[o] - self.m.x[o] - big_m * relax
+
+    def _last_step_served(self, c: Candidate, unit: Unit) -> int:
+        """The unit's last step at a level its task can take while all demand is served (-1 if none)."""
+        highest = self.served_levels[(c.system, c.task)][1]
+        return max((i for i, (level, _) in enumerate(unit.steps) if level <= highest), default=-1)
 
     def _levels_from(self, c: Candidate, level: int) -> Any:
         return self.m.Z[c.system, c.task, level]

@@ -305,7 +305,7 @@ class _StagedSolver:
             self.highs.relax_rows(self.milp.m.full_demand_cuts.values())
             # A replica's bulk share of its task's least demand holds only while all demand is served.
             self.highs.relax_rows(self.milp.m.split_bulk_rows.values())
-            for excess in self.milp.whole_bulk_rows:
+            for excess in self.milp.part_served_rows:
                 self.highs.add_row(excess(), -math.inf, 0.0)
 
 

@@ -36,7 +36,8 @@ def test_a_fan_out_tasks_most_load_rows_are_one_per_step_not_one_per_step_and_bu
     classes = len(milp.arrivals[("s", "b")][0].bulks)
     assert classes == 2 and len(milp.m.split_bulk_rows) > 0
     assert len(milp.m.split_bulk_rows) <= _child_steps(milp)
-    assert len(milp.whole_bulk_rows) <= _child_steps(milp)
+    whole_bulk_rows = [row for row in milp.part_served_rows if row.func == milp._excess]
+    assert len(whole_bulk_rows) <= _child_steps(milp)
 
 
 def test_the_whole_slice_cuts_hold_under_each_bulk_class_whose_instances_carry_less():
