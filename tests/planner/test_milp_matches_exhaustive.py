@@ -531,6 +531,7 @@ def test_random_instance_with_measured_a100_profiles_on_one_to_four_gpus(seed, e
 
 
 TIERS_LOSE = {18, 23}  # the measured seeds below, where the option tiers lose
+TIERS_LOSE_QUEUEING = {30}  # and where they lose with the queueing wait
 
 
 @pytest.mark.slow
@@ -538,7 +539,7 @@ TIERS_LOSE = {18, 23}  # the measured seeds below, where the option tiers lose
 @pytest.mark.parametrize("seed", range(LINE_SEEDS, LINE_SEEDS + SLOW_LINE_AND_SPLIT_SEEDS))
 def test_random_instance_on_one_to_four_gpus_slow(seed, exact_up_to, queueing, measured_rows):
     compare(_on_gpus(random_instance(seed), 1 + seed % 4, exact_up_to, queueing))
-    if queueing or seed not in TIERS_LOSE:
+    if seed not in (TIERS_LOSE_QUEUEING if queueing else TIERS_LOSE):
         compare(_on_gpus(random_measured_instance(seed, measured_rows), 1 + seed % 4, exact_up_to, queueing))
 
 
@@ -550,3 +551,10 @@ def test_random_instance_on_one_to_four_gpus_slow(seed, exact_up_to, queueing, m
 @pytest.mark.parametrize("seed", [18, 23])
 def test_option_tiers_above_the_exact_line_lose_on_these_measured_instances(seed, measured_rows):
     compare(_on_gpus(random_measured_instance(seed, measured_rows), 1 + seed % 4, None, False))
+
+
+# The exact model (--exact-up-to 3) serves this one as the exhaustive search does.
+@pytest.mark.xfail(strict=True, reason="option tiers with the queueing wait: served 0.1970 where 0.1983 can be (3 GPUs)")
+@pytest.mark.parametrize("seed", sorted(TIERS_LOSE_QUEUEING))
+def test_option_tiers_above_the_exact_line_lose_with_the_queueing_wait_on_this_measured_instance(seed, measured_rows):
+    compare(_on_gpus(random_measured_instance(seed, measured_rows), 1 + seed % 4, None, True))
