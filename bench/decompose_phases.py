@@ -1,6 +1,6 @@
 """Where a decomposed plan's time goes: the parts, the packing, the placement, the check (issue 29, item 6's bench).
 
-One command: `.venv/bin/python -P bench/decompose_phases.py [--systems 20] [--nodes 16 100]`. The systems are
+One command: `.venv/bin/python -P bench/decompose_phases.py [--systems 20] [--nodes 16 100] [--distinct-demands]`. The systems are
 those bench/operator_many_systems.py applies (the three examples in turn, each under its own name, the examples'
 demand), planned through the planner's contract (`plan_outcome`, what the operator's solve worker calls) on a
 fresh pool of nodes x 8 H100s, in this process. Each phase of planner/decompose.py is timed by wrapping the
@@ -31,10 +31,13 @@ IN_PARTS = {"CompoundMilp": "of the parts: building the models (pyomo)",
 """Inside each part's plan() (planner/solve.py): what its report's build_s leaves out, beside what it counts."""
 
 
-def bench_systems(count: int) -> list:
+def bench_systems(count: int, distinct: bool = False) -> list:
+    """The three examples in turn, each copy under its own name; `distinct`: the i-th copy's demand lowered by i %
+    as bench/operator_many_systems.py --distinct-demands does (no two alike, so no part is solved once for several)."""
     examples = [s for name in EXAMPLES for s in load_systems(ROOT / "examples" / f"{name}.yaml")]
-    return [examples[i % len(examples)].model_copy(update={"name": f"bench/{examples[i % len(examples)].name}-{i}"})
-            for i in range(count)]
+    return [example.model_copy(update={"name": f"bench/{example.name}-{i}",
+                                       "demand_rps": example.demand_rps * (1 - i / 100 if distinct else 1)})
+            for i, example in ((i, examples[i % len(examples)]) for i in range(count))]
 
 
 def timed(times: dict[str, list[float]], name: str, function: Callable) -> Callable:
@@ -50,7 +53,7 @@ def timed(times: dict[str, list[float]], name: str, function: Callable) -> Calla
     return wrapper
 
 
-def one_pool(count: int, nodes: int) -> str:
+def one_pool(count: int, nodes: int, distinct: bool) -> str:
     times: dict[str, list[float]] = {}
     originals = {(module, name): getattr(module, name) for module, names in ((decompose, PHASES), (solve, IN_PARTS))
                  for name in names}
@@ -59,13 +62,14 @@ def one_pool(count: int, nodes: int) -> str:
     try:
         pool = NodePool(gpu="H100-80GB", nodes=[NodeState(name=f"gpu-node-{n}", gpus=[{}] * 8) for n in range(nodes)])
         wall, cpu, load = time.perf_counter(), time.process_time(), os.getloadavg()[0]
-        outcome = plan_outcome(bench_systems(count), pool)
+        outcome = plan_outcome(bench_systems(count, distinct), pool)
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     finally:
         for (module, name), function in originals.items():
             setattr(module, name, function)
     report = outcome.plan.solver if getattr(outcome, "plan", None) else None
-    lines = [f"### {count} systems on {nodes} nodes x 8 H100 (load average {load:.1f})", "",
+    lines = [f"### {count} systems{', demands distinct' if distinct else ''} on {nodes} nodes x 8 H100 "
+             f"(load average {load:.1f})", "",
              f"{outcome.kind}, {report.method if report else 'no plan'}: {wall:.1f} s wall, {cpu:.1f} s CPU"
              + (f"; the parts' models built in {report.build_s:.1f} s, HiGHS {report.solve_s:.1f} s" if report else ""),
              "", "| phase | wall s | CPU s | calls |", "| --- | --- | --- | --- |"]
@@ -78,9 +82,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--systems", type=int, default=20)
     parser.add_argument("--nodes", type=int, nargs="+", default=[16, 100])
+    parser.add_argument("--distinct-demands", action="store_true",
+                        help="every copy's demand its example's less i %% (no part solved once for several)")
     args = parser.parse_args()
     text = "# A decomposed plan's phases (bench/decompose_phases.py)\n\n" + "\n".join(
-        one_pool(args.systems, nodes) for nodes in args.nodes)
+        one_pool(args.systems, nodes, args.distinct_demands) for nodes in args.nodes)
     (ROOT / "bench" / "results" / "decompose_phases.md").write_text(text)
     print(text)
 
