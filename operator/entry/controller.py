@@ -1,8 +1,10 @@
 """The asynchronous driver: debounced, level-triggered reconciles off the event loop.
 
 kopf's handlers only call `trigger`. Triggers within `debounce_s` of each
-other become one reconcile; a periodic resync runs one when nothing
-happened. The reconcile itself (API reads and writes) runs in a thread, so
+other become one reconcile, yet none waits longer than MAX_WAIT_FACTOR x
+`debounce_s` after the first (a steady stream of events, say pods turning
+Ready one by one, would otherwise hold every reconcile back until it ends);
+a periodic resync runs one when nothing happened. The reconcile itself (API reads and writes) runs in a thread, so
 the event loop keeps serving watches and probes; it never waits for a
 solve: the pools' solves run at the same time in worker processes
 (operator/reconcile/pool_solves.py), and a finished one triggers the
@@ -25,6 +27,13 @@ from tessera.operator.entry.stall_watch import GcPauses, StallWatch, cpu_wait_s
 
 log = logging.getLogger("tessera.operator")
 LAG_PROBE_S = 0.05
+MAX_WAIT_FACTOR = 5
+
+
+def wait_left_s(now: float, first_trigger: float, last_trigger: float, debounce_s: float) -> float:
+    """Seconds a pending reconcile still waits: until `debounce_s` passed without a trigger, or MAX_WAIT_FACTOR x
+    `debounce_s` since the first trigger it collects, whichever comes first (0: run it now)."""
+    return max(0.0, min(last_trigger + debounce_s, first_trigger + MAX_WAIT_FACTOR * debounce_s) - now)
 
 
 class Controller:
@@ -33,6 +42,7 @@ class Controller:
         self.settings = settings
         self.wake = asyncio.Event()
         self.kinds: set[str] = set()
+        self.first_trigger: float | None = None  # of the triggers the next reconcile collects
         self.last_trigger = 0.0
         self.fingerprints: dict[str, object] = {}
         self.ready = False
@@ -51,6 +61,8 @@ class Controller:
             self.fingerprints[key] = fingerprint
         self.kinds.add(kind)
         self.last_trigger = time.monotonic()
+        if self.first_trigger is None:
+            self.first_trigger = self.last_trigger
         self.wake.set()
 
     def start(self) -> None:
@@ -84,9 +96,11 @@ class Controller:
                 await asyncio.wait_for(self.wake.wait(), timeout=self.settings.resync_s)
             except asyncio.TimeoutError:
                 self.kinds.add("resync")
-            while (quiet := time.monotonic() - self.last_trigger) < self.settings.debounce_s:
-                await asyncio.sleep(self.settings.debounce_s - quiet)
+            first = self.first_trigger if self.first_trigger is not None else self.last_trigger
+            while (left := wait_left_s(time.monotonic(), first, self.last_trigger, self.settings.debounce_s)) > 0:
+                await asyncio.sleep(left)
             self.wake.clear()
+            self.first_trigger = None
             kinds, self.kinds = self.kinds or {"requeue"}, set()
             kind = "+".join(sorted(kinds))
             metrics.RECONCILES.labels(kind).inc()
