@@ -16,6 +16,7 @@ from typing import Any
 import highspy
 import numpy as np
 import pyomo.environ as pyo
+from pyomo.common.tee import capture_output
 from pyomo.core.expr.visitor import identify_variables
 from pyomo.repn import generate_standard_repn
 
@@ -53,6 +54,15 @@ class LoadedModel:
     variables: list[Any]
     column: dict[int, int]
     row: dict[Any, int]
+
+
+def quiet_highs() -> highspy.Highs:
+    """A HiGHS instance that prints nothing: its constructor writes HiGHS's banner to file descriptor 1 (once per
+    process), where it would precede `tessera plan --output json`'s document; captured as pyomo's appsi does."""
+    with capture_output(capture_fd=True):
+        h = highspy.Highs()  # type: ignore[no-untyped-call]  # highspy ships no annotations for its constructor
+    h.setOptionValue("output_flag", False)
+    return h
 
 
 def load_model(model: pyo.ConcreteModel) -> LoadedModel:
@@ -96,8 +106,7 @@ def load_model(model: pyo.ConcreteModel) -> LoadedModel:
         lower.append(-highspy.kHighsInf if low is None else low - repn.constant)
         upper.append(highspy.kHighsInf if high is None else high - repn.constant)
         row[constraint] = len(row)
-    h = highspy.Highs()  # type: ignore[no-untyped-call]  # highspy ships no annotations for its constructor
-    h.setOptionValue("output_flag", False)
+    h = quiet_highs()
     bounds = [var.bounds for var in variables]
     h.addVars(len(variables), np.array([-highspy.kHighsInf if lb is None else lb for lb, _ in bounds], dtype=float),
               np.array([highspy.kHighsInf if ub is None else ub for _, ub in bounds], dtype=float))

@@ -30,6 +30,7 @@ from tessera.planner.assignment import config_key, layout_of
 from tessera.planner.catalog import COMPUTE_SLICES, gpu_product, layout_compute_slices
 from tessera.planner.checker import check_plan
 from tessera.planner.features import Features
+from tessera.planner.highs_driver import quiet_highs
 from tessera.planner.latency import (Routing, max_replica_load_rps, min_segment_load_rps, replica_dispersion,
                                      stage_latency_ms, usable_load_rps)
 from tessera.planner.model import Pool, SystemSpec
@@ -95,8 +96,7 @@ def _replica_counts(current: Plan, spare: list[GpuPlan], demands: dict[tuple[str
     columns = [(t, i, c) for t in current.tasks for i, c in enumerate(t.configs)]
     slices = [product.profile(c.segment.mig_profile).compute_slices for _, _, c in columns]
     weight = 2.0 * (len(columns) * max(instances.values(), default=1) + 1)
-    h = highspy.Highs()  # type: ignore[no-untyped-call]  # highspy ships no annotations for its constructor
-    h.setOptionValue("output_flag", False)
+    h = quiet_highs()
     h.setOptionValue("time_limit", time_limit_s)
     count = len(columns)
     for (_, _, config), cost in zip(columns, slices):  # n: replicas (0 drops the configuration)
