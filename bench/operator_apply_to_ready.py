@@ -39,7 +39,7 @@ from cluster.binaries import bin_dir  # noqa: E402
 from cluster.controlplane import ControlPlane, free_port  # noqa: E402
 from cluster.gpu_nodes import create_gpu_nodes  # noqa: E402
 from cluster.gpu_operator import install_cluster_policy  # noqa: E402
-from cluster.kube import ensure_namespace, wait_for, wait_node_ready  # noqa: E402
+from cluster.kube import ensure_namespace, wait_crd_established, wait_for, wait_node_ready  # noqa: E402
 from cluster.mig_manager_standin import MigManagerStandIn  # noqa: E402
 from e2e.operator_harness import audit_lines, operator_writes  # noqa: E402
 
@@ -102,8 +102,7 @@ def run(nodes: int, gpus_per_node: int, workdir: Path) -> dict:
         custom = client.CustomObjectsApi(api)
         kubectl = [str(bins / "kubectl"), "--kubeconfig", str(cluster.kubeconfig)]
         subprocess.run([*kubectl, "apply", "-f", str(REPO / "crds")], check=True, capture_output=True)
-        subprocess.run([*kubectl, "wait", "--for=condition=Established", "crd/compoundinferencesystems.tessera.ai"],
-                       check=True, capture_output=True)
+        wait_crd_established(api, "compoundinferencesystems.tessera.ai")
         ensure_namespace(core, "gpu-operator")
         ensure_namespace(core, NAMESPACE)
         install_cluster_policy(api, "tessera-mig-parted-config")

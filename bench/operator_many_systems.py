@@ -61,7 +61,7 @@ from cluster.binaries import bin_dir  # noqa: E402
 from cluster.controlplane import ControlPlane, free_port  # noqa: E402
 from cluster.gpu_nodes import create_gpu_nodes  # noqa: E402
 from cluster.gpu_operator import install_cluster_policy  # noqa: E402
-from cluster.kube import ensure_namespace, wait_for, wait_node_ready  # noqa: E402
+from cluster.kube import ensure_namespace, wait_crd_established, wait_for, wait_node_ready  # noqa: E402
 from cluster.mig_manager_standin import MigManagerStandIn  # noqa: E402
 from operator_apply_to_ready import (APPLY_S, CONFIGMAP_DELAY_S, EXAMPLES, PROPAGATION_S, peak_rss_mb,  # noqa: E402
                                      scrape, stop_all)
@@ -266,7 +266,7 @@ def run(nodes: int, count: int, tree: Path | None, workdir: Path, edit_s: float,
                 raise RuntimeError(f"kubectl {' '.join(args)}: {done.stderr.strip()}")
 
         kubectl("apply", "-f", str(REPO / "crds"))
-        kubectl("wait", "--for=condition=Established", "--timeout=180s", "crd/compoundinferencesystems.tessera.ai")
+        wait_crd_established(api, "compoundinferencesystems.tessera.ai")
         ensure_namespace(core, "gpu-operator")
         ensure_namespace(core, NAMESPACE)
         install_cluster_policy(api, "tessera-mig-parted-config")
