@@ -359,6 +359,8 @@ class LoopResult(BaseModel):
     violation_pct: list[list[float]]
     drop_pct: list[list[float]]
     allocated_slices: list[float]
+    # slice-seconds allocated to each system's replicas (the systems' order; they sum to allocated_slice_s)
+    system_slice_s: list[float]
 
     def totals(self, systems: list[str] | None = None) -> SystemTotals:
         chosen = [s for s in self.systems if systems is None or s.system in systems]
@@ -370,6 +372,12 @@ class LoopResult(BaseModel):
     def slice_use_pct(self) -> float:
         """Allocated slices over the pool's, averaged over time."""
         return 100 * self.allocated_slice_s / (self.pool_slices * self.duration_s)
+
+    def slice_use_pct_of(self, systems: list[str]) -> float:
+        """The slices these systems' replicas hold over the pool's, averaged over time: slice use at equal served
+        demand, where feature sets serve different systems."""
+        held = sum(s for t, s in zip(self.systems, self.system_slice_s) if t.system in systems)
+        return 100 * held / (self.pool_slices * self.duration_s)
 
     @property
     def busy_of_allocated_pct(self) -> float:
@@ -392,6 +400,7 @@ class _Record:
         self.histogram = np.zeros((len(systems), self.bins, len(LATENCY_EDGES_S) + 1))
         self.capacity_s = np.zeros(shape)  # capacity (source req/s) x seconds
         self.slices_s = np.zeros(self.bins)
+        self.system_slices_s = np.zeros(len(systems))
         self.totals = [SystemTotals(system=s) for s in systems]
 
     def bin_of(self, times_s: np.ndarray) -> np.ndarray:
@@ -607,6 +616,9 @@ class ClosedLoop:
             self.record.add_dropping(k, offset, early.source_arrival, early.latency, slo_s)
             self.record.capacity_s[k] += capacity_rps(runs[False], without) * seconds
         self.record.slices_s += deployment.allocated_slices * seconds
+        for stage in deployment.stages:
+            self.record.system_slices_s[self.record.systems.index(stage.system)] += (
+                deployment.slices[stage.replicas].sum() * piece.duration_s)
         self.busy_slice_s += float((runs[False].busy_s * deployment.slices / deployment.processes).sum())
         self.simulation_wall_s += time.perf_counter() - started
 
@@ -628,4 +640,4 @@ class ClosedLoop:
             demand_rps=(record.arrivals / width).tolist(), capacity_rps=(record.capacity_s / width).tolist(),
             p50_ms=record.percentile_ms(50), p99_ms=record.percentile_ms(99),
             violation_pct=(100 * record.late / share).tolist(), drop_pct=(100 * record.dropped / share).tolist(),
-            allocated_slices=(record.slices_s / width).tolist())
+            allocated_slices=(record.slices_s / width).tolist(), system_slice_s=record.system_slices_s.tolist())
