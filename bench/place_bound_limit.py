@@ -11,7 +11,9 @@ in every step, each adapter loaded once in the hour) or has one slot (one adapte
 per request: a load needs another adapter in the slot, which needs a request of it). A split found shows that
 no bound built from step costs, slots, memory and loads alone reaches tessera's servers less one there: what
 keeps such a split from passing in the twin is how many requests of the same adapters are in the server at
-once (the adapter rule's polling cycle), which the step rules do not bound.
+once (the adapter rule's polling cycle), which the step rules do not bound. Each server of a split found is
+then put to the twin for an hour (seed 0, the twin check's rules) at the split's slot count, to show it is
+the adapter rule, not the step costs, that stops it.
 """
 
 from __future__ import annotations
@@ -22,9 +24,10 @@ import re
 from pathlib import Path
 
 from tessera.planner.placement.bound import server_capacity_rps
-from tessera.planner.placement.model import AdapterDemand
+from tessera.planner.placement.model import AdapterDemand, ServiceBound
 from tessera.planner.placement.scenarios import Scenario, problem_of
 from tessera.planner.placement.server import ServerModel
+from tessera.planner.placement.twin_check import ServerCase, check_server
 from tessera.planner.twin.workload import server_max_lora_rank
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -55,7 +58,15 @@ def charged_capacity(model: ServerModel, adapters: list[AdapterDemand]) -> tuple
     return max(options)
 
 
-def split_that_fits(model: ServerModel, adapters: list[AdapterDemand], servers: int) -> list[dict] | None:
+def put_to_the_twin(model: ServerModel, bound: ServiceBound, adapters: list[AdapterDemand], slots: int) -> dict:
+    rank = server_max_lora_rank(max(a.rank for a in adapters))
+    check = check_server(ServerCase(model.profile, tuple(adapters), slots, rank, bound, seed=0))
+    return {"twin_pass": check.passed, "twin_ratio": round(check.ratio, 3),
+            "twin_worst_served": round(check.min_served_fraction, 3)}
+
+
+def split_that_fits(model: ServerModel, bound: ServiceBound, adapters: list[AdapterDemand],
+                    servers: int) -> list[dict] | None:
     hottest_first = sorted(adapters, key=lambda a: -a.rate_rps)
     for cuts in itertools.combinations([c for c in CUTS if c < len(adapters)], servers - 1):
         edges = (0, *cuts, len(adapters))
@@ -69,7 +80,7 @@ def split_that_fits(model: ServerModel, adapters: list[AdapterDemand], servers: 
             rows.append({"adapters": len(block), "rate_rps": round(rate, 2), "slots": slots,
                          "capacity_rps": round(capacity, 2)})
         else:
-            return rows
+            return [{**row, **put_to_the_twin(model, bound, block, row["slots"])} for row, block in zip(rows, blocks)]
     return None
 
 
@@ -81,15 +92,16 @@ def main() -> None:
         if servers - bound < 2:
             continue
         problem = problem_of(scenario_of(row["scenario"]))
-        split = split_that_fits(ServerModel(problem), list(problem.adapters), servers - 2)
+        split = split_that_fits(ServerModel(problem), problem.bound, list(problem.adapters), servers - 2)
         results.append({"scenario": row["scenario"], "lower_bound": bound, "servers": servers,
                         "split_servers": servers - 2, "split": split})
     (OUT / "place_bound_limit.json").write_text(json.dumps(results, indent=1) + "\n")
     lines = ["| scenario | lower bound | tessera | split into | servers of the split (adapters, req/s, slots, "
-             "charged capacity req/s) |", "|---|---|---|---|---|"]
+             "charged capacity req/s; the twin's hour: ratio, worst adapter) |", "|---|---|---|---|---|"]
     for r in results:
         split = "none found" if r["split"] is None else "; ".join(
-            f"{s['adapters']}, {s['rate_rps']}, {s['slots']}, {s['capacity_rps']}" for s in r["split"])
+            f"{s['adapters']}, {s['rate_rps']}, {s['slots']}, {s['capacity_rps']}; "
+            f"{'passes' if s['twin_pass'] else 'fails'} {s['twin_ratio']}, {s['twin_worst_served']}" for s in r["split"])
         lines.append(f"| {r['scenario']} | {r['lower_bound']} | {r['servers']} | {r['split_servers']} | {split} |")
     (OUT / "place_bound_limit.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
