@@ -22,6 +22,15 @@ most mu / 0.9 req/s, and any placement needs at least ceil(total rate /
 when the pool limits that. The bound is loose where batches hold many distinct
 adapters (each one slows a step by c1 / c0, about 1%) and servers have many
 slots (each costs slot ms a step), which real pools always do.
+
+``server_capacity_rps`` makes the same argument at m slots and n distinct adapters in every step (slot_ms for
+each of m + 1 slots, the KV cache m slots leave, the LoRA multiplier at n adapters). It cannot raise the
+bound: a placement may give any server one slot, whose steps the rules charge one adapter and at most one
+adapter load per request, and then every 1,000-adapter pool of the bench splits into two servers fewer than
+tessera's within capacity (bench/place_bound_limit.py). What limits a server of many cold adapters on few
+slots is the adapter rule: its running requests belong to at most m adapters, so a full batch needs many
+requests of the same few adapters at once, i.e. a long polling cycle, after which the hour's last requests of
+cold adapters go unserved; bounding that is a queueing argument over the arrivals and the hour, not made here.
 """
 
 from __future__ import annotations
@@ -36,7 +45,13 @@ from .model import LowerBound, PlacementProblem
 from .server import ServerModel
 
 
-def server_capacity_rps(model: ServerModel, smallest_rank: int) -> float:
+def server_capacity_rps(model: ServerModel, max_lora_rank: int, slots: int = 1,
+                        adapters_in_batch: float = 1.0) -> float:
+    """Most req/s a server with ``slots`` GPU adapter slots (--max-loras) and --max-lora-rank ``max_lora_rank``
+    carries unstarved, charging every step ``adapters_in_batch`` distinct adapters (the LoRA multiplier grows
+    with each), for a server that starts (``ServerModel.starts``). Slots cost twice: the KV cache they leave
+    (the memory model) and the LoRA kernels' grid, slot_ms for each of slots + 1 in every step whatever its batch
+    (rank_factor >= 1). The lower bound uses one slot and one adapter, the cheapest any server can run."""
     profile = model.profile
     step, run_ms = profile.step, profile.overhead.run_ms
     eos = profile.lengths.eos_fraction
@@ -46,13 +61,11 @@ def server_capacity_rps(model: ServerModel, smallest_rank: int) -> float:
     # the prefill step makes the first output token and the last is never fed back: each finished request
     # puts its prompt and output - 1 tokens through the step budget, and decodes for output - 1 steps
     decode_steps = output - 1.0
-    budget = ServerConfig(max_loras=1).max_num_batched_tokens
-    decoding = min(profile.kv_tokens(1, smallest_rank) / (PROMPT_TOKENS + output / 2.0),
+    budget = ServerConfig(max_loras=slots).max_num_batched_tokens
+    decoding = min(profile.kv_tokens(slots, max_lora_rank) / (PROMPT_TOKENS + output / 2.0),
                    budget * decode_steps / (PROMPT_TOKENS + decode_steps))
-    # one slot: the LoRA kernels' grid costs slot_ms for each of --max-loras + 1 = 2 slots, at least (the
-    # max rank's share only adds to it)
-    step_ms = ((step.a_ms + step.b_ms * decoding) * (step.lora_c0 + step.lora_c1) + run_ms * decoding
-               + 2.0 * step.slot_ms)
+    step_ms = ((step.a_ms + step.b_ms * decoding) * (step.lora_c0 + step.lora_c1 * adapters_in_batch)
+               + run_ms * decoding + (slots + 1) * step.slot_ms)
     finished_rps = decoding / decode_steps * 1000.0 / step_ms
     return finished_rps / STARVATION_RATIO
 

@@ -8,6 +8,7 @@ import pytest
 
 from tessera.planner.placement import (AdapterDemand, PlacementProblem, PoolLimits, ServerModel, lower_bound, place,
                                        zigzag_order)
+from tessera.planner.placement.bound import server_capacity_rps
 from tessera.planner.placement.packing import STRATEGIES
 from tessera.planner.placement.scenarios import Scenario, problem_of
 from tessera.planner.placement.model import MOST_BUSY_PER_SLOT, MOST_CYCLE_S
@@ -103,6 +104,28 @@ def test_the_twin_finishes_no_more_requests_than_the_lower_bounds_server_capacit
     result = simulate(Workload(ranks=np.array([8]), rates=np.array([2 * capacity]), duration_s=duration),
                       load_profile("qwen"), ServerConfig(max_loras=1, outstanding_cap=OUTSTANDING_REQUEST_CAP), seed=0)
     assert result.finished / duration <= 0.9 * capacity
+
+
+def test_the_twin_on_many_slots_finishes_no_more_than_the_capacity_at_that_slot_count_and_close_to_it():
+    """Every slot costs slot_ms a step (the LoRA kernels' grid): one adapter on 64 slots, offered twice the
+    capacity the bound's argument gives at 64 slots; the twin finishes at most 0.9 x it, and at least 0.93 x
+    that, which it would not if the bound left the slot cost out (65 x 0.23 ms, a tenth of a full step there:
+    0.86) or mis-signed it."""
+    problem = PlacementProblem((AdapterDemand("a", 8, 1.0),), "qwen")
+    capacity = server_capacity_rps(ServerModel(problem), 8, slots=64)
+    duration = 300.0
+    result = simulate(Workload(ranks=np.array([8]), rates=np.array([2 * capacity]), duration_s=duration),
+                      load_profile("qwen"), ServerConfig(max_loras=64, outstanding_cap=OUTSTANDING_REQUEST_CAP),
+                      seed=0)
+    assert 0.93 * 0.9 * capacity <= result.finished / duration <= 0.9 * capacity
+
+
+def test_the_capacity_falls_with_each_distinct_adapter_a_step_holds():
+    """The LoRA multiplier grows by lora_c1 for each distinct adapter in the batch (Qwen: 0.00995 on 1.777)."""
+    problem = PlacementProblem((AdapterDemand("a", 8, 1.0),), "qwen")
+    model = ServerModel(problem)
+    one, many = (server_capacity_rps(model, 8, slots=64, adapters_in_batch=n) for n in (1, 64))
+    assert many == pytest.approx(one * (1.777 + 0.00995) / (1.777 + 64 * 0.00995), rel=0.05)
 
 
 @pytest.mark.parametrize("model", ["qwen", "llama"])
