@@ -20,7 +20,7 @@ import yaml
 from tessera.operator import naming
 from tessera.operator.api import status as st
 from tessera.operator.api.systems import SystemObject
-from tessera.operator.gpus.discovery import MIG_RESOURCE_PREFIX, WHOLE_GPU_RESOURCE, Pool, node_profile_name
+from tessera.operator.gpus.discovery import MIG_RESOURCE_PREFIX, WHOLE_GPU_RESOURCE, NodeFacts, Pool, node_profile_name
 from tessera.operator.gpus.node_plans import NodePlan, Placement, PlacedGpu, ServerKey, Share
 from tessera.operator.profiling.jobs import PlannedNode, in_transition
 from tessera.operator.reconcile import builders, frontend_children, mig_failures
@@ -62,6 +62,9 @@ class NodeMig:
     """Why the node's change is held back (a pause, the maintenance window: node_changes.py); None: not held."""
     serving_change: tuple[str, str] | None = None
     """(reason, message): where the re-partition of this serving node stands (serving_nodes.py); None: none."""
+    asked: bool = False
+    """mig-manager is asked for this layout and has not applied it: the node names its config (tessera relabelled
+    it when no pod held its GPUs) or this reconcile relabels it (decide_relabels)."""
 
 
 @dataclass
@@ -184,8 +187,8 @@ def decide_relabels(pool: Pool, mig: dict[str, NodeMig], written: dict[str, floa
     for node_name, planned in sorted(mig.items()):
         node = pool.node(node_name)
         if node.mig_config == planned.config:
-            state = replace(planned, applied=layout_applied(pool, node_name, planned),
-                            failed=node.mig_state == "failed")
+            applied, failed = layout_applied(pool, node_name, planned), node.mig_state == "failed"
+            state = replace(planned, applied=applied, failed=failed, asked=not (applied or failed))
             states[node_name] = state
             if not (state.applied or state.failed):
                 requeue.append(poll_s)
@@ -201,6 +204,7 @@ def decide_relabels(pool: Pool, mig: dict[str, NodeMig], written: dict[str, floa
             continue
         relabels.append(LabelNode(node_name, planned.config, builders.node_relabel_patch(planned.config),
                                   reason=f"planned layout {planned.config}; no pod holds the node's GPUs"))
+        states[node_name] = replace(states[node_name], asked=True)
         requeue.append(poll_s)
     return states, relabels, requeue
 
@@ -210,7 +214,8 @@ def decide_relabels(pool: Pool, mig: dict[str, NodeMig], written: dict[str, floa
 def planned_children(pool: Pool, systems: list[SystemObject], outcome: PoolOutcome, settings: OperatorSettings,
                      store: ProfileStore | None = None
                      ) -> tuple[dict[ChildKey, tuple[Json, bool]], dict[str, list[Json]]]:
-    """Every child the placement wants -> (body, whether to apply it now: its node's layout is applied); and the
+    """Every child the placement wants -> (body, whether to apply it now: its node's layout is applied, or is being
+    applied on a node that serves nothing and advertises none of its instances: starts_before_layout); and the
     Deployments each system's plan wants (applied or waiting for MIG). A system with spec.frontend also gets its
     frontend (frontend_children.py), configured from the plan; `store` (the measured profiles the plan was made
     with) gives the frontend a batch of one's latency."""
@@ -234,7 +239,7 @@ def planned_children(pool: Pool, systems: list[SystemObject], outcome: PoolOutco
                                         node.advertised)
             body = builders.deployment(system.ref, system.spec, key, task, replicas, node.hostname, profile, settings)
             mig = outcome.mig.get(key.node)
-            applied = mig is not None and mig.applied
+            applied = mig is not None and (mig.applied or starts_before_layout(node, mig, profile))
             planned[("Deployment", system.ref.namespace, body["metadata"]["name"])] = (body, applied)
             planned[(BUDGET, system.ref.namespace, body["metadata"]["name"])] = (builders.disruption_budget(body),
                                                                                 applied)
@@ -243,6 +248,25 @@ def planned_children(pool: Pool, systems: list[SystemObject], outcome: PoolOutco
             for body in frontend_children.children(system.ref, system.spec, outcome.plan, store, settings):
                 planned[(body["kind"], system.ref.namespace, body["metadata"]["name"])] = (body, True)
     return planned, deployments
+
+
+def starts_before_layout(node: NodeFacts, mig: NodeMig, profile: str) -> bool:
+    """Whether a model server of MIG profile `profile` (as the node names it) goes onto `node` while mig-manager
+    applies its planned layout, rather than once it is applied: so the controller-manager creates its pods while
+    the layout changes, and they start when it lands.
+
+    Only where no pod can take an instance about to change: the node serves
+    nothing (mig-manager was asked for the layout when no pod held its GPUs,
+    not through a serving node's re-partition, which keeps its own order:
+    serving_nodes.py, tessera's cordon) and advertises no instance of the
+    profile, by its labels nor by the device plugin's allocatable, so the
+    server's pods, pinned to the node, stay Pending until the new layout's
+    instances appear. The system is Ready only once the layout is applied
+    (_mig_condition), whatever its pods do.
+    """
+    resource = builders.gpu_resource(profile, whole_gpu=False)
+    return (mig.asked and mig.serving_change is None and node.cordoned_for is None
+            and not node.advertised_counts().get(profile) and not node.gpu_allocatable.get(resource))
 
 
 def plan_older_than_spec(system: SystemObject, outcome: PoolOutcome) -> bool:
@@ -259,7 +283,8 @@ def plan_older_than_spec(system: SystemObject, outcome: PoolOutcome) -> bool:
 
 def decide_children(planned: dict[ChildKey, tuple[Json, bool]], systems: list[SystemObject],
                     live: dict[ChildKey, Json], outcome: PoolOutcome) -> list[Action]:
-    """Services first, then ConfigMaps and the Deployments whose node's layout is applied (a frontend's ConfigMap
+    """Services first, then ConfigMaps and the Deployments `planned` marks to apply now (their node's layout applied,
+    or being applied where none of their pods can start before it: starts_before_layout; a frontend's ConfigMap
     before the Deployment that mounts it), each only when it differs from the live one;
     then the deletion of children no plan wants, unless the solve failed, their system is invalid, or (a model
     server) it keeps serving until its replacements are available (replacements_awaited). A model server's

@@ -127,6 +127,70 @@ def test_no_deployment_goes_onto_a_node_whose_layout_is_not_applied(plan):
     assert nodes == {"gpu-b"}
 
 
+def pinned_nodes(actions) -> set[str]:
+    return {builders.pinned_hostname(a.body) for a in actions if isinstance(a, ApplyChild) and a.kind == "Deployment"}
+
+
+def changing_pool(plan, state: str = "pending", counts: dict[str, int] | None = None,
+                  allocatable: dict[str, str] | None = None, annotations: dict[str, str] | None = None):
+    """gpu-a (3g.40gb planned) relabelled for its planned layout, mig-manager at `state`, advertising `counts` by its
+    labels and `allocatable` by the device plugin's; gpu-b's layout applied."""
+    mig = desired_mig(pool_with(), outcome_for(plan, pool_with()).placement)
+    a = gpu_node("gpu-a", extra_labels=mig_labels(mig["gpu-a"].config, state, counts or {}))
+    a["status"]["allocatable"] = allocatable or {}
+    a["metadata"]["annotations"] = annotations or {}
+    return pool_of(a, gpu_node("gpu-b", extra_labels=mig_labels(mig["gpu-b"].config, "success", mig["gpu-b"].expected)))
+
+
+def servers_placed(plan, pool, gpu_pods=None, written_at: float = NOW - 100) -> tuple[set[str], PoolOutcome]:
+    """The nodes one reconcile at NOW applies Deployments onto, after its relabels (the configs written at
+    `written_at`, a propagation of 90 s), and its outcome."""
+    outcome = outcome_for(plan, pool)
+    written = {m.config: written_at for m in outcome.mig.values()}
+    outcome.mig, _, _ = decide_relabels(pool, outcome.mig, written, gpu_pods or {}, NOW, propagation_s=90,
+                                        poll_s=SETTINGS.mig_poll_s)
+    planned, outcome.deployments = planned_children(pool, [system()], outcome, SETTINGS)
+    return pinned_nodes(decide_children(planned, [system()], {}, outcome)), outcome
+
+
+def test_a_server_goes_onto_a_node_that_serves_nothing_while_mig_manager_applies_its_layout(plan):
+    nodes, outcome = servers_placed(plan, changing_pool(plan))
+    assert nodes == {"gpu-a", "gpu-b"}
+    _, conditions, _ = system_status(system(), outcome)
+    by_type = {c.type: c for c in conditions}
+    assert not by_type[st.READY].status and by_type[st.MIG_LAYOUT_APPLIED].reason == st.MIG_PENDING
+
+
+def test_a_server_goes_onto_a_node_that_serves_nothing_in_the_reconcile_that_relabels_it(plan):
+    nodes, _ = servers_placed(plan, pool_with())
+    assert nodes == {"gpu-a", "gpu-b"}
+
+
+def test_a_server_waits_for_its_nodes_relabel_held_back_by_the_config_propagation_or_pods_on_its_gpus(plan):
+    propagating, _ = servers_placed(plan, pool_with(), written_at=NOW)
+    held, _ = servers_placed(plan, pool_with(), gpu_pods={"gpu-a": ["other/pod"], "gpu-b": ["other/pod"]})
+    assert propagating == held == set()
+
+
+def test_a_server_waits_for_the_layout_of_a_node_that_advertises_its_mig_profile(plan):
+    by_labels, _ = servers_placed(plan, changing_pool(plan, counts={"3g.40gb": 2}))
+    by_allocatable, _ = servers_placed(plan, changing_pool(plan, allocatable={"nvidia.com/mig-3g.40gb": "2"}))
+    assert by_labels == by_allocatable == {"gpu-b"}
+    other_profile, _ = servers_placed(plan, changing_pool(plan, counts={"1g.10gb": 7},
+                                                         allocatable={"nvidia.com/mig-1g.10gb": "7"}))
+    assert other_profile == {"gpu-a", "gpu-b"}
+
+
+def test_a_server_waits_for_the_layout_of_a_serving_node_tessera_cordoned_to_re_partition(plan):
+    nodes, _ = servers_placed(plan, changing_pool(plan, annotations={naming.CORDONED: "tessera-v1-x"}))
+    assert nodes == {"gpu-b"}
+
+
+def test_a_server_waits_for_a_layout_mig_manager_failed(plan):
+    nodes, _ = servers_placed(plan, changing_pool(plan, state="failed"))
+    assert nodes == {"gpu-b"}
+
+
 def stale_deployment(plan, pool, systems) -> dict:
     planned, _ = children_decision(plan, pool, systems, [])
     body = next(b for (kind, _, _), (b, _) in planned.items() if kind == "Deployment")
