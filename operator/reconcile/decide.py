@@ -62,9 +62,10 @@ class NodeMig:
     """Why the node's change is held back (a pause, the maintenance window: node_changes.py); None: not held."""
     serving_change: tuple[str, str] | None = None
     """(reason, message): where the re-partition of this serving node stands (serving_nodes.py); None: none."""
-    asked: bool = False
-    """mig-manager is asked for this layout and has not applied it: the node names its config (tessera relabelled
-    it when no pod held its GPUs) or this reconcile relabels it (decide_relabels)."""
+    changing: bool = False
+    """The node changes to this layout on tessera's word and has not applied it: it names the layout's config
+    (tessera relabelled it when no pod held its GPUs), this reconcile relabels it, or will once the config had time
+    to reach mig-manager (decide_relabels)."""
 
 
 @dataclass
@@ -188,14 +189,14 @@ def decide_relabels(pool: Pool, mig: dict[str, NodeMig], written: dict[str, floa
         node = pool.node(node_name)
         if node.mig_config == planned.config:
             applied, failed = layout_applied(pool, node_name, planned), node.mig_state == "failed"
-            state = replace(planned, applied=applied, failed=failed, asked=not (applied or failed))
+            state = replace(planned, applied=applied, failed=failed, changing=not (applied or failed))
             states[node_name] = state
             if not (state.applied or state.failed):
                 requeue.append(poll_s)
             continue
         blocked_by = list(gpu_pods.get(node_name, []))
         waits = hold.waits(node, planned.config, serving=bool(blocked_by), now=now)
-        states[node_name] = replace(planned, blocked_by=blocked_by, waiting=waits)
+        states[node_name] = replace(planned, blocked_by=blocked_by, waiting=waits, changing=not (waits or blocked_by))
         if waits or blocked_by:
             continue  # held back; or a serving node, whose re-partitioning (cordon, move, relabel) is not done yet
         wait = written.get(planned.config, now) + propagation_s - now
@@ -204,7 +205,6 @@ def decide_relabels(pool: Pool, mig: dict[str, NodeMig], written: dict[str, floa
             continue
         relabels.append(LabelNode(node_name, planned.config, builders.node_relabel_patch(planned.config),
                                   reason=f"planned layout {planned.config}; no pod holds the node's GPUs"))
-        states[node_name] = replace(states[node_name], asked=True)
         requeue.append(poll_s)
     return states, relabels, requeue
 
@@ -256,16 +256,17 @@ def starts_before_layout(node: NodeFacts, mig: NodeMig, profile: str) -> bool:
     the layout changes, and they start when it lands.
 
     Only where no pod can take an instance about to change: the node serves
-    nothing (mig-manager was asked for the layout when no pod held its GPUs,
-    not through a serving node's re-partition, which keeps its own order:
-    serving_nodes.py, tessera's cordon) and advertises no instance of the
+    nothing (tessera relabels it, or did, or will once the config reached
+    mig-manager, because no pod held its GPUs; not a serving node's
+    re-partition, which keeps its own order: serving_nodes.py, tessera's
+    cordon) and advertises no instance of the
     profile, by its labels nor by the device plugin's allocatable, so the
     server's pods, pinned to the node, stay Pending until the new layout's
     instances appear. The system is Ready only once the layout is applied
     (_mig_condition), whatever its pods do.
     """
     resource = builders.gpu_resource(profile, whole_gpu=False)
-    return (mig.asked and mig.serving_change is None and node.cordoned_for is None
+    return (mig.changing and mig.serving_change is None and node.cordoned_for is None
             and not node.advertised_counts().get(profile) and not node.gpu_allocatable.get(resource))
 
 

@@ -26,6 +26,7 @@ from tessera.operator.reconcile.decide import (PoolOutcome, decide_children, dec
                                                planned_children, replacements_awaited, replacements_in_place,
                                                stored_plan_stands,
                                                system_status)
+from tessera.operator.reconcile.node_changes import NO_HOLD, NodeHold
 from tessera.operator.settings import OperatorSettings
 
 from .conftest import gpu_node, pool_of
@@ -142,13 +143,14 @@ def changing_pool(plan, state: str = "pending", counts: dict[str, int] | None = 
     return pool_of(a, gpu_node("gpu-b", extra_labels=mig_labels(mig["gpu-b"].config, "success", mig["gpu-b"].expected)))
 
 
-def servers_placed(plan, pool, gpu_pods=None, written_at: float = NOW - 100) -> tuple[set[str], PoolOutcome]:
+def servers_placed(plan, pool, gpu_pods=None, written_at: float = NOW - 100,
+                   hold: NodeHold = NO_HOLD) -> tuple[set[str], PoolOutcome]:
     """The nodes one reconcile at NOW applies Deployments onto, after its relabels (the configs written at
     `written_at`, a propagation of 90 s), and its outcome."""
     outcome = outcome_for(plan, pool)
     written = {m.config: written_at for m in outcome.mig.values()}
     outcome.mig, _, _ = decide_relabels(pool, outcome.mig, written, gpu_pods or {}, NOW, propagation_s=90,
-                                        poll_s=SETTINGS.mig_poll_s)
+                                        poll_s=SETTINGS.mig_poll_s, hold=hold)
     planned, outcome.deployments = planned_children(pool, [system()], outcome, SETTINGS)
     return pinned_nodes(decide_children(planned, [system()], {}, outcome)), outcome
 
@@ -161,15 +163,16 @@ def test_a_server_goes_onto_a_node_that_serves_nothing_while_mig_manager_applies
     assert not by_type[st.READY].status and by_type[st.MIG_LAYOUT_APPLIED].reason == st.MIG_PENDING
 
 
-def test_a_server_goes_onto_a_node_that_serves_nothing_in_the_reconcile_that_relabels_it(plan):
-    nodes, _ = servers_placed(plan, pool_with())
-    assert nodes == {"gpu-a", "gpu-b"}
-
-
-def test_a_server_waits_for_its_nodes_relabel_held_back_by_the_config_propagation_or_pods_on_its_gpus(plan):
+def test_a_server_goes_onto_a_node_that_serves_nothing_from_the_reconcile_that_decides_its_relabel(plan):
+    relabelled, _ = servers_placed(plan, pool_with())
     propagating, _ = servers_placed(plan, pool_with(), written_at=NOW)
-    held, _ = servers_placed(plan, pool_with(), gpu_pods={"gpu-a": ["other/pod"], "gpu-b": ["other/pod"]})
-    assert propagating == held == set()
+    assert relabelled == propagating == {"gpu-a", "gpu-b"}
+
+
+def test_a_server_waits_for_the_layout_of_a_node_whose_gpus_pods_hold_or_whose_change_is_held(plan):
+    serving, _ = servers_placed(plan, pool_with(), gpu_pods={"gpu-a": ["other/pod"], "gpu-b": ["other/pod"]})
+    paused, _ = servers_placed(plan, pool_with(), hold=NodeHold(paused={"gpu-a": "paused", "gpu-b": "paused"}))
+    assert serving == paused == set()
 
 
 def test_a_server_waits_for_the_layout_of_a_node_that_advertises_its_mig_profile(plan):
