@@ -63,9 +63,10 @@ class NodeMig:
     serving_change: tuple[str, str] | None = None
     """(reason, message): where the re-partition of this serving node stands (serving_nodes.py); None: none."""
     changing: bool = False
-    """The node changes to this layout on tessera's word and has not applied it: it names the layout's config
-    (tessera relabelled it when no pod held its GPUs), this reconcile relabels it, or will once the config had time
-    to reach mig-manager (decide_relabels)."""
+    """mig-manager is asked for this layout and has not applied it: the node names its config (tessera relabelled
+    it when no pod held its GPUs) or this reconcile relabels it (decide_relabels). Not while the relabel waits for
+    the config to reach mig-manager: servers created then would make that reconcile longer and the relabel later
+    (bench/README.md, "Servers created while the layout changes")."""
 
 
 @dataclass
@@ -196,7 +197,7 @@ def decide_relabels(pool: Pool, mig: dict[str, NodeMig], written: dict[str, floa
             continue
         blocked_by = list(gpu_pods.get(node_name, []))
         waits = hold.waits(node, planned.config, serving=bool(blocked_by), now=now)
-        states[node_name] = replace(planned, blocked_by=blocked_by, waiting=waits, changing=not (waits or blocked_by))
+        states[node_name] = replace(planned, blocked_by=blocked_by, waiting=waits)
         if waits or blocked_by:
             continue  # held back; or a serving node, whose re-partitioning (cordon, move, relabel) is not done yet
         wait = written.get(planned.config, now) + propagation_s - now
@@ -205,6 +206,7 @@ def decide_relabels(pool: Pool, mig: dict[str, NodeMig], written: dict[str, floa
             continue
         relabels.append(LabelNode(node_name, planned.config, builders.node_relabel_patch(planned.config),
                                   reason=f"planned layout {planned.config}; no pod holds the node's GPUs"))
+        states[node_name] = replace(states[node_name], changing=True)
         requeue.append(poll_s)
     return states, relabels, requeue
 
@@ -256,10 +258,9 @@ def starts_before_layout(node: NodeFacts, mig: NodeMig, profile: str) -> bool:
     the layout changes, and they start when it lands.
 
     Only where no pod can take an instance about to change: the node serves
-    nothing (tessera relabels it, or did, or will once the config reached
-    mig-manager, because no pod held its GPUs; not a serving node's
-    re-partition, which keeps its own order: serving_nodes.py, tessera's
-    cordon) and advertises no instance of the
+    nothing (tessera relabels it, or did, because no pod held its GPUs; not
+    a serving node's re-partition, which keeps its own order:
+    serving_nodes.py, tessera's cordon) and advertises no instance of the
     profile, by its labels nor by the device plugin's allocatable, so the
     server's pods, pinned to the node, stay Pending until the new layout's
     instances appear. The system is Ready only once the layout is applied

@@ -163,16 +163,17 @@ def test_a_server_goes_onto_a_node_that_serves_nothing_while_mig_manager_applies
     assert not by_type[st.READY].status and by_type[st.MIG_LAYOUT_APPLIED].reason == st.MIG_PENDING
 
 
-def test_a_server_goes_onto_a_node_that_serves_nothing_from_the_reconcile_that_decides_its_relabel(plan):
-    relabelled, _ = servers_placed(plan, pool_with())
-    propagating, _ = servers_placed(plan, pool_with(), written_at=NOW)
-    assert relabelled == propagating == {"gpu-a", "gpu-b"}
+def test_a_server_goes_onto_a_node_that_serves_nothing_in_the_reconcile_that_relabels_it(plan):
+    nodes, _ = servers_placed(plan, pool_with())
+    assert nodes == {"gpu-a", "gpu-b"}
 
 
-def test_a_server_waits_for_the_layout_of_a_node_whose_gpus_pods_hold_or_whose_change_is_held(plan):
+def test_a_server_waits_for_the_layout_of_a_node_whose_gpus_pods_hold_whose_change_is_held_or_whose_config_propagates(
+        plan):
     serving, _ = servers_placed(plan, pool_with(), gpu_pods={"gpu-a": ["other/pod"], "gpu-b": ["other/pod"]})
     paused, _ = servers_placed(plan, pool_with(), hold=NodeHold(paused={"gpu-a": "paused", "gpu-b": "paused"}))
-    assert serving == paused == set()
+    propagating, _ = servers_placed(plan, pool_with(), written_at=NOW)
+    assert serving == paused == propagating == set()
 
 
 def test_a_server_waits_for_the_layout_of_a_node_that_advertises_its_mig_profile(plan):
