@@ -97,7 +97,7 @@ class Actor:
             log.info("node %s: %s", action.node, action.reason)
         elif isinstance(action, ApplyChild):
             if action.kind == "Deployment":
-                checkpoint("after-mig-success")  # the node's layout is applied; nothing of it serves yet
+                checkpoint("after-mig-success")  # the node's layout is applied or being applied; nothing of it serves yet
             self.cluster.apply(action.body)
             checkpoint(f"after-{action.kind.lower()}")
         elif isinstance(action, DeleteChild):
