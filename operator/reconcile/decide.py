@@ -301,6 +301,10 @@ def decide_children(planned: dict[ChildKey, tuple[Json, bool]], systems: list[Sy
         actions.append(ApplyChild(body, reason="not there yet" if current is None else "differs from the plan"))
     if outcome.solve_error is not None:
         return actions  # a failed solve never deletes running servers
+    for key in sorted(withdrawn_after_a_failed_layout(planned, live, outcome)):
+        if key in live:  # the Deployment, then its budget
+            actions.append(DeleteChild(live[key], reason="applied while its node's MIG layout changed, which "
+                                                         "mig-manager failed before it served"))
     by_key = {s.ref.key: s for s in systems}
     outdated = {s.ref.key for s in systems if plan_older_than_spec(s, outcome)}
     awaited = replacements_awaited(planned, live, outcome)
@@ -323,6 +327,24 @@ def decide_children(planned: dict[ChildKey, tuple[Json, bool]], systems: list[Sy
         deleting.add(key)
         actions.append(DeleteChild(child, reason=f"no plan of {owner.ref.key} wants it"))
     return actions
+
+
+def withdrawn_after_a_failed_layout(planned: dict[ChildKey, tuple[Json, bool]], live: dict[ChildKey, Json],
+                                    outcome: PoolOutcome) -> set[ChildKey]:
+    """The plan's Deployments applied while their node's layout changed (starts_before_layout) that mig-manager then
+    failed, none of their pods available yet, and their budgets: withdrawn, as a node whose layout failed gets nothing
+    new (their pods would wait there, or take the instances of a layout left half made, and hold the node's GPUs
+    against the retry); applied again once the layout is applied. One with an available pod serves: it stays, as
+    anything that serves on a failed node does until its pool plans without the node (mig_failures.py)."""
+    failed = {m.hostname for m in outcome.mig.values() if m.failed}
+    found: set[ChildKey] = set()
+    for key, (body, _) in planned.items():
+        current = live.get(key)
+        if (key[0] == "Deployment" and current is not None and builders.pinned_hostname(body) in failed
+                and builders.applied_hash(current) == builders.applied_hash(body)
+                and not (current.get("status") or {}).get("availableReplicas")):
+            found |= {key, (BUDGET, *key[1:])}
+    return found
 
 
 def replacements_awaited(planned: dict[ChildKey, tuple[Json, bool]], live: dict[ChildKey, Json],

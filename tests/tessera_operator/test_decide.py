@@ -195,6 +195,22 @@ def test_a_server_waits_for_a_layout_mig_manager_failed(plan):
     assert nodes == {"gpu-b"}
 
 
+def test_a_server_applied_before_its_layout_is_withdrawn_with_its_budget_when_mig_manager_fails_the_layout(plan):
+    pool, systems = changing_pool(plan, state="failed"), [system()]
+    outcome = outcome_for(plan, pool)
+    outcome.mig, _, _ = decide_relabels(pool, outcome.mig, {}, {}, NOW, propagation_s=0, poll_s=SETTINGS.mig_poll_s)
+    planned, _ = planned_children(pool, systems, outcome, SETTINGS)
+    on_a = {body["metadata"]["name"] for body, _ in planned.values()
+            if body["kind"] == "Deployment" and builders.pinned_hostname(body) == "gpu-a"}
+    early = [live(body) for body, _ in planned.values()
+             if body["kind"] in ("Deployment", "PodDisruptionBudget") and body["metadata"]["name"] in on_a]
+    actions = decide_children(planned, systems, live_children(early, systems), outcome)
+    assert [(a.child["kind"], a.child["metadata"]["name"]) for a in actions if isinstance(a, DeleteChild)] == sorted(
+        (c["kind"], c["metadata"]["name"]) for c in early) and len(early) == 2
+    serving = [{**c, "status": {"availableReplicas": 1}} if c["kind"] == "Deployment" else c for c in early]
+    assert deleted(decide_children(planned, systems, live_children(serving, systems), outcome)) == []
+
+
 def stale_deployment(plan, pool, systems) -> dict:
     planned, _ = children_decision(plan, pool, systems, [])
     body = next(b for (kind, _, _), (b, _) in planned.items() if kind == "Deployment")
