@@ -341,7 +341,7 @@ def withdrawn_after_a_failed_layout(planned: dict[ChildKey, tuple[Json, bool]], 
     for key, (body, _) in planned.items():
         current = live.get(key)
         if (key[0] == "Deployment" and current is not None and builders.pinned_hostname(body) in failed
-                and builders.applied_hash(current) == builders.applied_hash(body)
+                and builders.applied_hash(body) == builders.applied_hash(current)  # this plan's, as applied
                 and not (current.get("status") or {}).get("availableReplicas")):
             found |= {key, (BUDGET, *key[1:])}
     return found
