@@ -22,7 +22,7 @@ KILL_POINTS = (
     "after-plan-stored",        # the pool's plan ConfigMap written
     "after-mig-configmap",      # tessera's MIG configs written into the mig-parted ConfigMap
     "after-node-relabel",       # one node relabelled for its new MIG config
-    "after-mig-success",        # a node reported success, before any Deployment of it
+    "after-mig-success",        # before a Deployment: its node reported success, or serves nothing and is changing
     "after-service",            # one Service applied
     "after-deployment",         # one Deployment applied (kill at :2 to stop between two of them)
     "after-stale-delete",       # a child no plan wants deleted

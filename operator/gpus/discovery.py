@@ -75,6 +75,8 @@ class NodeFacts:
     cordoned_up: bool = False
     """An admin cordoned the node (not tessera) while it is up (Ready, or NotReady within the grace): out of its
     pool, but a cordon stops no pod, so the pods on it run on and serve."""
+    gpu_allocatable: dict[str, int] = field(default_factory=dict)
+    """The node's allocatable `nvidia.com/*` resources over zero: the device plugin's, which the scheduler counts."""
 
     def advertised_counts(self) -> dict[str, int]:
         return {name: p.count for name, p in self.advertised.items() if p.count}
@@ -108,7 +110,14 @@ def node_facts(node: dict, requested_annotation: str, at: float = 0.0,
         cordoned_for=(metadata.get("annotations") or {}).get(naming.CORDONED),
         change_loss=(metadata.get("annotations") or {}).get(naming.CHANGE_LOSS),
         not_ready_since=_not_ready_since(node),
+        gpu_allocatable=_gpu_allocatable(node),
     )
+
+
+def _gpu_allocatable(node: dict) -> dict[str, int]:
+    allocatable = (node.get("status") or {}).get("allocatable") or {}
+    return {name: int(value) for name, value in allocatable.items()
+            if name.startswith("nvidia.com/") and str(value).isdigit() and int(value) > 0}
 
 
 def _mig_failure(text: str | None) -> MigFailure | None:

@@ -3,7 +3,7 @@
 The order of a reconcile (docs/operator.md, "The order of writes"): the
 records of mig-manager failures, the pool's plan, the mig-parted ConfigMap, node relabels and the cordons and
 scale-downs of serving nodes being re-partitioned (serving_nodes.py), Services, then
-ConfigMaps (a frontend's config) and Deployments (only onto nodes whose layout is applied), stale children,
+ConfigMaps (a frontend's config) and Deployments (only onto nodes whose layout is applied or, on a node that serves nothing, being applied), stale children,
 then each system's status and its Events; after an AdapterPool's servers, the loads of adapters its pods'
 servers do not list, then those pods' readiness gates and annotations. Every action is idempotent (apply
 is server-side apply, a delete tolerates a child already gone, a status
@@ -97,7 +97,7 @@ class Actor:
             log.info("node %s: %s", action.node, action.reason)
         elif isinstance(action, ApplyChild):
             if action.kind == "Deployment":
-                checkpoint("after-mig-success")  # the node's layout is applied; nothing of it serves yet
+                checkpoint("after-mig-success")  # the node's layout is applied or being applied; nothing of it serves yet
             self.cluster.apply(action.body)
             checkpoint(f"after-{action.kind.lower()}")
         elif isinstance(action, DeleteChild):

@@ -20,7 +20,7 @@ import yaml
 from tessera.operator import naming
 from tessera.operator.api import status as st
 from tessera.operator.api.systems import SystemObject
-from tessera.operator.gpus.discovery import MIG_RESOURCE_PREFIX, WHOLE_GPU_RESOURCE, Pool, node_profile_name
+from tessera.operator.gpus.discovery import MIG_RESOURCE_PREFIX, WHOLE_GPU_RESOURCE, NodeFacts, Pool, node_profile_name
 from tessera.operator.gpus.node_plans import NodePlan, Placement, PlacedGpu, ServerKey, Share
 from tessera.operator.profiling.jobs import PlannedNode, in_transition
 from tessera.operator.reconcile import builders, frontend_children, mig_failures
@@ -62,6 +62,11 @@ class NodeMig:
     """Why the node's change is held back (a pause, the maintenance window: node_changes.py); None: not held."""
     serving_change: tuple[str, str] | None = None
     """(reason, message): where the re-partition of this serving node stands (serving_nodes.py); None: none."""
+    changing: bool = False
+    """mig-manager is asked for this layout and has not applied it: the node names its config (tessera relabelled
+    it when no pod held its GPUs) or this reconcile relabels it (decide_relabels). Not while the relabel waits for
+    the config to reach mig-manager: servers created then would make that reconcile longer and the relabel later
+    (bench/README.md, "Servers created while the layout changes")."""
 
 
 @dataclass
@@ -184,8 +189,8 @@ def decide_relabels(pool: Pool, mig: dict[str, NodeMig], written: dict[str, floa
     for node_name, planned in sorted(mig.items()):
         node = pool.node(node_name)
         if node.mig_config == planned.config:
-            state = replace(planned, applied=layout_applied(pool, node_name, planned),
-                            failed=node.mig_state == "failed")
+            applied, failed = layout_applied(pool, node_name, planned), node.mig_state == "failed"
+            state = replace(planned, applied=applied, failed=failed, changing=not (applied or failed))
             states[node_name] = state
             if not (state.applied or state.failed):
                 requeue.append(poll_s)
@@ -201,6 +206,7 @@ def decide_relabels(pool: Pool, mig: dict[str, NodeMig], written: dict[str, floa
             continue
         relabels.append(LabelNode(node_name, planned.config, builders.node_relabel_patch(planned.config),
                                   reason=f"planned layout {planned.config}; no pod holds the node's GPUs"))
+        states[node_name] = replace(states[node_name], changing=True)
         requeue.append(poll_s)
     return states, relabels, requeue
 
@@ -210,7 +216,8 @@ def decide_relabels(pool: Pool, mig: dict[str, NodeMig], written: dict[str, floa
 def planned_children(pool: Pool, systems: list[SystemObject], outcome: PoolOutcome, settings: OperatorSettings,
                      store: ProfileStore | None = None
                      ) -> tuple[dict[ChildKey, tuple[Json, bool]], dict[str, list[Json]]]:
-    """Every child the placement wants -> (body, whether to apply it now: its node's layout is applied); and the
+    """Every child the placement wants -> (body, whether to apply it now: its node's layout is applied, or is being
+    applied on a node that serves nothing and advertises none of its instances: starts_before_layout); and the
     Deployments each system's plan wants (applied or waiting for MIG). A system with spec.frontend also gets its
     frontend (frontend_children.py), configured from the plan; `store` (the measured profiles the plan was made
     with) gives the frontend a batch of one's latency."""
@@ -234,7 +241,7 @@ def planned_children(pool: Pool, systems: list[SystemObject], outcome: PoolOutco
                                         node.advertised)
             body = builders.deployment(system.ref, system.spec, key, task, replicas, node.hostname, profile, settings)
             mig = outcome.mig.get(key.node)
-            applied = mig is not None and mig.applied
+            applied = mig is not None and (mig.applied or starts_before_layout(node, mig, profile))
             planned[("Deployment", system.ref.namespace, body["metadata"]["name"])] = (body, applied)
             planned[(BUDGET, system.ref.namespace, body["metadata"]["name"])] = (builders.disruption_budget(body),
                                                                                 applied)
@@ -243,6 +250,25 @@ def planned_children(pool: Pool, systems: list[SystemObject], outcome: PoolOutco
             for body in frontend_children.children(system.ref, system.spec, outcome.plan, store, settings):
                 planned[(body["kind"], system.ref.namespace, body["metadata"]["name"])] = (body, True)
     return planned, deployments
+
+
+def starts_before_layout(node: NodeFacts, mig: NodeMig, profile: str) -> bool:
+    """Whether a model server of MIG profile `profile` (as the node names it) goes onto `node` while mig-manager
+    applies its planned layout, rather than once it is applied: so the controller-manager creates its pods while
+    the layout changes, and they start when it lands.
+
+    Only where no pod can take an instance about to change: the node serves
+    nothing (tessera relabels it, or did, because no pod held its GPUs; not
+    a serving node's re-partition, which keeps its own order:
+    serving_nodes.py, tessera's cordon) and advertises no instance of the
+    profile, by its labels nor by the device plugin's allocatable, so the
+    server's pods, pinned to the node, stay Pending until the new layout's
+    instances appear. The system is Ready only once the layout is applied
+    (_mig_condition), whatever its pods do.
+    """
+    resource = builders.gpu_resource(profile, whole_gpu=False)
+    return (mig.changing and mig.serving_change is None and node.cordoned_for is None
+            and not node.advertised_counts().get(profile) and not node.gpu_allocatable.get(resource))
 
 
 def plan_older_than_spec(system: SystemObject, outcome: PoolOutcome) -> bool:
@@ -259,7 +285,8 @@ def plan_older_than_spec(system: SystemObject, outcome: PoolOutcome) -> bool:
 
 def decide_children(planned: dict[ChildKey, tuple[Json, bool]], systems: list[SystemObject],
                     live: dict[ChildKey, Json], outcome: PoolOutcome) -> list[Action]:
-    """Services first, then ConfigMaps and the Deployments whose node's layout is applied (a frontend's ConfigMap
+    """Services first, then ConfigMaps and the Deployments `planned` marks to apply now (their node's layout applied,
+    or being applied where none of their pods can start before it: starts_before_layout; a frontend's ConfigMap
     before the Deployment that mounts it), each only when it differs from the live one;
     then the deletion of children no plan wants, unless the solve failed, their system is invalid, or (a model
     server) it keeps serving until its replacements are available (replacements_awaited). A model server's
@@ -274,6 +301,10 @@ def decide_children(planned: dict[ChildKey, tuple[Json, bool]], systems: list[Sy
         actions.append(ApplyChild(body, reason="not there yet" if current is None else "differs from the plan"))
     if outcome.solve_error is not None:
         return actions  # a failed solve never deletes running servers
+    for key in sorted(withdrawn_after_a_failed_layout(planned, live, outcome)):
+        if key in live:  # the Deployment, then its budget
+            actions.append(DeleteChild(live[key], reason="applied while its node's MIG layout changed, which "
+                                                         "mig-manager failed before it served"))
     by_key = {s.ref.key: s for s in systems}
     outdated = {s.ref.key for s in systems if plan_older_than_spec(s, outcome)}
     awaited = replacements_awaited(planned, live, outcome)
@@ -296,6 +327,24 @@ def decide_children(planned: dict[ChildKey, tuple[Json, bool]], systems: list[Sy
         deleting.add(key)
         actions.append(DeleteChild(child, reason=f"no plan of {owner.ref.key} wants it"))
     return actions
+
+
+def withdrawn_after_a_failed_layout(planned: dict[ChildKey, tuple[Json, bool]], live: dict[ChildKey, Json],
+                                    outcome: PoolOutcome) -> set[ChildKey]:
+    """The plan's Deployments applied while their node's layout changed (starts_before_layout) that mig-manager then
+    failed, none of their pods available yet, and their budgets: withdrawn, as a node whose layout failed gets nothing
+    new (their pods would wait there, or take the instances of a layout left half made, and hold the node's GPUs
+    against the retry); applied again once the layout is applied. One with an available pod serves: it stays, as
+    anything that serves on a failed node does until its pool plans without the node (mig_failures.py)."""
+    failed = {m.hostname for m in outcome.mig.values() if m.failed}
+    found: set[ChildKey] = set()
+    for key, (body, _) in planned.items():
+        current = live.get(key)
+        if (key[0] == "Deployment" and current is not None and builders.pinned_hostname(body) in failed
+                and builders.applied_hash(body) == builders.applied_hash(current)  # this plan's, as applied
+                and not (current.get("status") or {}).get("availableReplicas")):
+            found |= {key, (BUDGET, *key[1:])}
+    return found
 
 
 def replacements_awaited(planned: dict[ChildKey, tuple[Json, bool]], live: dict[ChildKey, Json],

@@ -16,7 +16,9 @@ ConfigMap the ClusterPolicy names, under content-addressed names; a node is
 relabelled only once the config has had time to reach mig-manager, in one
 patch that also removes the state label, and its layout counts as applied
 only on a later `success` whose advertised profile counts match the plan.
-Deployments go only onto nodes whose layout is applied.
+Deployments go only onto nodes whose layout is applied, or is being applied on
+a node that serves nothing and advertises none of the instances they request
+(decide.starts_before_layout: their pods wait Pending for the layout).
 """
 
 from __future__ import annotations

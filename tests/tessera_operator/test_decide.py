@@ -26,6 +26,7 @@ from tessera.operator.reconcile.decide import (PoolOutcome, decide_children, dec
                                                planned_children, replacements_awaited, replacements_in_place,
                                                stored_plan_stands,
                                                system_status)
+from tessera.operator.reconcile.node_changes import NO_HOLD, NodeHold
 from tessera.operator.settings import OperatorSettings
 
 from .conftest import gpu_node, pool_of
@@ -125,6 +126,89 @@ def test_no_deployment_goes_onto_a_node_whose_layout_is_not_applied(plan):
     nodes = {d["spec"]["template"]["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
              ["nodeSelectorTerms"][0]["matchExpressions"][0]["values"][0] for d in applied if d["kind"] == "Deployment"}
     assert nodes == {"gpu-b"}
+
+
+def pinned_nodes(actions) -> set[str]:
+    return {builders.pinned_hostname(a.body) for a in actions if isinstance(a, ApplyChild) and a.kind == "Deployment"}
+
+
+def changing_pool(plan, state: str = "pending", counts: dict[str, int] | None = None,
+                  allocatable: dict[str, str] | None = None, annotations: dict[str, str] | None = None):
+    """gpu-a (3g.40gb planned) relabelled for its planned layout, mig-manager at `state`, advertising `counts` by its
+    labels and `allocatable` by the device plugin's; gpu-b's layout applied."""
+    mig = desired_mig(pool_with(), outcome_for(plan, pool_with()).placement)
+    a = gpu_node("gpu-a", extra_labels=mig_labels(mig["gpu-a"].config, state, counts or {}))
+    a["status"]["allocatable"] = allocatable or {}
+    a["metadata"]["annotations"] = annotations or {}
+    return pool_of(a, gpu_node("gpu-b", extra_labels=mig_labels(mig["gpu-b"].config, "success", mig["gpu-b"].expected)))
+
+
+def servers_placed(plan, pool, gpu_pods=None, written_at: float = NOW - 100,
+                   hold: NodeHold = NO_HOLD) -> tuple[set[str], PoolOutcome]:
+    """The nodes one reconcile at NOW applies Deployments onto, after its relabels (the configs written at
+    `written_at`, a propagation of 90 s), and its outcome."""
+    outcome = outcome_for(plan, pool)
+    written = {m.config: written_at for m in outcome.mig.values()}
+    outcome.mig, _, _ = decide_relabels(pool, outcome.mig, written, gpu_pods or {}, NOW, propagation_s=90,
+                                        poll_s=SETTINGS.mig_poll_s, hold=hold)
+    planned, outcome.deployments = planned_children(pool, [system()], outcome, SETTINGS)
+    return pinned_nodes(decide_children(planned, [system()], {}, outcome)), outcome
+
+
+def test_a_server_goes_onto_a_node_that_serves_nothing_while_mig_manager_applies_its_layout(plan):
+    nodes, outcome = servers_placed(plan, changing_pool(plan))
+    assert nodes == {"gpu-a", "gpu-b"}
+    _, conditions, _ = system_status(system(), outcome)
+    by_type = {c.type: c for c in conditions}
+    assert not by_type[st.READY].status and by_type[st.MIG_LAYOUT_APPLIED].reason == st.MIG_PENDING
+
+
+def test_a_server_goes_onto_a_node_that_serves_nothing_in_the_reconcile_that_relabels_it(plan):
+    nodes, _ = servers_placed(plan, pool_with())
+    assert nodes == {"gpu-a", "gpu-b"}
+
+
+def test_a_server_waits_for_the_layout_of_a_node_whose_gpus_pods_hold_whose_change_is_held_or_whose_config_propagates(
+        plan):
+    serving, _ = servers_placed(plan, pool_with(), gpu_pods={"gpu-a": ["other/pod"], "gpu-b": ["other/pod"]})
+    paused, _ = servers_placed(plan, pool_with(), hold=NodeHold(paused={"gpu-a": "paused", "gpu-b": "paused"}))
+    propagating, _ = servers_placed(plan, pool_with(), written_at=NOW)
+    assert serving == paused == propagating == set()
+
+
+def test_a_server_waits_for_the_layout_of_a_node_that_advertises_its_mig_profile(plan):
+    by_labels, _ = servers_placed(plan, changing_pool(plan, counts={"3g.40gb": 2}))
+    by_allocatable, _ = servers_placed(plan, changing_pool(plan, allocatable={"nvidia.com/mig-3g.40gb": "2"}))
+    assert by_labels == by_allocatable == {"gpu-b"}
+    other_profile, _ = servers_placed(plan, changing_pool(plan, counts={"1g.10gb": 7},
+                                                         allocatable={"nvidia.com/mig-1g.10gb": "7"}))
+    assert other_profile == {"gpu-a", "gpu-b"}
+
+
+def test_a_server_waits_for_the_layout_of_a_serving_node_tessera_cordoned_to_re_partition(plan):
+    nodes, _ = servers_placed(plan, changing_pool(plan, annotations={naming.CORDONED: "tessera-v1-x"}))
+    assert nodes == {"gpu-b"}
+
+
+def test_a_server_waits_for_a_layout_mig_manager_failed(plan):
+    nodes, _ = servers_placed(plan, changing_pool(plan, state="failed"))
+    assert nodes == {"gpu-b"}
+
+
+def test_a_server_applied_before_its_layout_is_withdrawn_with_its_budget_when_mig_manager_fails_the_layout(plan):
+    pool, systems = changing_pool(plan, state="failed"), [system()]
+    outcome = outcome_for(plan, pool)
+    outcome.mig, _, _ = decide_relabels(pool, outcome.mig, {}, {}, NOW, propagation_s=0, poll_s=SETTINGS.mig_poll_s)
+    planned, _ = planned_children(pool, systems, outcome, SETTINGS)
+    on_a = {body["metadata"]["name"] for body, _ in planned.values()
+            if body["kind"] == "Deployment" and builders.pinned_hostname(body) == "gpu-a"}
+    early = [live(body) for body, _ in planned.values()
+             if body["kind"] in ("Deployment", "PodDisruptionBudget") and body["metadata"]["name"] in on_a]
+    actions = decide_children(planned, systems, live_children(early, systems), outcome)
+    assert [(a.child["kind"], a.child["metadata"]["name"]) for a in actions if isinstance(a, DeleteChild)] == sorted(
+        (c["kind"], c["metadata"]["name"]) for c in early) and len(early) == 2
+    serving = [{**c, "status": {"availableReplicas": 1}} if c["kind"] == "Deployment" else c for c in early]
+    assert deleted(decide_children(planned, systems, live_children(serving, systems), outcome)) == []
 
 
 def stale_deployment(plan, pool, systems) -> dict:
