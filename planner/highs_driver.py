@@ -8,8 +8,10 @@ model on such changes, which took minutes for relax-and-fix on large pools.
 
 from __future__ import annotations
 
+import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,6 +56,44 @@ class LoadedModel:
     variables: list[Any]
     column: dict[int, int]
     row: dict[Any, int]
+
+
+class ModelLock:
+    """One thread at a time builds, loads and reads Pyomo models: Pyomo's expression walkers are shared objects of
+    its modules (identify_variables.visitor, evaluate_expression's), which two threads walking at once corrupt
+    ("dictionary changed size during iteration", seen). Threads that solve parts at once (decompose.py) each hold
+    it but while HiGHS runs (`released`, in HighsModel._run): one part's solve overlaps another's Python, which
+    the GIL would serialize anyway. A thread that does not hold it (one plan at a time) runs as before."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._holder = threading.local()
+
+    @contextmanager
+    def held(self) -> Iterator[None]:
+        with self._lock:
+            self._holder.holds = True
+            try:
+                yield
+            finally:
+                self._holder.holds = False
+
+    @contextmanager
+    def released(self) -> Iterator[None]:
+        """Let the others model meanwhile, where this thread holds the lock."""
+        if not getattr(self._holder, "holds", False):
+            yield
+            return
+        self._holder.holds = False
+        self._lock.release()
+        try:
+            yield
+        finally:
+            self._lock.acquire()
+            self._holder.holds = True
+
+
+MODELS = ModelLock()
 
 
 def quiet_highs() -> highspy.Highs:
@@ -238,7 +278,8 @@ class HighsModel:
         self.h.setOptionValue("time_limit", max(time_limit_s, 0.5))
         if warm_start:
             self.h.setSolution(self._found().as_highs())
-        self.h.run()
+        with MODELS.released():  # HiGHS lets go of the GIL: others may model meanwhile
+            self.h.run()
         self.last_status = self.h.modelStatusToString(self.h.getModelStatus())
         if self.h.getInfo().primal_solution_status != _FEASIBLE_SOLUTION:
             return None
