@@ -8,7 +8,9 @@ fresh pool of nodes x 8 H100s, in this process. Each phase of planner/decompose.
 function that does it (wall and CPU seconds, calls), and inside the parts the building of each model (pyomo) and
 its loading into HiGHS (highs_driver.load_model), which the report's build_s leaves out; the parts' HiGHS seconds are their
 reports'. A phase's CPU seconds are its own thread's (parts solved at once run in threads); its wall seconds are
-summed over the calls, so with parts solved at once they may exceed the plan's. With `--before` each pool is
+summed over the calls, so with parts solved at once they may exceed the plan's. Each plan's line says how many
+cores it used and how many the machine left idle meanwhile (/proc/stat): parts at once gain only where about two
+are free. With `--before` each pool is
 also planned with the parts one after another (`parallel_parts` 1, as before that option), alternating with the
 default, `--rounds` times each, in this process: the ratios are after / before. Prints a Markdown table per pool;
 writes bench/results/decompose_phases.md.
@@ -38,6 +40,8 @@ IN_PARTS = {"CompoundMilp": "of the parts: building the models (pyomo)",
             "HighsModel": "of the parts: loading the models into HiGHS (highs_driver.load_model)"}
 """Inside each part's plan() (planner/solve.py): what its report's build_s leaves out, beside what it counts."""
 COUNTING = threading.Lock()
+IDLE = "idle"
+"""(the machine's cores left idle during the plan, the cores the plan used): the cores free to it were their sum."""
 
 
 def bench_systems(count: int, distinct: bool = False) -> list:
@@ -63,6 +67,12 @@ def timed(times: dict[str, list[float]], name: str, function: Callable) -> Calla
     return wrapper
 
 
+def machine_cpu() -> tuple[int, int]:
+    """The machine's CPU time so far (/proc/stat, jiffies): all of it, and the idle part (idle, I/O wait)."""
+    fields = [int(f) for f in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return sum(fields[:8]), fields[3] + fields[4]
+
+
 def one_plan(count: int, nodes: int, distinct: bool, options: PlannerOptions) -> tuple[dict, object, float, float]:
     """The phases' (wall, CPU, calls), the outcome, and the plan's wall and CPU seconds (all threads)."""
     times: dict[str, list[float]] = {}
@@ -72,9 +82,12 @@ def one_plan(count: int, nodes: int, distinct: bool, options: PlannerOptions) ->
         setattr(module, name, timed(times, {**PHASES, **IN_PARTS}[name], function))
     try:
         pool = NodePool(gpu="H100-80GB", nodes=[NodeState(name=f"gpu-node-{n}", gpus=[{}] * 8) for n in range(nodes)])
-        wall, cpu = time.perf_counter(), time.process_time()
+        wall, cpu, (total, idle) = time.perf_counter(), time.process_time(), machine_cpu()
         outcome = plan_outcome(bench_systems(count, distinct), pool, options=options)
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+        total_after, idle_after = machine_cpu()
+        idle_cores = (os.cpu_count() or 1) * (idle_after - idle) / max(1, total_after - total)
+        times[IDLE] = [idle_cores, cpu / max(wall, 1e-9), 0]
     finally:
         for (module, name), function in originals.items():
             setattr(module, name, function)
@@ -83,7 +96,9 @@ def one_plan(count: int, nodes: int, distinct: bool, options: PlannerOptions) ->
 
 def phase_table(times: dict, outcome, wall: float, cpu: float, label: str) -> list[str]:
     report = outcome.plan.solver if getattr(outcome, "plan", None) else None
-    lines = [f"{label}: {outcome.kind}, {report.method if report else 'no plan'}: {wall:.1f} s wall, {cpu:.1f} s CPU"
+    idle, used = times[IDLE][:2]
+    lines = [f"{label}: {outcome.kind}, {report.method if report else 'no plan'}: {wall:.1f} s wall, {cpu:.1f} s CPU "
+             f"({used:.2f} cores used, {idle:.2f} left idle)"
              + (f"; the parts' models built in {report.build_s:.1f} s, HiGHS {report.solve_s:.1f} s (summed over the "
                 "parts)" if report else ""),
              "", "| phase | wall s (summed) | CPU s (its threads) | calls |", "| --- | --- | --- | --- |"]
@@ -94,7 +109,7 @@ def phase_table(times: dict, outcome, wall: float, cpu: float, label: str) -> li
 
 def one_pool(count: int, nodes: int, distinct: bool, before: bool, rounds: int) -> str:
     after_options = PlannerOptions()
-    runs: dict[str, list[tuple[float, float]]] = {}
+    runs: dict[str, list[tuple[float, float, float]]] = {}
     plans: dict[str, object] = {}
     lines = [f"### {count} systems{', demands distinct' if distinct else ''} on {nodes} nodes x 8 H100 "
              f"(load average {os.getloadavg()[0]:.1f} at the start)", ""]
@@ -104,19 +119,21 @@ def one_pool(count: int, nodes: int, distinct: bool, before: bool, rounds: int) 
     for round_ in range(rounds):
         for label, options in kinds:
             times, outcome, wall, cpu = one_plan(count, nodes, distinct, options)
-            runs.setdefault(label, []).append((wall, cpu))
+            runs.setdefault(label, []).append((wall, cpu, sum(times[IDLE][:2])))
             plan = getattr(outcome, "plan", None)
             plans.setdefault(label, plan.model_dump(exclude={"solver"}) if plan else None)
             if round_ == 0:
                 lines += phase_table(times, outcome, wall, cpu, label)
     if before:
         (b_label, _), (a_label, _) = kinds
-        walls = {label: statistics.median(w for w, _ in spent) for label, spent in runs.items()}
-        cpus = {label: statistics.median(c for _, c in spent) for label, spent in runs.items()}
+        walls = {label: statistics.median(w for w, _, _ in spent) for label, spent in runs.items()}
+        cpus = {label: statistics.median(c for _, c, _ in spent) for label, spent in runs.items()}
+        free = {label: statistics.median(f for _, _, f in spent) for label, spent in runs.items()}
         lines += [f"Medians of {rounds} (alternating), load average {os.getloadavg()[0]:.1f} at the end:", "",
                   "| | before | after | after / before |", "| --- | --- | --- | --- |",
                   f"| wall s | {walls[b_label]:.1f} | {walls[a_label]:.1f} | {walls[a_label] / walls[b_label]:.2f} |",
                   f"| CPU s | {cpus[b_label]:.1f} | {cpus[a_label]:.1f} | {cpus[a_label] / cpus[b_label]:.2f} |",
+                  f"| cores free to the plan (used + left idle) | {free[b_label]:.2f} | {free[a_label]:.2f} | |",
                   "", f"The same plan (all but the solver's report): {plans[b_label] == plans[a_label]}", ""]
     return "\n".join(lines) + "\n"
 
