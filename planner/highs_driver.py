@@ -165,7 +165,7 @@ def _variables_in_order(body: Any) -> Iterable[Any]:
     the terms of a linear sum of numbers times variables (nearly every row the planner writes): walking each row
     with pyomo's visitor took about half of load_model's time (bench/README.md, parts solved at once)."""
     if body.__class__ is not LinearExpression:
-        return identify_variables(body, include_fixed=False)
+        return list(identify_variables(body, include_fixed=False))
     found = []
     for term in body.args:
         if term.__class__ is MonomialTermExpression and term.args[0].__class__ in native_numeric_types:
@@ -175,7 +175,7 @@ def _variables_in_order(body: Any) -> Iterable[Any]:
         elif term.is_variable_type():
             found.append(term)
         else:
-            return identify_variables(body, include_fixed=False)
+            return list(identify_variables(body, include_fixed=False))
     return found
 
 
