@@ -54,10 +54,13 @@ from __future__ import annotations
 
 import hashlib
 import math
+import os
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from types import MappingProxyType
+from typing import TypeVar
 
 import pyomo.environ as pyo
 
@@ -67,7 +70,7 @@ from tessera.planner.catalog import COMPUTE_SLICES, Layout, gpu_product, layout_
 from tessera.planner.checker import check_plan
 from tessera.planner.errors import NoPlanError
 from tessera.planner.features import Features
-from tessera.planner.highs_driver import HighsModel
+from tessera.planner.highs_driver import MODELS, HighsModel
 from tessera.planner.model import Pool, SystemSpec
 from tessera.planner.nodes import NodePool, PlannableGpu, PoolGpus, as_layout, pool_gpus
 from tessera.planner.plan import GpuPlan, InstancePlan, PathPlan, Plan, SolverReport, SystemSummary, TaskPlan
@@ -86,6 +89,8 @@ model build and check are not bounded) a plan may take the limit and a quarter, 
 (worker.GRACE_S, 30 s) covers for limits up to 120 s."""
 
 JOINT, DECOMPOSED, INCREMENTAL, JOINT_FALLBACK = "joint", "decomposed", "incremental", "joint-fallback"
+T = TypeVar("T")
+R = TypeVar("R")
 
 
 class _Fallback(Exception):
@@ -142,12 +147,14 @@ def _or_joint(attempt: Callable[[], Plan], systems: list[SystemSpec], pool: Pool
 def planned_from(systems: list[SystemSpec], store: ProfileStore, features: Features, options: PlannerOptions,
                  gpu: str) -> dict[str, str]:
     """System name -> a digest of what its part is planned from: its spec, its variants' profiles, the GPU, the
-    features and the options (but the time limit and the choice of method, which change no plan's validity)."""
+    features and the options (but the time limit, the choice of method and the parts solved at once, which change
+    no plan's validity)."""
     profiles: dict[str, list[str]] = {}
     for (variant, segment, batch), profile in store.items():
         profiles.setdefault(variant, []).append(f"{segment.mig_profile} x{segment.mps} b{batch} "
                                                 f"{profile.model_dump_json()}")
-    common = f"{gpu} {features.label} {options.model_dump_json(exclude={'time_limit_s', 'decompose'})}"
+    unplanned = {'time_limit_s', 'decompose', 'parallel_parts'}
+    common = f"{gpu} {features.label} {options.model_dump_json(exclude=unplanned)}"
     digests = {}
     for system in systems:
         variants = sorted({v.name for t in system.tasks for v in t.variants})
@@ -350,23 +357,47 @@ def _quota_left(quota: InstanceQuota, kept: list[TaskPlan]) -> InstanceQuota:
 
 def _parts(systems: list[SystemSpec], gpu: str, pool_size: int, store: ProfileStore, features: Features,
            options: PlannerOptions, quotas: Sequence[InstanceQuota], deadline: float) -> list[Plan]:
-    """Each system's part (_part), solved once per input: a system planned from what one solved before was (its
-    spec but the name, under the same quotas) gets that one's part under its own name (_renamed).
+    """Each system's part (_part), solved once per input: a system planned from what another before it is (its
+    spec but the name, under the same quotas) gets that one's part under its own name (_renamed); the parts
+    solved `options.parallel_parts` at a time (_solved_at_once), each given back to its own system.
 
     The two solves would build the same model but for the name (one system, the same pool, profiles, features,
     options and quotas) and HiGHS is deterministic, so the plan is the one its own solve gives (a unit test compares
     them); a part with a diagnosis (served below its demand) is solved anyway, its messages name the system.
     """
-    solved: dict[str, Plan] = {}
-    parts = []
-    for system in systems:
-        key = _part_input(system, quotas)
-        if key in solved and not solved[key].diagnosis:
-            parts.append(_renamed(solved[key], system.name))
-        else:
-            solved[key] = _part(system, gpu, pool_size, store, features, options, quotas, deadline)
-            parts.append(solved[key])
-    return parts
+    def solve(system: SystemSpec) -> Plan:
+        return _part(system, gpu, pool_size, store, features, options, quotas, deadline)
+
+    keys = [_part_input(system, quotas) for system in systems]
+    first: dict[str, int] = {}
+    for at, key in enumerate(keys):
+        first.setdefault(key, at)
+    solved = dict(zip(first, _solved_at_once([systems[at] for at in first.values()], solve, options.parallel_parts)))
+    again = [at for at, key in enumerate(keys) if first[key] != at and solved[key].diagnosis]
+    own = dict(zip(again, _solved_at_once([systems[at] for at in again], solve, options.parallel_parts)))
+    return [solved[key] if first[key] == at else own[at] if at in own else _renamed(solved[key], systems[at].name)
+            for at, key in enumerate(keys)]
+
+
+def _solved_at_once(items: list[T], solve: Callable[[T], R], at_once: int) -> list[R]:
+    """Each item's answer, in the items' order, solved `at_once` at a time (at most the cores this process may use)
+    by threads of this process, each holding the models' lock (highs_driver.MODELS) but while HiGHS runs: HiGHS lets
+    go of the GIL while it solves, so one part's solve overlaps the next one's model build, and the process's
+    memory cap holds them all. An item that raises stops those not
+    yet started, and the first item's error in order is raised, as one after another would."""
+    threads = min(at_once, len(items), len(os.sched_getaffinity(0)))
+    if threads <= 1:
+        return [solve(item) for item in items]
+    def holding_models(item: T) -> R:
+        with MODELS.held():
+            return solve(item)
+    with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="tessera-part") as pool:
+        futures = [pool.submit(holding_models, item) for item in items]
+        try:
+            return [future.result() for future in futures]
+        finally:
+            for future in futures:
+                future.cancel()
 
 
 def _part_input(system: SystemSpec, quotas: Sequence[InstanceQuota]) -> str:

@@ -8,8 +8,10 @@ model on such changes, which took minutes for relax-and-fix on large pools.
 
 from __future__ import annotations
 
+import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,6 +19,8 @@ import highspy
 import numpy as np
 import pyomo.environ as pyo
 from pyomo.common.tee import capture_output
+from pyomo.common.numeric_types import native_numeric_types
+from pyomo.core.expr.numeric_expr import LinearExpression, MonomialTermExpression
 from pyomo.core.expr.visitor import identify_variables
 from pyomo.repn import generate_standard_repn
 
@@ -56,6 +60,44 @@ class LoadedModel:
     row: dict[Any, int]
 
 
+class ModelLock:
+    """One thread at a time builds, loads and reads Pyomo models: Pyomo's expression walkers are shared objects of
+    its modules (identify_variables.visitor, evaluate_expression's), which two threads walking at once corrupt
+    ("dictionary changed size during iteration", seen). Threads that solve parts at once (decompose.py) each hold
+    it but while HiGHS runs (`released`, in HighsModel._run): one part's solve overlaps another's Python, which
+    the GIL would serialize anyway. A thread that does not hold it (one plan at a time) runs as before."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._holder = threading.local()
+
+    @contextmanager
+    def held(self) -> Iterator[None]:
+        with self._lock:
+            self._holder.holds = True
+            try:
+                yield
+            finally:
+                self._holder.holds = False
+
+    @contextmanager
+    def released(self) -> Iterator[None]:
+        """Let the others model meanwhile, where this thread holds the lock."""
+        if not getattr(self._holder, "holds", False):
+            yield
+            return
+        self._holder.holds = False
+        self._lock.release()
+        try:
+            yield
+        finally:
+            self._lock.acquire()
+            self._holder.holds = True
+
+
+MODELS = ModelLock()
+
+
 def quiet_highs() -> highspy.Highs:
     """A HiGHS instance that prints nothing: its constructor writes HiGHS's banner to file descriptor 1 (once per
     process), where it would precede `tessera plan --output json`'s document; captured as pyomo's appsi does."""
@@ -93,7 +135,7 @@ def load_model(model: pyo.ConcreteModel) -> LoadedModel:
         low, body, high = constraint.to_bounded_expression(evaluate_bounds=True)
         # Columns in the order the variables first appear, a term of coefficient 0 included (a system without
         # demand): as appsi gives them; the standard representation leaves such terms out.
-        for var in identify_variables(body, include_fixed=False):
+        for var in _variables_in_order(body):
             if id(var) not in column:
                 column[id(var)] = len(variables)
                 variables.append(var)
@@ -116,6 +158,25 @@ def load_model(model: pyo.ConcreteModel) -> LoadedModel:
     h.addRows(len(row), np.array(lower, dtype=float), np.array(upper, dtype=float), len(values),
               np.array(starts, dtype=np.int32), np.array(indices, dtype=np.int32), np.array(values, dtype=float))
     return LoadedModel(h, variables, column, row)
+
+
+def _variables_in_order(body: Any) -> Iterable[Any]:
+    """The variables of a constraint's body in the order they first appear (identify_variables'), read straight off
+    the terms of a linear sum of numbers times variables (nearly every row the planner writes): walking each row
+    with pyomo's visitor took about half of load_model's time (bench/README.md, parts solved at once)."""
+    if body.__class__ is not LinearExpression:
+        return list(identify_variables(body, include_fixed=False))
+    found = []
+    for term in body.args:
+        if term.__class__ is MonomialTermExpression and term.args[0].__class__ in native_numeric_types:
+            found.append(term.args[1])
+        elif term.__class__ in native_numeric_types:
+            continue
+        elif term.is_variable_type():
+            found.append(term)
+        else:
+            return list(identify_variables(body, include_fixed=False))
+    return found
 
 
 class HighsModel:
@@ -238,7 +299,8 @@ class HighsModel:
         self.h.setOptionValue("time_limit", max(time_limit_s, 0.5))
         if warm_start:
             self.h.setSolution(self._found().as_highs())
-        self.h.run()
+        with MODELS.released():  # HiGHS lets go of the GIL: others may model meanwhile
+            self.h.run()
         self.last_status = self.h.modelStatusToString(self.h.getModelStatus())
         if self.h.getInfo().primal_solution_status != _FEASIBLE_SOLUTION:
             return None

@@ -134,6 +134,11 @@ class PlannerOptions(BaseModel):
         description="On a fresh pool (no plan in force), plan each system alone, pack them together and check "
                     "the whole; on a re-plan, keep the parts of the systems whose inputs are unchanged and plan "
                     "the others so; falling back to the joint solve where that fails (decompose.py).")
+    parallel_parts: int = Field(
+        default=2, ge=1, le=64,
+        description="Parts of a decomposed or incremental plan solved at once, by threads of the solving process "
+                    "(at most the cores it may use): HiGHS solves one part while the next one's model is built. "
+                    "The plan is the same for any value; 1 solves them one after another.")
 
     @field_validator("batches")
     @classmethod

@@ -98,6 +98,10 @@ def planner_options(time_limit_flag: str = "--time-limit") -> Callable[[Any], An
                           "check the whole; on a re-plan, keep the parts of unchanged systems and plan the others "
                           "so; else the joint solve (docs/planner.md); --joint-only always solves the pool's "
                           "systems in one MILP."),
+        click.option("--parallel-parts", type=click.IntRange(min=1, max=64), default=DEFAULTS.parallel_parts,
+                     show_default=True,
+                     help="Parts of a decomposed plan solved at once, by threads of the solving process (at most "
+                          "its cores); the plan is the same for any value, 1 solves them one after another."),
         click.option("--slice-tolerance", type=FiniteFloat(0, COMPUTE_SLICES * MAX_POOL_GPUS, min_open=True),
                      default=DEFAULTS.slice_tolerance, show_default=True,
                      help="Slices the cost may stay above its proven bound (1: the fewest)."),
@@ -113,7 +117,7 @@ def planner_options(time_limit_flag: str = "--time-limit") -> Callable[[Any], An
 PLANNER_PARAMETERS = ("levels", "headroom", "time_limit", "batches", "max_batch", "max_mps", "tier_ratio",
                       "busy_instances", "exact_up_to_gpus", "latency_spread", "queueing", "routing", "connections",
                       "slice_tolerance", "reconfigure_s", "change_horizon_s", "max_nodes_changed",
-                      "decompose")
+                      "decompose", "parallel_parts")
 
 
 def take_planner_options(parameters: dict[str, Any]) -> PlannerOptions:

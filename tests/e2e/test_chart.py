@@ -107,7 +107,7 @@ def test_planner_demand_and_profiling_values_reach_the_operators_command_line(he
     documents = render(
         helm, "--set", "planner.tierRatio=1", "--set", "planner.busyInstances=0", "--set", "planner.exactUpToGpus=64",
         "--set", "planner.queueing=true", "--set-json", "planner.latencySpread=1.3",
-        "--set", "planner.routing=per-request", "--set", "planner.connections=32",
+        "--set", "planner.routing=per-request", "--set", "planner.connections=32", "--set", "planner.parallelParts=1",
         "--set", "planner.batches={1,8,64,128}", "--set", "demand.prometheus.url=https://prometheus.monitoring:9090",
         "--set", "demand.prometheus.tokenSecret.name=prometheus-reader",
         "--set", "demand.prometheus.caConfigMap.name=prometheus-ca", "--set", "demand.dryRun=true",
@@ -117,7 +117,7 @@ def test_planner_demand_and_profiling_values_reach_the_operators_command_line(he
     args = operator_args(documents)
     for expected in ("--tier-ratio=1", "--busy-instances=0", "--exact-up-to=64", "--batches=1,8,64,128",
                      "--queueing", "--latency-spread=1.3", "--routing=per-request", "--connections=32",
-                     "--prometheus-url=https://prometheus.monitoring:9090", "--demand-dry-run",
+                     "--parallel-parts=1", "--prometheus-url=https://prometheus.monitoring:9090", "--demand-dry-run",
                      "--slo-violation-target=0.5",
                      "--prometheus-token-file=/var/run/secrets/tessera/prometheus-token/token",
                      "--prometheus-ca-file=/etc/tessera/prometheus-ca/ca.crt",

@@ -1,6 +1,9 @@
 """Systems planned one at a time, packed together and checked as a whole (planner/decompose.py), else jointly."""
 
 import math
+import os
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -279,7 +282,7 @@ def test_a_system_identical_to_another_but_for_the_name_is_not_solved_again(monk
     solves = counted_solves(monkeypatch)
     plan, store = solve(systems, nodes(3))
     assert plan.solver.method == DECOMPOSED and plan.solver.reused == ["team-a/copy"]
-    assert solves == ["team-a/one", "team-b/two"]
+    assert sorted(solves) == ["team-a/one", "team-b/two"]  # solved at once: in either order
     assert check_plan(plan, systems, nodes(3), store) == []
 
 
@@ -299,7 +302,7 @@ def test_copies_under_different_quotas_are_each_solved(monkeypatch):
     solves = counted_solves(monkeypatch)
     plan, _ = solve(systems, nodes(3), quotas=[capped])
     assert plan.solver.reused == []
-    assert solves == ["team-a/one", "team-a/copy", "team-b/two"]
+    assert sorted(solves) == ["team-a/copy", "team-a/one", "team-b/two"]
 
 
 def test_solved_once_copies_that_together_break_their_namespaces_quota_fall_back_to_the_joint_solve(monkeypatch):
@@ -315,3 +318,60 @@ def test_solved_once_copies_that_together_break_their_namespaces_quota_fall_back
     assert plan.solver.method == JOINT_FALLBACK
     assert "over the quota of 3 (team-a's quota)" in plan.solver.fallback
     assert check_plan(plan, systems, nodes(2), store, quotas=[shared]) == []
+
+
+# -- parts solved at once -------------------------------------------------------------------------------------------
+
+def distinct_systems():
+    """The three examples at distinct demands, under their own names: no two parts alike (each solved)."""
+    examples = [s for name in ("traffic-analysis", "social-media", "ar-assistant")
+                for s in load_systems(EXAMPLES / f"{name}.yaml")]
+    return [example.model_copy(update={"name": f"team-{i}/{example.name}", "demand_rps": example.demand_rps * scale})
+            for i, (example, scale) in enumerate(zip(examples * 2, (1.0, 1.0, 1.0, 0.5, 0.6, 0.7)))]
+
+
+def test_parts_solved_at_once_give_each_system_the_plan_solved_one_after_another():
+    systems = distinct_systems()
+    pool = nodes(4, gpus=8)
+    timing = {"solver": {"build_s", "solve_s"}}
+    apart, _ = solve(systems, pool, PlannerOptions(parallel_parts=1))
+    at_once, _ = solve(systems, pool, PlannerOptions(parallel_parts=2))
+    assert apart.solver.method == at_once.solver.method == DECOMPOSED
+    assert at_once.model_dump(exclude=timing) == apart.model_dump(exclude=timing)
+    # not vacuous: every system's part differs from the others' (a part handed to the wrong system changes the plan)
+    configs = [sorted((t.task, c.segment.mig_profile, c.batch, c.replicas, round(c.load_rps, 3)) for t in at_once.tasks
+                       if t.system == s.name for c in t.configs) for s in systems]
+    assert all(configs.count(c) == 1 for c in configs)
+
+
+def test_parts_are_solved_by_as_many_threads_as_allowed_and_the_cores_give(monkeypatch):
+    threads: set[str] = set()
+    real = decompose.plan
+
+    def in_thread(*args, **kwargs):
+        threads.add(threading.current_thread().name)
+        return real(*args, **kwargs)
+    monkeypatch.setattr(decompose, "plan", in_thread)
+    solve(distinct_systems()[:4], nodes(4, gpus=8), PlannerOptions(parallel_parts=2))
+    assert len(threads) == min(2, len(os.sched_getaffinity(0)))
+
+
+def test_answers_solved_at_once_keep_the_order_of_their_items_whichever_finishes_first():
+    def slow_first(seconds: float) -> float:
+        time.sleep(seconds)
+        return seconds
+    assert decompose._solved_at_once([0.3, 0.0, 0.1], slow_first, 2) == [0.3, 0.0, 0.1]
+
+
+def test_the_first_items_error_in_order_is_raised_and_items_not_started_are_not_solved():
+    started: list[int] = []
+
+    def failing(item: int) -> int:
+        started.append(item)
+        time.sleep(0.3 if item == 0 else 0.0)
+        if item in (0, 1):
+            raise ValueError(f"item {item}")
+        return item
+    with pytest.raises(ValueError, match="item 0"):  # item 1 failed first, while item 0 still ran
+        decompose._solved_at_once(list(range(8)), failing, 2)
+    assert 7 not in started

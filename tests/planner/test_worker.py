@@ -1,6 +1,7 @@
 """Solves in a worker process: plain data across, wall-time and memory caps, cancellation."""
 
 import asyncio
+import os
 import time
 from pathlib import Path
 
@@ -69,6 +70,35 @@ def test_cancelling_a_running_solve_stops_the_worker_at_once():
     assert not handle.running  # the child is gone, not left solving
     with pytest.raises(SolveCancelled):
         handle.result()
+
+
+def test_cancelling_a_decomposed_solve_stops_the_worker_with_the_parts_it_solves_at_once():
+    # The parts run in threads of the worker process (planner/decompose.py): stopping the process stops them all,
+    # and nothing of it is left (no process it started, no thread that outlives it).
+    systems = long_request().systems
+    request = PlanRequest(
+        systems=[item.model_copy(update={"name": f"{item.name}-{i}", "spec": item.spec.model_copy(update={
+            "name": f"{item.spec.name}-{i}", "demand_rps": item.spec.demand_rps * (1 - i / 50)})})
+            for i in range(4) for item in systems],
+        pool=Pool(gpu=GPU, gpus=64), options=PlannerOptions(time_limit_s=120, parallel_parts=2))
+    handle = start_solve(request)
+    status = Path(f"/proc/{handle.pid}/status")
+    parts_at_once = min(2, len(os.sched_getaffinity(0)))
+    waited_until = time.monotonic() + 20
+    while threads_of(status) < 1 + parts_at_once:  # the parts' threads beside the worker's own
+        assert time.monotonic() < waited_until and not handle.done()
+        time.sleep(0.1)
+    started = time.monotonic()
+    handle.cancel()
+    assert time.monotonic() - started < 5
+    assert not handle.running
+    assert not status.exists()  # the process is gone (joined), its threads with it
+    with pytest.raises(SolveCancelled):
+        handle.result()
+
+
+def threads_of(status: Path) -> int:
+    return next(int(line.split()[1]) for line in status.read_text().splitlines() if line.startswith("Threads:"))
 
 
 def test_a_solve_past_its_wall_time_cap_is_stopped_and_may_be_retried():
