@@ -64,9 +64,10 @@ class NodeMig:
     """(reason, message): where the re-partition of this serving node stands (serving_nodes.py); None: none."""
     changing: bool = False
     """mig-manager is asked for this layout and has not applied it: the node names its config (tessera relabelled
-    it when no pod held its GPUs) or this reconcile relabels it (decide_relabels). Not while the relabel waits for
-    the config to reach mig-manager: servers created then would make that reconcile longer and the relabel later
-    (bench/README.md, "Servers created while the layout changes")."""
+    it when no pod held its GPUs) or this reconcile relabels it (decide_relabels)."""
+    propagating: bool = False
+    """The node is relabelled for this layout as soon as its config has reached mig-manager: no pod holds its
+    GPUs and nothing holds the change back (decide_relabels)."""
 
 
 @dataclass
@@ -202,6 +203,7 @@ def decide_relabels(pool: Pool, mig: dict[str, NodeMig], written: dict[str, floa
             continue  # held back; or a serving node, whose re-partitioning (cordon, move, relabel) is not done yet
         wait = written.get(planned.config, now) + propagation_s - now
         if wait > 0:
+            states[node_name] = replace(states[node_name], propagating=True)
             requeue.append(wait)
             continue
         relabels.append(LabelNode(node_name, planned.config, builders.node_relabel_patch(planned.config),
@@ -254,11 +256,13 @@ def planned_children(pool: Pool, systems: list[SystemObject], outcome: PoolOutco
 
 def starts_before_layout(node: NodeFacts, mig: NodeMig, profile: str) -> bool:
     """Whether a model server of MIG profile `profile` (as the node names it) goes onto `node` while mig-manager
-    applies its planned layout, rather than once it is applied: so the controller-manager creates its pods while
-    the layout changes, and they start when it lands.
+    applies its planned layout, or while the layout's config reaches mig-manager before the relabel, rather than
+    once it is applied: so the controller-manager creates its pods (5-6 a second at its default client rate) while
+    the config propagates and the layout changes, and they start when it lands.
 
     Only where no pod can take an instance about to change: the node serves
-    nothing (tessera relabels it, or did, because no pod held its GPUs; not
+    nothing (tessera relabels it, or did, or will once its config has
+    propagated, because no pod held its GPUs; not
     a serving node's re-partition, which keeps its own order:
     serving_nodes.py, tessera's cordon) and advertises no instance of the
     profile, by its labels nor by the device plugin's allocatable, so the
@@ -267,7 +271,7 @@ def starts_before_layout(node: NodeFacts, mig: NodeMig, profile: str) -> bool:
     (_mig_condition), whatever its pods do.
     """
     resource = builders.gpu_resource(profile, whole_gpu=False)
-    return (mig.changing and mig.serving_change is None and node.cordoned_for is None
+    return ((mig.changing or mig.propagating) and mig.serving_change is None and node.cordoned_for is None
             and not node.advertised_counts().get(profile) and not node.gpu_allocatable.get(resource))
 
 

@@ -168,12 +168,22 @@ def test_a_server_goes_onto_a_node_that_serves_nothing_in_the_reconcile_that_rel
     assert nodes == {"gpu-a", "gpu-b"}
 
 
-def test_a_server_waits_for_the_layout_of_a_node_whose_gpus_pods_hold_whose_change_is_held_or_whose_config_propagates(
-        plan):
+def test_a_server_goes_onto_a_node_that_serves_nothing_while_its_layout_config_propagates(plan):
+    nodes, outcome = servers_placed(plan, pool_with(), written_at=NOW)
+    assert nodes == {"gpu-a", "gpu-b"}
+    assert all(m.propagating and not m.changing for m in outcome.mig.values()), "the relabel itself still waits"
+
+
+def test_a_server_waits_for_the_layout_of_a_node_whose_config_propagates_while_it_advertises_the_server_profile(plan):
+    old_layout = pool_with({"gpu-a": ("all-3g.40gb", "success", {"3g.40gb": 2})})
+    nodes, _ = servers_placed(plan, old_layout, written_at=NOW)
+    assert nodes == {"gpu-b"}
+
+
+def test_a_server_waits_for_the_layout_of_a_node_whose_gpus_pods_hold_or_whose_change_is_held(plan):
     serving, _ = servers_placed(plan, pool_with(), gpu_pods={"gpu-a": ["other/pod"], "gpu-b": ["other/pod"]})
     paused, _ = servers_placed(plan, pool_with(), hold=NodeHold(paused={"gpu-a": "paused", "gpu-b": "paused"}))
-    propagating, _ = servers_placed(plan, pool_with(), written_at=NOW)
-    assert serving == paused == propagating == set()
+    assert serving == paused == set()
 
 
 def test_a_server_waits_for_the_layout_of_a_node_that_advertises_its_mig_profile(plan):
