@@ -20,7 +20,6 @@ import os
 import statistics
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
 from pathlib import Path
@@ -59,15 +58,6 @@ def build_in_process(planner_dir: Path, systems: int) -> dict:
     return json.loads(done.stdout)
 
 
-def baseline_planner(ref: str, into: Path) -> Path:
-    """The planner/ folder of git revision `ref`, exported under `into`."""
-    archive = into / "baseline.tar"
-    subprocess.run(["git", "-C", str(ROOT), "archive", "--output", str(archive), ref, "planner"], check=True)
-    with tarfile.open(archive) as tar:
-        tar.extractall(into, filter="data")
-    return into / "planner"
-
-
 def compare_stores(before: list, after: list) -> str:
     """How far the two stores are apart: keys and order, sources and spreads exactly, numbers relatively."""
     if [row[:4] for row in before] != [row[:4] for row in after]:
@@ -86,6 +76,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--systems", type=int, default=20)
     args = parser.parse_args()
+    sys.path.insert(0, str(ROOT / "bench"))
+    from planner_scale import baseline_planner
+
     revision = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", args.baseline], capture_output=True,
                               text=True, check=True).stdout.strip()
     before: list[dict] = []
