@@ -51,15 +51,16 @@ from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
 from pathlib import Path
-from typing import cast
+from typing import Sequence, cast
 
 import numpy as np
 
 from tessera.planner.calibration import BOUNDS, LOSS_SCALE, Dataset
 from tessera.planner.catalog import GpuProduct
-from tessera.planner.estimator import VECTOR_FIELDS, Coefficients, calibrated, instance_peak_tflops, latency_ms
+from tessera.planner.estimator import (VECTOR_FIELDS, Coefficients, calibrated, estimated_profile, instance_peak_tflops,
+                                       latency_ms)
 from tessera.planner.model import Variant
-from tessera.planner.profiles import Profile, ProfileSource, SegmentType
+from tessera.planner.profiles import Profile, SegmentType
 
 # the coefficients that describe a model rather than a GPU; the rest keep their calibrated values
 VARIANT_FIELDS = ("launch_ms", "efficiency_max", "bandwidth_efficiency", "overlap_exponent", "mps_penalty")
@@ -166,9 +167,15 @@ class CorrectedEstimator:
                      * np.exp(self.residual.get((mps, batch), 0.0)))
 
     def estimate(self, mig_profile: str, mps: int, batch: int) -> Profile:
-        latency = self.latency_ms(mig_profile, mps, batch)
-        return Profile(latency_ms=latency, throughput_rps=mps * batch * 1000.0 / latency,
-                       source=ProfileSource.ESTIMATED)
+        return estimated_profile(self.latency_ms(mig_profile, mps, batch), mps, batch)
+
+    def estimates(self, points: Sequence[tuple[str, int, int]], spread: float | None = None) -> list[Profile]:
+        """`estimate` at every (MIG profile, MPS degree, batch) of `points` in one vectorised call, with `spread`."""
+        profiles, degrees, batches = (list(column) for column in zip(*points)) if points else ([], [], [])
+        residuals = np.exp([self.residual.get((mps, batch), 0.0) for mps, batch in zip(degrees, batches)])
+        latencies = self._latency(self.scaling.coefficients.vector(), profiles, degrees, batches) * residuals
+        return [estimated_profile(float(latency), mps, batch, spread)
+                for latency, mps, batch in zip(latencies, degrees, batches)]
 
     def _latency(self, vector: np.ndarray, profiles: list[str], mps: list[int], batch: list[int]) -> np.ndarray:
         if self.variant.gflops is None or self.variant.params_millions is None:

@@ -39,7 +39,7 @@ from __future__ import annotations
 import json
 from functools import cache
 from importlib import resources
-from typing import cast
+from typing import Sequence, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -124,15 +124,38 @@ def estimate(variant: Variant, gpu: GpuProduct, mig: MigProfile, mps: int, batch
     the coefficients' `default_layers`. Does not check memory: callers keep
     `mps x variant.memory_gb <= mig.memory_gb`.
     """
+    return estimates(variant, gpu, [(mig, mps, batch)], coefficients)[0]
+
+
+def estimates(variant: Variant, gpu: GpuProduct, points: Sequence[tuple[MigProfile, int, int]],
+              coefficients: Coefficients | None = None, spread: float | None = None) -> list[Profile]:
+    """`estimate` at every (mig, mps, batch) of `points` in one vectorised call, each profile with `spread`.
+
+    A store estimates every variant on hundreds of points: a numpy call per
+    point made most of the time of building it (issue 29). One point goes
+    through the same arrays, so `estimate` agrees with this to the last bit
+    (numpy's scalar and array powers may differ in it)."""
     if variant.gflops is None or variant.params_millions is None:
         raise ValueError(f"variant {variant.name!r}: the estimator needs gflops and params_millions")
-    if mps < 1 or batch < 1:
-        raise ValueError(f"variant {variant.name!r}: mps and batch must be >= 1, got mps={mps}, batch={batch}")
-    if mig not in gpu.profiles:
-        raise ValueError(f"{gpu.name} has no MIG profile {mig.name!r}")
+    for mig, mps, batch in points:
+        if mps < 1 or batch < 1:
+            raise ValueError(f"variant {variant.name!r}: mps and batch must be >= 1, got mps={mps}, batch={batch}")
+        if mig not in gpu.profiles:
+            raise ValueError(f"{gpu.name} has no MIG profile {mig.name!r}")
+    if not points:
+        return []
     coefficients = coefficients or calibrated()
     layers = variant.layers or coefficients.default_layers
-    latency = float(latency_ms(coefficients.vector(), variant.gflops, variant.params_millions, layers,
-                               batch, mps, instance_peak_tflops(gpu, mig), gpu.bandwidth_share(mig)))
-    return Profile(latency_ms=latency, throughput_rps=mps * batch * 1000.0 / latency,
-                   source=ProfileSource.ESTIMATED)
+    migs, degrees, batches = zip(*points)
+    latencies = latency_ms(coefficients.vector(), variant.gflops, variant.params_millions, layers,
+                           np.array(batches), np.array(degrees),
+                           np.array([instance_peak_tflops(gpu, mig) for mig in migs]),
+                           np.array([gpu.bandwidth_share(mig) for mig in migs]))
+    return [estimated_profile(float(latency), mps, batch, spread)
+            for latency, mps, batch in zip(latencies, degrees, batches)]
+
+
+def estimated_profile(latency: float, mps: int, batch: int, spread: float | None = None) -> Profile:
+    """An estimate of a segment's `mps` processes at `batch`, from its batch latency in ms."""
+    return Profile(latency_ms=latency, throughput_rps=mps * batch * 1000.0 / latency, source=ProfileSource.ESTIMATED,
+                   spread=spread)

@@ -22,9 +22,9 @@ from __future__ import annotations
 from typing import Callable, Iterable
 
 from tessera.planner.candidates import mps_degrees
-from tessera.planner.catalog import GpuProduct, gpu_product
+from tessera.planner.catalog import GpuProduct, MigProfile, gpu_product
 from tessera.planner.correction import MIN_POINTS, MeasuredPoint, correct
-from tessera.planner.estimator import Coefficients, calibrated, estimate
+from tessera.planner.estimator import Coefficients, calibrated, estimates
 from tessera.planner.input_files import InputError, quote
 from tessera.planner.model import SystemSpec, Variant
 from tessera.planner.profiles import (DEFAULT_BATCHES, Profile, ProfileSource, ProfileStore, SegmentType,
@@ -45,6 +45,7 @@ def build_profile_store(systems: list[SystemSpec], gpu: str, measured: ProfileSt
     degrees = mps_degrees(product, max_mps)
     coefficients = coefficients or calibrated()
     store = ProfileStore()
+    estimated: dict[str, Variant] = {}  # variant name -> the definition whose estimates the store holds last
     for system in systems:
         given = [p for p in system.profiles if p.gpu == product.name]
         for task in system.tasks:
@@ -62,15 +63,14 @@ def build_profile_store(systems: list[SystemSpec], gpu: str, measured: ProfileSt
                         f"no profiles on "
                         f"{product.name} and no figures to estimate them; give the variant gflops and "
                         f"params_millions, or profiles for it in the spec, or measure it", system=system.name)
-                if can_estimate:
-                    estimator = estimator_for(variant, product, measured, coefficients)
-                    for mig in product.profiles:
-                        for mps in degrees:
-                            if mps * variant.memory_gb > mig.memory_gb:
-                                continue
-                            segment = SegmentType(gpu=product.name, mig_profile=mig.name, mps=mps)
-                            for batch in batches:
-                                store.add(variant.name, segment, batch, estimator(mig.name, mps, batch))
+                # systems share variants (copies of one example, a model in many systems); estimating the
+                # definition the store holds last again would change nothing: each key still holds that estimate
+                # or a more trusted profile, and an add keeps both
+                if can_estimate and estimated.get(variant.name) != variant:
+                    for segment, batch, profile in estimated_profiles(variant, product, degrees, batches, measured,
+                                                                      coefficients):
+                        store.add(variant.name, segment, batch, profile)
+                    estimated[variant.name] = variant
                 for segment, batch, profile in measured_here:
                     store.add(variant.name, segment, batch, profile)
         for point in given:
@@ -84,9 +84,21 @@ def build_profile_store(systems: list[SystemSpec], gpu: str, measured: ProfileSt
     return store
 
 
+def estimated_profiles(variant: Variant, product: GpuProduct, degrees: range, batches: tuple[int, ...],
+                       measured: ProfileStore | None,
+                       coefficients: Coefficients) -> list[tuple[SegmentType, int, Profile]]:
+    """The variant's estimates on every MIG profile, MPS degree and batch where the segment's memory holds the
+    processes, in one vectorised call of the estimator."""
+    segments = [(mig, SegmentType(gpu=product.name, mig_profile=mig.name, mps=mps))
+                for mig in product.profiles for mps in degrees if mps * variant.memory_gb <= mig.memory_gb]
+    grid = [(mig, segment, batch) for mig, segment in segments for batch in batches]
+    profiles = estimator_for(variant, product, measured, coefficients)([(mig, s.mps, b) for mig, s, b in grid])
+    return [(segment, batch, profile) for (_, segment, batch), profile in zip(grid, profiles)]
+
+
 def estimator_for(variant: Variant, product: GpuProduct, measured: ProfileStore | None,
-                  coefficients: Coefficients) -> Callable[[str, int, int], Profile]:
-    """(MIG profile, MPS, batch) -> estimated profile: corrected by the variant's measurements where it has them.
+                  coefficients: Coefficients) -> Callable[[list[tuple[MigProfile, int, int]]], list[Profile]]:
+    """[(MIG profile, MPS, batch)] -> estimated profiles: corrected by the variant's measurements where it has them.
 
     The spread that makes an estimate a p99 (latency.batch_spread): 1 for a
     corrected estimate, which is fitted to measured p99s; else the median
@@ -97,8 +109,7 @@ def estimator_for(variant: Variant, product: GpuProduct, measured: ProfileStore 
                 if segment.gpu == product.name and profile.source is ProfileSource.MEASURED]
     points = [MeasuredPoint(segment, batch, profile.latency_ms) for segment, batch, profile in profiles]
     if len(points) >= MIN_POINTS:
-        corrected = correct(variant, product, points).estimate
-        return lambda mig, mps, batch: corrected(mig, mps, batch).model_copy(update={"spread": 1.0})
+        corrected = correct(variant, product, points)
+        return lambda grid: corrected.estimates([(mig.name, mps, batch) for mig, mps, batch in grid], spread=1.0)
     spread = measured_spread(profile for _, _, profile in profiles)
-    return lambda mig, mps, batch: estimate(variant, product, product.profile(mig), mps, batch,
-                                            coefficients).model_copy(update={"spread": spread})
+    return lambda grid: estimates(variant, product, grid, coefficients, spread)
