@@ -8,6 +8,7 @@ model on such changes, which took minutes for relax-and-fix on large pools.
 
 from __future__ import annotations
 
+import gc
 import threading
 import time
 from collections.abc import Iterable, Iterator
@@ -96,6 +97,41 @@ class ModelLock:
 
 
 MODELS = ModelLock()
+
+
+class CollectorPause:
+    """Python's cyclic garbage collector held off while a model is built and loaded, as long as any thread builds.
+
+    A part's model is some 100,000 pyomo objects (variables, expressions, constraints) that live as long as the
+    model, and building it allocates several times as many: the collector, started every 700 allocations, walks
+    them again and again meanwhile and finds next to nothing to free (the expressions are freed by their reference
+    counts). Held off, building and loading the 20 parts of bench/milp_build_speed.py took a quarter less CPU; the
+    model is the same. The pause is counted, so threads building at once (parts solved at once) share it: the
+    collector runs again when the last one is done, if it ran before the first began.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._building = 0
+        self._was_enabled = False
+
+    @contextmanager
+    def held(self) -> Iterator[None]:
+        with self._lock:
+            if self._building == 0:
+                self._was_enabled = gc.isenabled()
+                gc.disable()
+            self._building += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._building -= 1
+                if self._building == 0 and self._was_enabled:
+                    gc.enable()
+
+
+COLLECTOR = CollectorPause()
 
 
 def quiet_highs() -> highspy.Highs:

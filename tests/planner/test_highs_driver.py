@@ -5,6 +5,7 @@ same order is what keeps every plan as it was. appsi stays the reference here, o
 exact and approximate pools, the queueing wait, quotas, a re-plan with layouts in force, and the packing model.
 """
 
+import gc
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +14,7 @@ import pytest
 from pyomo.contrib.appsi.solvers import Highs as AppsiHighs
 
 from tessera.planner.features import Features
-from tessera.planner.highs_driver import load_model
+from tessera.planner.highs_driver import COLLECTOR, load_model
 from tessera.planner.milp import CompoundMilp
 from tessera.planner.model import Pool
 from tessera.planner.nodes import pool_gpus
@@ -92,3 +93,35 @@ def test_a_model_with_a_fixed_variable_is_refused():
     m.x.fix(1)
     with pytest.raises(ValueError, match="fixed"):
         load_model(m)
+
+
+def test_the_collector_is_held_off_while_a_model_is_built_and_runs_again_after():
+    assert gc.isenabled()
+    with COLLECTOR.held():
+        assert not gc.isenabled()
+    assert gc.isenabled()
+
+
+def test_the_collector_runs_again_only_when_the_last_of_builds_at_once_is_done():
+    first, second = COLLECTOR.held(), COLLECTOR.held()
+    first.__enter__()
+    second.__enter__()
+    first.__exit__(None, None, None)
+    assert not gc.isenabled()
+    second.__exit__(None, None, None)
+    assert gc.isenabled()
+
+
+def test_a_collector_held_off_before_a_build_stays_so_after_it():
+    gc.disable()
+    try:
+        with COLLECTOR.held():
+            pass
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+
+def test_a_plan_lets_the_collector_run_again():
+    plan(SYSTEMS[:1], Pool(gpu=GPU, gpus=4), STORE)
+    assert gc.isenabled()
