@@ -257,8 +257,11 @@ def _tiers(data: MilpInput, c: Candidate, dispersions: tuple[float, float], base
     options: list[Option] = []
     ratio, ceiling = data.tier_ratio, c.throughput_rps * data.utilisation
     for k, budget in enumerate(data.levels[c.system]):
-        most = (most_load_rps(data, c, budget, dispersions[0], base_rps),
-                most_load_rps(data, c, budget, dispersions[1], base_rps))
+        least_dispersed = most_load_rps(data, c, budget, dispersions[0], base_rps)
+        # Once where the least and most dispersed arrivals are alike (both 0 without the queueing wait, the default):
+        # this runs for every candidate at every level, the largest share of building the options.
+        most = (least_dispersed, least_dispersed if dispersions[1] == dispersions[0]
+                else most_load_rps(data, c, budget, dispersions[1], base_rps))
         if not c.usable_at(budget, most[0]):
             continue
         need = min_segment_load_rps(c.latency_ms, c.batch, c.segment.mps, budget)

@@ -45,7 +45,7 @@ from tessera.planner.checker import check_plan
 from tessera.planner.diagnosis import diagnose
 from tessera.planner.errors import InfeasibleError, NoPlanError, PlannerBug, TimeLimitError
 from tessera.planner.features import Features
-from tessera.planner.highs_driver import HighsModel
+from tessera.planner.highs_driver import COLLECTOR, HighsModel
 from tessera.planner.latency import DEFAULT_CONNECTIONS, Routing
 from tessera.planner.milp import CompoundMilp, MilpInput, candidate_key
 from tessera.planner.model import Pool, SystemSpec
@@ -378,9 +378,10 @@ def kept_for_of(pool: Pool | NodePool) -> dict[str, list[str]]:
 
 
 def _build(data: MilpInput, options: PlannerOptions, started: float) -> tuple[CompoundMilp, _StagedSolver, float]:
-    milp = CompoundMilp(data)
-    build_s = time.perf_counter() - started
-    return milp, _StagedSolver(milp, options), build_s
+    with COLLECTOR.held():  # the model's objects, built and loaded, free nothing to collect meanwhile
+        milp = CompoundMilp(data)
+        build_s = time.perf_counter() - started
+        return milp, _StagedSolver(milp, options), build_s
 
 
 SERVE_STAGE = "serve"

@@ -5,15 +5,17 @@ same order is what keeps every plan as it was. appsi stays the reference here, o
 exact and approximate pools, the queueing wait, quotas, a re-plan with layouts in force, and the packing model.
 """
 
+import gc
 from pathlib import Path
 
 import numpy as np
 import pyomo.environ as pyo
 import pytest
 from pyomo.contrib.appsi.solvers import Highs as AppsiHighs
+from pyomo.core.expr.numeric_expr import LinearExpression, MonomialTermExpression
 
 from tessera.planner.features import Features
-from tessera.planner.highs_driver import load_model
+from tessera.planner.highs_driver import COLLECTOR, _any_row, _linear_row, load_model
 from tessera.planner.milp import CompoundMilp
 from tessera.planner.model import Pool
 from tessera.planner.nodes import pool_gpus
@@ -76,6 +78,48 @@ def test_a_system_without_demand_reaches_highs_as_appsi_gives_it():
     assert_same_in_highs(model_of([SYSTEMS[0].model_copy(update={"demand_rps": 0.0})], 2))
 
 
+def the_bench_systems():
+    """bench/decompose_phases.py's 20 systems with distinct demands: the examples in turn, the i-th's demand
+    lowered by i %."""
+    return [example.model_copy(update={"name": f"bench-{i}", "demand_rps": example.demand_rps * (1 - i / 100)})
+            for i, example in ((i, SYSTEMS[i % 3]) for i in range(20))]
+
+
+def same_row(one, other) -> bool:
+    """The same columns in the same order of first appearance, terms, coefficients and constant."""
+    def read(row):
+        return list(dict.fromkeys(id(v) for v in row.variables)), [id(v) for v in row.terms], row.coefficients, \
+            row.constant
+    return read(one) == read(other)
+
+
+def test_every_linear_row_reads_in_one_pass_as_pyomo_reads_it():
+    # The reference: identify_variables' order and generate_standard_repn's terms, as load_model read every row
+    # before the one-pass reader; on each part the bench's 20 systems build and on the examples together.
+    models = [model_of([system], 8) for system in the_bench_systems()]
+    models.append(model_of(SYSTEMS, 100, PlannerOptions(exact_up_to_gpus=0, queueing=True)))
+    read = 0
+    for model in models:
+        for constraint in model.component_data_objects(pyo.Constraint, active=True):
+            body = constraint.to_bounded_expression(evaluate_bounds=True)[1]
+            fast = _linear_row(body)
+            if fast is not None:
+                read += 1
+                assert same_row(fast, _any_row(body, constraint.name)), constraint.name
+    assert read > 70_000  # nearly every row is such a sum (75,519 rows in the 20 parts)
+
+
+def test_a_row_repeating_a_variable_or_with_a_zero_coefficient_reads_in_one_pass_as_pyomo_reads_it():
+    # The planner writes neither today; pyomo sums a repeated variable's coefficients and leaves out those of 0.
+    m = pyo.ConcreteModel()
+    m.a, m.b = pyo.Var(), pyo.Var()
+    body = LinearExpression([MonomialTermExpression((2.0, m.a)), MonomialTermExpression((0.0, m.b)), 3.0,
+                             MonomialTermExpression((1.5, m.a)), m.b, MonomialTermExpression((-1.0, m.b))])
+    fast = _linear_row(body)
+    assert fast is not None and same_row(fast, _any_row(body, "row"))
+    assert [v.name for v in fast.terms] == ["a"] and fast.coefficients == [3.5] and fast.constant == 3.0
+
+
 def test_a_model_with_a_pyomo_objective_is_refused():
     m = pyo.ConcreteModel()
     m.x = pyo.Var(bounds=(0, 1))
@@ -92,3 +136,35 @@ def test_a_model_with_a_fixed_variable_is_refused():
     m.x.fix(1)
     with pytest.raises(ValueError, match="fixed"):
         load_model(m)
+
+
+def test_the_collector_is_held_off_while_a_model_is_built_and_runs_again_after():
+    assert gc.isenabled()
+    with COLLECTOR.held():
+        assert not gc.isenabled()
+    assert gc.isenabled()
+
+
+def test_the_collector_runs_again_only_when_the_last_of_builds_at_once_is_done():
+    first, second = COLLECTOR.held(), COLLECTOR.held()
+    first.__enter__()
+    second.__enter__()
+    first.__exit__(None, None, None)
+    assert not gc.isenabled()
+    second.__exit__(None, None, None)
+    assert gc.isenabled()
+
+
+def test_a_collector_held_off_before_a_build_stays_so_after_it():
+    gc.disable()
+    try:
+        with COLLECTOR.held():
+            pass
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+
+def test_a_plan_lets_the_collector_run_again():
+    plan(SYSTEMS[:1], Pool(gpu=GPU, gpus=4), STORE)
+    assert gc.isenabled()
