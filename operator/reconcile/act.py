@@ -3,7 +3,7 @@
 The order of a reconcile (docs/operator.md, "The order of writes"): the
 records of mig-manager failures, the pool's plan, the mig-parted ConfigMap, node relabels and the cordons and
 scale-downs of serving nodes being re-partitioned (serving_nodes.py), Services, then
-ConfigMaps (a frontend's config) and Deployments (only onto nodes whose layout is applied or, on a node that serves nothing, being applied), stale children,
+ConfigMaps (a frontend's config) and Deployments (only onto nodes whose layout is applied or, on a node that serves nothing, being applied or about to be: decide.starts_before_layout), stale children,
 then each system's status and its Events; after an AdapterPool's servers, the loads of adapters its pods'
 servers do not list, then those pods' readiness gates and annotations. Every action is idempotent (apply
 is server-side apply, a delete tolerates a child already gone, a status
