@@ -3,7 +3,8 @@
 kopf's handlers only call `trigger`. Triggers within `debounce_s` of each
 other become one reconcile, yet none waits longer than MAX_WAIT_FACTOR x
 `debounce_s` after the first (a steady stream of events, say pods turning
-Ready one by one, would otherwise hold every reconcile back until it ends);
+Ready one by one, would otherwise hold every reconcile back until it ends),
+and a finished solve's none (UNDEBOUNCED);
 a periodic resync runs one when nothing happened. A reconcile's requeue counts from when it started (its
 delays are decided from what it read, before its writes), yet leaves at least the debounce after it ends
 (requeue_delay_s). The reconcile itself (API reads and writes) runs in a thread, so
@@ -30,6 +31,9 @@ from tessera.operator.entry.stall_watch import GcPauses, StallWatch, cpu_wait_s
 log = logging.getLogger("tessera.operator")
 LAG_PROBE_S = 0.05
 MAX_WAIT_FACTOR = 5
+UNDEBOUNCED = frozenset({"solved"})
+"""Triggers whose reconcile waits no debounce: a finished solve is one event, and its plan (the servers, the MIG
+configs) waits for nothing more to arrive."""
 
 
 def wait_left_s(now: float, first_trigger: float, last_trigger: float, debounce_s: float) -> float:
@@ -54,6 +58,7 @@ class Controller:
         self.reconciler = reconciler
         self.settings = settings
         self.wake = asyncio.Event()
+        self.urgent = asyncio.Event()  # an UNDEBOUNCED trigger is pending: the debounce ends now
         self.kinds: set[str] = set()
         self.first_trigger: float | None = None  # of the triggers the next reconcile collects
         self.last_trigger = 0.0
@@ -73,6 +78,8 @@ class Controller:
                 return
             self.fingerprints[key] = fingerprint
         self.kinds.add(kind)
+        if kind in UNDEBOUNCED:
+            self.urgent.set()
         self.last_trigger = time.monotonic()
         if self.first_trigger is None:
             self.first_trigger = self.last_trigger
@@ -110,9 +117,14 @@ class Controller:
             except asyncio.TimeoutError:
                 self.kinds.add("resync")
             first = self.first_trigger if self.first_trigger is not None else self.last_trigger
-            while (left := wait_left_s(time.monotonic(), first, self.last_trigger, self.settings.debounce_s)) > 0:
-                await asyncio.sleep(left)
+            while not self.urgent.is_set() and (
+                    left := wait_left_s(time.monotonic(), first, self.last_trigger, self.settings.debounce_s)) > 0:
+                try:
+                    await asyncio.wait_for(self.urgent.wait(), timeout=left)
+                except asyncio.TimeoutError:
+                    pass
             self.wake.clear()
+            self.urgent.clear()
             self.first_trigger = None
             kinds, self.kinds = self.kinds or {"requeue"}, set()
             kind = "+".join(sorted(kinds))

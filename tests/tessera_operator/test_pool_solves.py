@@ -128,3 +128,33 @@ def test_a_finished_solve_asks_the_controller_for_the_reconcile_that_takes_its_p
         await controller.stop()
         return reconciler
     assert asyncio.run(run()).taken == ["plan"], "no resync within the test: the solve's end triggered it"
+
+
+class CountingReconciler:
+    """Counts its reconciles; nothing to solve."""
+
+    def __init__(self) -> None:
+        self.solves: PoolSolves[str] = PoolSolves(workers=1)
+        self.reconciles = 0
+
+    def reconcile(self) -> ReconcileResult:
+        self.reconciles += 1
+        return ReconcileResult(requeue_after=None, writes=0)
+
+    def stop(self) -> None:
+        self.solves.stop()
+
+
+def test_the_reconcile_a_finished_solve_asks_for_waits_no_debounce():
+    async def run() -> int:
+        reconciler = CountingReconciler()
+        controller = Controller(reconciler, OperatorSettings(debounce_s=60.0, resync_s=3600))  # type: ignore[arg-type]
+        controller.start()
+        controller.trigger("system")  # debounced: 60 s, longer than the test waits
+        controller.trigger("solved")
+        deadline = time.monotonic() + WAIT_S
+        while not reconciler.reconciles and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        await controller.stop()
+        return reconciler.reconciles
+    assert asyncio.run(run()) == 1, "the solve's plan waited for the debounce of the triggers before it"
