@@ -116,45 +116,27 @@ class SolvingReconciler:
         self.solves.stop()
 
 
-def test_a_finished_solve_asks_the_controller_for_the_reconcile_that_takes_its_plan():
-    async def run() -> SolvingReconciler:
+def plans_taken(debounce_s: float, *triggers: str) -> list[str]:
+    """What a SolvingReconciler took within WAIT_S of the controller's start and `triggers` (no resync within it)."""
+    async def run() -> list[str]:
         reconciler = SolvingReconciler()
-        controller = Controller(reconciler, OperatorSettings(debounce_s=0.0, resync_s=3600))  # type: ignore[arg-type]
+        controller = Controller(reconciler, OperatorSettings(debounce_s=debounce_s, resync_s=3600))  # type: ignore[arg-type]
         controller.start()
-        controller.trigger("startup")
+        for kind in triggers:
+            controller.trigger(kind)
         deadline = time.monotonic() + WAIT_S
         while not reconciler.taken and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
         await controller.stop()
-        return reconciler
-    assert asyncio.run(run()).taken == ["plan"], "no resync within the test: the solve's end triggered it"
+        return reconciler.taken
+    return asyncio.run(run())
 
 
-class CountingReconciler:
-    """Counts its reconciles; nothing to solve."""
-
-    def __init__(self) -> None:
-        self.solves: PoolSolves[str] = PoolSolves(workers=1)
-        self.reconciles = 0
-
-    def reconcile(self) -> ReconcileResult:
-        self.reconciles += 1
-        return ReconcileResult(requeue_after=None, writes=0)
-
-    def stop(self) -> None:
-        self.solves.stop()
+def test_a_finished_solve_asks_the_controller_for_the_reconcile_that_takes_its_plan():
+    assert plans_taken(0.0, "startup") == ["plan"], "no resync within the test: the solve's end triggered it"
 
 
 def test_the_reconcile_a_finished_solve_asks_for_waits_no_debounce():
-    async def run() -> int:
-        reconciler = CountingReconciler()
-        controller = Controller(reconciler, OperatorSettings(debounce_s=60.0, resync_s=3600))  # type: ignore[arg-type]
-        controller.start()
-        controller.trigger("system")  # debounced: 60 s, longer than the test waits
-        controller.trigger("solved")
-        deadline = time.monotonic() + WAIT_S
-        while not reconciler.reconciles and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)
-        await controller.stop()
-        return reconciler.reconciles
-    assert asyncio.run(run()) == 1, "the solve's plan waited for the debounce of the triggers before it"
+    """Both reconciles run within the test though the debounce is 60 s: the one a "solved" trigger asks for (here
+    also behind a debounced "system" trigger) starts the solve, and the one its end asks for takes the plan."""
+    assert plans_taken(60.0, "system", "solved") == ["plan"], "a reconcile waited for the debounce"
